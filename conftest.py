@@ -1,0 +1,48 @@
+"""pytest configuration shared by the notebook tests (nbval) and `tests/`.
+
+nbval runs every notebook in `nbs/` cell by cell. Three nbdev conventions need help to be honoured:
+
+* `#| eval: false` cells are documentation only: they are skipped.
+* cells carrying a directive named in settings.ini's `tst_flags` (e.g. `#| slow`) are skipped unless the
+  flag is listed in the environment variable `NAC_LAB_TEST_FLAGS` (space separated), like `nbdev_test --flags`.
+* `nbdev_clean` removes execution counts but keeps outputs; nbval would call such a cell "unrun" and refuse
+  it, so a cell with saved outputs is treated as run and its outputs are compared.
+"""
+import configparser, os, re
+from pathlib import Path
+import pytest
+
+ROOT = Path(__file__).parent
+_DIRECTIVE = re.compile(r'^\s*#\|\s*([\w-]+)\s*:?\s*(.*?)\s*$')
+
+
+def cell_directives(source: str) -> dict:
+    "nbdev directives (`#| name: value`) at the top of a cell's source, as a dict."
+    out = {}
+    for line in source.splitlines():
+        if not line.strip(): continue
+        m = _DIRECTIVE.match(line)
+        if not m: break
+        out[m.group(1).lower()] = m.group(2)
+    return out
+
+
+def _tst_flags() -> set:
+    cfg = configparser.ConfigParser(delimiters=['='])
+    cfg.read(ROOT / 'settings.ini')
+    return set(cfg['DEFAULT'].get('tst_flags', '').split())
+
+
+def pytest_collection_modifyitems(config, items):
+    flags, enabled = _tst_flags(), set(os.environ.get('NAC_LAB_TEST_FLAGS', '').split())
+    for item in items:
+        cell = getattr(item, 'cell', None)
+        if cell is None: continue
+        d = cell_directives(cell.source)
+        if d.get('eval', '').lower() == 'false':
+            item.add_marker(pytest.mark.skip(reason='nbdev `#| eval: false` cell'))
+            continue
+        for f in sorted(flags & set(d) - enabled):
+            item.add_marker(pytest.mark.skip(reason=f'`#| {f}` cell (set NAC_LAB_TEST_FLAGS={f} to run it)'))
+        if cell.get('execution_count') is None and cell.get('outputs'):
+            cell['execution_count'] = 1

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs everything nac_lab needs, idempotently: system packages (graphviz; chromium with --test),
+# a virtual environment in .venv, torch==2.13.0 (the local CPU wheel where present; never a newer CUDA build),
+# and nac_lab itself in editable mode with its dev extras. Fast when everything is already there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mode=${1:-}
+
+apt_install() {  # apt_install PKG... : install Debian packages (as root, or through sudo)
+  local sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
+  if command -v apt-get >/dev/null; then
+    $sudo apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$@" >/dev/null
+  else
+    echo "bootstrap: please install $* with your system's package manager" >&2; return 1
+  fi
+}
+
+command -v dot >/dev/null || { echo "bootstrap: installing graphviz"; apt_install graphviz; }
+if [ "$mode" = "--test" ] && ! command -v chromium >/dev/null; then
+  echo "bootstrap: installing chromium (for the docs browser test)"
+  apt_install chromium || echo "bootstrap: chromium could not be installed; the browser test will be skipped" >&2
+fi
+
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+stamp=.venv/.nac_lab-installed
+want=$(cat settings.ini setup.py pyproject.toml constraints.txt | sha256sum | cut -c1-16)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! .venv/bin/python -c "import nac_lab, torch, nbdev, nbval" 2>/dev/null; then
+  echo "bootstrap: installing Python packages into .venv"
+  .venv/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v -e "is ignored" -e "^$" || true
+  .venv/bin/python -m pip install -q -c constraints.txt "torch==2.13.0" 2>&1 | grep -v "is ignored" || true
+  .venv/bin/python -m pip install -q -c constraints.txt -e ".[dev]" 2>&1 | grep -v "is ignored" || true
+  .venv/bin/python -c "import nac_lab, torch, nbdev, nbval; assert torch.__version__.startswith('2.13.0'), torch.__version__"
+  echo "$want" > "$stamp"
+fi
