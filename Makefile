@@ -16,4 +16,4 @@ docs: install
 	@.venv/bin/nac-lab docs
 
 export: install
-	@.venv/bin/nbdev_export && .venv/bin/nbdev_clean
+	@.venv/bin/nbdev_export && .venv/bin/nbdev_clean && .venv/bin/nac-lab docs --readme-only
