@@ -1,0 +1,229 @@
+"""Property tests of the MMAP scheduler, simulator and reordering pass on random instruction graphs.
+
+Expected values are computed here by brute force from the definitions (nac_lab.nac.mmap §"Liveness"), not by the
+code under test: the readers of a value are found by scanning every instruction, and live bytes by testing every
+(value, tick) pair.
+"""
+import random
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st, HealthCheck
+
+from nac_lab.nac.format import Instruction, MmapAction as A, NacFile, read_nac, write_nac, FormatError
+from nac_lab.nac.mmap import (build_schedule, schedule_commands, commands_of, to_records, mmap_violations, check_mmap,
+                              lower_bound, reorder, liveness, Command, ScheduleError, MmapError, make_record)
+from nac_lab.nac.mmap_sim import simulate, without_frees, demo_nac
+
+
+def random_graph(seed, n_max=80):
+    "A random valid stream: host inputs, parameters placed anywhere, ops reading 1-3 earlier values, one final output."
+    rng = random.Random(seed)
+    n = rng.randint(3, n_max)
+    ops, values, kinds = [], [], []
+    for i in range(n - 1):
+        r = rng.random()
+        if i == 0 or r < 0.08:
+            ops.append(Instruction.user_input()); kinds.append('input')
+        elif r < 0.35:
+            ops.append(Instruction.param(len(ops) + 1)); kinds.append('param')
+        else:
+            k = rng.randint(1, min(3, len(values)))
+            window = values[-rng.choice([2, 4, 12, 1000]):]
+            srcs = rng.sample(window, min(k, len(window)))
+            ops.append(Instruction(20 + rng.randint(0, 5), 1, [], [s - i for s in srcs])); kinds.append('op')
+        values.append(i)
+    outs = sorted({n - 2} | set(rng.sample(range(n - 1), min(2, n - 1))))
+    outs = [o for o in outs if kinds[o] != 'param'] or [n - 2]
+    ops.append(Instruction.output([o - (n - 1) for o in outs])); kinds.append('output')
+    sizes = [0 if k == 'output' else rng.choice([0, 4, 16, 64, 256, 1024]) for k in kinds]
+    return ops, sizes, kinds
+
+
+def brute_readers(ops):
+    n = len(ops)
+    return [[i for i in range(n) if ops[i].A != 2 and any(d and i + d == v for d in ops[i].D)] for v in range(n)]
+
+
+def brute_live(ops, sizes):
+    n = len(ops); rd = brute_readers(ops); out = []
+    for t in range(n):
+        tot = 0
+        for v in range(n):
+            ins = ops[v]
+            if ins.A == 3: continue
+            if ins.A == 2 and ins.B == 1:
+                if rd[v] and rd[v][0] <= t <= rd[v][-1]: tot += sizes[v]
+            elif v <= t <= (rd[v][-1] if rd[v] else v): tot += sizes[v]
+        out.append(tot)
+    return out
+
+
+SEEDS = st.integers(0, 2**32 - 1)
+FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@FAST
+@given(SEEDS, st.integers(0, 6))
+def test_schedule_valid_and_minimal(seed, ahead):
+    ops, sizes, kinds = random_graph(seed)
+    lb = max(brute_live(ops, sizes))
+    assert lower_bound(ops, sizes)[0] == lb
+    for kw in ({}, {'sizes': sizes}):
+        recs = build_schedule(ops, preload_ahead=ahead, **kw)
+        assert mmap_violations(recs, ops) == []
+        rep = simulate(ops, recs, sizes)
+        assert rep.valid, [str(v) for v in rep.violations]
+        assert rep.lower_bound == lb
+        if kw or ahead == 0: assert rep.peak_bytes == lb          # budget = lower bound, or no prefetch
+        else: assert rep.peak_bytes >= lb
+        assert rep.leaks == []
+
+
+@FAST
+@given(SEEDS)
+def test_commands_match_definitions(seed):
+    ops, sizes, kinds = random_graph(seed)
+    n = len(ops); rd = brute_readers(ops)
+    cmds = commands_of(build_schedule(ops, preload_ahead=3))
+    got = {(c.action, c.target): c.tick for c in cmds}
+    assert len(got) == len(cmds)                                   # no duplicates
+    exp = {}
+    for v in range(n):
+        if kinds[v] == 'output' or not rd[v]: continue
+        if kinds[v] == 'param':
+            exp[(A.PRELOAD, v)] = max(0, rd[v][0] - 3)
+        elif rd[v] == [v + 1]:
+            exp[(A.FORWARD, v + 1)] = v; continue
+        else: exp[(A.SAVE_RESULT, v)] = v
+        if rd[v][-1] + 1 < n: exp[(A.FREE, v)] = rd[v][-1] + 1
+    assert got == exp
+
+
+@FAST
+@given(SEEDS, st.integers(0, 4), st.integers(0, 3000))
+def test_capacity_is_respected_or_refused(seed, ahead, extra):
+    ops, sizes, kinds = random_graph(seed)
+    lb = max(brute_live(ops, sizes))
+    recs = build_schedule(ops, preload_ahead=ahead, sizes=sizes, capacity=lb + extra)
+    rep = simulate(ops, recs, sizes, capacity=lb + extra)
+    assert rep.valid and rep.peak_bytes <= lb + extra
+    pre = {c.target: c.tick for c in commands_of(recs) if c.action == A.PRELOAD}
+    rd = brute_readers(ops)
+    assert all(rd[p][0] - ahead <= t <= rd[p][0] for p, t in pre.items())   # delayed, never dropped
+    assert set(pre) == {v for v in range(len(ops)) if kinds[v] == 'param' and rd[v]}
+    if lb > 0:
+        with pytest.raises(ScheduleError, match='below'):
+            build_schedule(ops, sizes=sizes, capacity=lb - 1)
+
+
+@FAST
+@given(SEEDS, st.data())
+def test_every_needed_command_is_needed(seed, data):
+    "Dropping any non-FREE command, or moving a FREE one tick earlier, makes the schedule invalid."
+    ops, sizes, kinds = random_graph(seed)
+    cmds = commands_of(build_schedule(ops))
+    if not cmds: return
+    c = data.draw(st.sampled_from(cmds))
+    if c.action == A.FREE:
+        mutated = [Command(x.tick - 1, x.action, x.target) if x == c else x for x in cmds]
+    else:
+        mutated = [x for x in cmds if x != c]
+    rep = simulate(ops, to_records(mutated), sizes)
+    assert not rep.valid
+
+
+@FAST
+@given(SEEDS)
+def test_reorder_is_a_valid_permutation_and_not_worse(seed):
+    ops, sizes, kinds = random_graph(seed)
+    new_ops, order, before, after = reorder(ops, sizes)
+    assert sorted(order) == list(range(len(ops)))
+    assert after <= before == max(brute_live(ops, sizes))
+    pos = {o: p for p, o in enumerate(order)}
+    for p, o in enumerate(order):                                   # same edges, renumbered
+        assert new_ops[p].A == ops[o].A and new_ops[p].B == ops[o].B and new_ops[p].C == ops[o].C
+        assert sorted(p + d for d in new_ops[p].D if d) == sorted(pos[o + d] for d in ops[o].D if d)
+    hosts = [pos[i] for i in range(len(ops)) if kinds[i] == 'input']
+    assert hosts == sorted(hosts)                                   # user inputs keep their order
+    assert order[-1] == len(ops) - 1                                # <OUTPUT B=0> stays last
+    new_sizes = [sizes[o] for o in order]
+    assert max(brute_live(new_ops, new_sizes)) == after
+    rep = simulate(new_ops, build_schedule(new_ops, sizes=new_sizes), new_sizes)
+    assert rep.valid and rep.peak_bytes == after
+
+
+def test_reorder_helps_on_branches():
+    "k independent big branches reduced by small ops: source order holds all of them, the greedy order one."
+    k = 6; ops = [Instruction.user_input()]; sizes = [8]
+    for b in range(k): ops.append(Instruction(40, 1, [], [-(b + 1)])); sizes.append(1000)
+    for b in range(k): ops.append(Instruction(41, 1, [], [-k])); sizes.append(8)
+    red = [k + 1 + b for b in range(k)]; acc = red[0]
+    for b in range(1, k):
+        i = len(ops); ops.append(Instruction(11, 1, [], [acc - i, red[b] - i])); sizes.append(8); acc = i
+    ops.append(Instruction.output([-1])); sizes.append(0)
+    new_ops, order, before, after = reorder(ops, sizes)
+    assert before >= k * 1000 and after < 2 * 1000 + 100
+
+
+def test_file_round_trip_and_reader_errors(tmp_path):
+    nac, sizes = demo_nac()
+    data = write_nac(nac)
+    back = read_nac(data)
+    assert [(r.tick, list(r.commands)) for r in back.mmap] == [(r.tick, list(r.commands)) for r in nac.mmap]
+    check_mmap(back, section_offset=back.sections['MMAP'][0])
+    off = back.sections['MMAP'][0]
+    # unknown action code in the first command (record head is 3 bytes after the 8-byte tag + count)
+    bad = bytearray(data); bad[off + 8 + 3] = 99
+    with pytest.raises(FormatError, match='unknown action code 99'): read_nac(bytes(bad))
+    # tick beyond OPS
+    bad = bytearray(data); bad[off + 8:off + 10] = (500).to_bytes(2, 'little')
+    with pytest.raises(FormatError, match='tick 500'): read_nac(bytes(bad))
+    # semantic: PRELOAD of an op, raised by check_mmap with the command's byte offset
+    back.mmap[0] = make_record(back.mmap[0].tick, [(A.PRELOAD, 2)])
+    with pytest.raises(MmapError) as ei: check_mmap(back, section_offset=off)
+    assert ei.value.offset == off + 8 + 3 and 'PRELOAD target must be an <INPUT B=1>' in str(ei.value)
+
+
+def test_more_than_255_commands_at_a_tick_survive_the_file():
+    nac, _ = demo_nac(schedule=False)
+    ops = [Instruction.param(k + 1) for k in range(300)] + [Instruction(240, 1, [], [-300 + k for k in range(300)])]
+    recs = build_schedule(ops, preload_ahead=1)
+    assert [len(r.commands) for r in recs] == [255, 45]
+    assert sorted(c.target for c in commands_of(recs)) == list(range(300))
+
+
+class _RawCmd:
+    def __init__(self, action, target): self.action, self.target = action, target
+
+
+class _RawRec:
+    def __init__(self, tick, commands): self.tick, self.commands = tick, commands
+
+
+@settings(max_examples=300, deadline=None)
+@given(SEEDS, st.lists(st.tuples(st.integers(0, 90), st.lists(st.tuples(st.sampled_from([10, 20, 30, 40, 0, 99]),
+                                                                        st.integers(0, 90)), max_size=5)), max_size=12))
+def test_checker_never_crashes_on_arbitrary_records(seed, raw):
+    "Any records (bad ticks, codes, targets, order) give violations, never an exception."
+    ops, sizes, kinds = random_graph(seed, 40)
+    recs = [_RawRec(t, [_RawCmd(a, x) for a, x in cs]) for t, cs in raw]
+    vs = mmap_violations(recs, ops)
+    rep = simulate(ops, recs, sizes, capacity=100, bandwidth=8)
+    assert all(v.why for v in rep.violations)
+    if any(a in (0, 99) for _, cs in raw for a, _ in cs): assert not rep.valid
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_mutated_mmap_bytes_give_format_errors_or_reports(seed):
+    "Byte flips inside the MMAP section: the reader raises a FormatError, or the checker reports; nothing else."
+    nac, sizes = demo_nac()
+    data = bytearray(write_nac(nac))
+    off, size = read_nac(bytes(data)).sections['MMAP']
+    rng = random.Random(seed)
+    for _ in range(rng.randint(1, 4)):
+        data[rng.randrange(off + 4, off + size)] = rng.randrange(256)
+    try: back = read_nac(bytes(data))
+    except FormatError: return
+    rep = simulate(back, sizes=sizes)
+    assert isinstance(rep.valid, bool)
