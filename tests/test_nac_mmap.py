@@ -184,6 +184,37 @@ def test_file_round_trip_and_reader_errors(tmp_path):
     assert ei.value.offset == off + 8 + 3 and 'PRELOAD target must be an <INPUT B=1>' in str(ei.value)
 
 
+def test_read_nac_check_mmap_is_strict_and_opt_in(tmp_path):
+    """read_nac(..., check_mmap=True) raises MmapError naming record, tick and the command's byte offset for a
+    PRELOAD of an op; a tick beyond OPS is an MmapError with or without it; the default stays lenient."""
+    nac, _ = demo_nac()
+    p = tmp_path / 'demo.nac'; p.write_bytes(write_nac(nac))
+    assert read_nac(p, check_mmap=True).mmap                  # the scheduler's own schedule passes
+    data = p.read_bytes(); off = read_nac(p).sections['MMAP'][0]
+    # record 0: tick (2 bytes) + count (1) at off + 8, its first command's action at off + 11, target at off + 12
+    assert data[off + 11] in (10, 40)
+    op = next(i for i, ins in enumerate(nac.ops) if ins.A not in (2, 3))        # a regular op, not <INPUT B=1>
+    bad = bytearray(data); bad[off + 11] = 40; bad[off + 12:off + 14] = op.to_bytes(2, 'little')
+    lenient = read_nac(bytes(bad))                              # default behaviour unchanged
+    assert (int(lenient.mmap[0].commands[0].action), lenient.mmap[0].commands[0].target) == (40, op)
+    with pytest.raises(MmapError) as ei: read_nac(bytes(bad), check_mmap=True)
+    e = ei.value
+    assert e.offset == off + 11 and e.section == f'MMAP record 0 (tick {lenient.mmap[0].tick})'
+    assert 'PRELOAD target must be an <INPUT B=1>' in str(e) and f'offset {off + 11:#x}' in str(e)
+    # tick beyond OPS (record 0's tick field)
+    bad = bytearray(data); bad[off + 8:off + 10] = (len(nac.ops) + 5).to_bytes(2, 'little')
+    for strict in (False, True):
+        with pytest.raises(MmapError) as ei: read_nac(bytes(bad), check_mmap=strict)
+        assert ei.value.offset == off + 8 and ei.value.section == 'MMAP record 0'
+        assert f'tick {len(nac.ops) + 5} has no instruction' in str(ei.value)
+    # decreasing ticks are well-formed bytes: only the strict reader rejects them
+    recs = read_nac(p).mmap
+    nac.mmap = [recs[1], recs[0]] + recs[2:]
+    swapped = write_nac(nac)
+    read_nac(swapped)
+    with pytest.raises(MmapError, match='ticks must not decrease'): read_nac(swapped, check_mmap=True)
+
+
 def test_more_than_255_commands_at_a_tick_survive_the_file():
     nac, _ = demo_nac(schedule=False)
     ops = [Instruction.param(k + 1) for k in range(300)] + [Instruction(240, 1, [], [-300 + k for k in range(300)])]
