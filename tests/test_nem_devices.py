@@ -256,3 +256,27 @@ def test_parent_diagnostics_reported_once():
     ws = load(text=src, name='d.nem', base_dir=NEM); ds = DeviceSet(ws); res = ds.resolve_all()
     assert [(d.rule, d.line) for d in ds.diags] == [('device.counts', 2)]
     assert res['c'].chain == ['c', 'b', 'a', 'nem_baseline_1_0'] and res['c'].topology['num_engines'] == 0
+
+def test_device_file_that_does_not_parse_is_named(tmp_path):
+    # --device FILE with a syntax error used to say only "defines no device", hiding the cause
+    from nac_lab.nem.syntax import NemError
+    (tmp_path / 'bad.nem').write_text('include "nem_baseline_1.0.nem"\ndevice d extends nem_baseline_1_0 {\n  topology {\n')
+    with pytest.raises(NemError, match=r"bad\.nem defines no device \(it does not parse: .*bad\.nem:3:12: '\{' is never closed\)"):
+        check(text='const a = 1\n', device=str(tmp_path / 'bad.nem'))
+
+def test_cli_unreadable_files_one_line(monkeypatch, tmp_path):
+    # binary garbage used to crash `nem fmt` with an internal UnicodeDecodeError (exit 3)
+    (tmp_path / 'g.nem').write_bytes(b'const a = 1\n\xff\xfe\x00')
+    for cmd in ('check', 'devices', 'fmt'):
+        rc, out, err = run_cli('nem', cmd, str(tmp_path / 'g.nem'))
+        assert (rc, out) == (1, '') and err.count('\n') == 1, (cmd, rc, err)
+        assert 'not UTF-8 text (byte 0xff at offset 12, line 2)' in err
+    rc, out, err = run_cli('nem', 'check', str(tmp_path / 'g.nem'), '--json')
+    assert rc == 1 and 'Traceback' not in err
+
+def test_cli_json_counts_every_severity():
+    rc, out, err = run_cli('nem', 'check', str(data_path('nem', 'examples', 'multi_cstl.nem')), '--device', str(data_path('nem', 'devices', 'npm_lite.nem')), '--json')
+    j = json.loads(out)
+    sev = [d['severity'] for d in j['diagnostics']]
+    assert (j['errors'], j['warnings'], j['infos']) == (sev.count('error'), sev.count('warning'), sev.count('info')) == (0, 0, 2)
+    assert set(j['diagnostics'][0]) == {'severity', 'rule', 'message', 'file', 'line', 'col', 'notes'}

@@ -46,3 +46,24 @@ def test_mutations_never_crash(src):
 def test_edge_inputs(src):
     r = check(text=src, name='e.nem')
     r.format()
+
+def test_long_operator_chain_is_a_syntax_error_not_a_crash():
+    # a flat chain parses into a tree as deep as it is long; the recursive passes (eval, fmt, checks)
+    # must never meet it: the parser stops at MAX_EXPR_OPS operators with a positioned error
+    from nac_lab.nem.syntax import MAX_EXPR_OPS
+    src = 'buffer B : L2 (size=64)\nconst a = ' + ' + '.join(['1'] * 50000) + '\n'
+    r = check(text=src, name='e.nem')
+    assert [(d.rule, d.line, d.col) for d in r.errors] == [('syntax', 2, 11 + 4 * MAX_EXPR_OPS + 2)]
+    assert 'expression too long' in r.errors[0].message
+    assert len(r.format()) < 1000     # the caret line shows a window, not the 200,000-character line
+
+def test_deepest_accepted_expressions_check_and_format():
+    # the largest expression the parser accepts, inside parentheses and nested loops, goes through every pass
+    from nac_lab.nem.syntax import MAX_EXPR_OPS
+    from nac_lab.nem.fmt import fmt_text
+    e = '(' * 100 + ' + '.join(['0'] * MAX_EXPR_OPS) + ')' * 100
+    src = 'buffer B : L2 (size=64)\n' + ''.join(f'loop i{k} in [0..1]:\n' for k in range(60)) + \
+          f'R = region(B, {e}, 8)\nt = transfer.async(dst=R, src=region(B, {e} + 32, 8))\n' + 'endloop\n' * 60
+    r = check(text=src, name='e.nem')
+    assert r.ok, r.format()
+    assert fmt_text(fmt_text(src)) == fmt_text(src)

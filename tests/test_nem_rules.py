@@ -229,6 +229,7 @@ CASES.update({
 'expr_mod_zero_shape': 'buffer Z : L2 (size=64)\nR = region(Z, 0, 8, elem=i8, shape=[8 mod 0], layout=C)  #! expr.div-zero mod by zero\n',
 'expr_float_offset': 'buffer Z : L2 (size=64)\nR = region(Z, 0.5, 8)  #! expr.float 0.5\n',
 'loop_empty_const_bounds': 'const N = 0\nloop i in [0..N - 1]:  #!w loop.bounds [0..-1]\n  wait(x)\nendloop\n',
+'deco_target_resource_on_operand': LITE + BUFS + X16 + 't = relu.async in X out Y @resource(CSTL[0])  #! deco.target cannot decorate an operand|next line\n',
 'deco_target_memmove_store': 'buffer P : L1 (size=128)\nbuffer Q : L2 (size=128)\nt = store.async(dst=Q, src=P) @memmove  #! deco.target applies to transfer\n',
 'deco_args_resource_plain': LITE + BUFS + X16 + 't = relu.async in X out Y\n    @resource(2)  #! deco.args UNIT[index]\n',
 'compute_generic_ok_in_loop': LITE + 'loop i in [0..1]:\n  x = compute.async(op="custom", attrs={k: i})  #!w compute.generic custom\nendloop\n',

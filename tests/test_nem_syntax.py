@@ -175,12 +175,15 @@ def test_spec_example_blocks_parse():
     if not spec.is_file(): pytest.skip('spec folder not present')
     blocks = re.findall(r'```text\n(.*?)```', spec.read_text(), re.S)
     n = 0
+    def roundtrip(text):
+        d = parse(text); out = fmt(d)
+        assert parse(out) == d and fmt_text(out) == out
     for b in blocks:
         if b.lstrip().startswith('region(') or 'const ID = expr' in b or 'effective[op]' in b: continue   # syntax templates
         if '# file: kernels/matmul.nem' in b:
-            a, k = b.split('# file: kernels/matmul.nem'); parse(a); parse(k); n += 2; continue
-        parse(b); n += 1
-    assert n >= 18
+            a, k = b.split('# file: kernels/matmul.nem'); roundtrip(a); roundtrip(k); n += 2; continue
+        roundtrip(b); n += 1
+    assert n == 21   # 4 device configs, npm_pro_x1, the const example, 13 type families, the two-file example
 
 # ---- property: random expressions print and re-parse to the same AST ----
 names = st.sampled_from(['a', 'b', 'N', 'tile'])
