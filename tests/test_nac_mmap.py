@@ -258,3 +258,51 @@ def test_mutated_mmap_bytes_give_format_errors_or_reports(seed):
     except FormatError: return
     rep = simulate(back, sizes=sizes)
     assert isinstance(rep.valid, bool)
+
+
+def _command_offsets(data):
+    "{(tick, action code, target): byte offset of the command} of a file's MMAP section, found by walking its bytes."
+    off = read_nac(bytes(data)).sections['MMAP'][0]
+    n = int.from_bytes(data[off + 4:off + 8], 'little'); pos = off + 8; out = {}
+    for _ in range(n):
+        t, k = int.from_bytes(data[pos:pos + 2], 'little'), data[pos + 2]
+        for j in range(k):
+            c = pos + 3 + 3 * j
+            out[t, data[c], int.from_bytes(data[c + 1:c + 3], 'little')] = c
+        pos += 3 + 3 * k
+    return out
+
+
+def test_cli_check_lists_hand_corrupted_commands_precisely(tmp_path):
+    """`schedule check --json` on hand-patched bytes of the demo file (readers [[2, 8], [2], [4], [4], [5], [7], [7],
+    [8], [9], []]). A wrong FORWARD must not make the right FORWARD after it a 'duplicate' (review fix)."""
+    import json
+    from nac_lab.cli import run_cli
+    nac, sizes = demo_nac()
+    data = bytearray(write_nac(nac)); at = _command_offsets(data)
+    def check(name, patches, *extra):
+        b = bytearray(data)
+        for pos, raw in patches: b[pos:pos + len(raw)] = raw
+        (tmp_path / name).write_bytes(bytes(b))
+        rc, out, err = run_cli('schedule', 'check', str(tmp_path / name), '--sizes', json.dumps(sizes), '--json', *extra)
+        d = json.loads(out)
+        return rc, [(v['tick'], v['command'], v['target']) for v in d['violations']], d
+    # FORWARD 7 -> 8 rewritten as 7 -> 9: 9 is not the next instruction; value 7 then reaches nobody
+    c = at[7, 30, 8]
+    rc, vs, d = check('fwd.nac', [(c + 1, (9).to_bytes(2, 'little'))])
+    assert rc == 1 and vs == [(7, 'FORWARD', 9), (8, 'EXEC', 7)]
+    assert d['violations'][0]['offset'] == c and 'next instruction 8' in d['violations'][0]['why']
+    # PRELOAD -> 6 (W2, at tick 6) rewritten as PRELOAD -> 5 (relu, an op): static error, then W2 is read without a preload
+    c = at[6, 40, 6]
+    rc, vs, d = check('pre.nac', [(c + 1, (5).to_bytes(2, 'little'))])
+    assert rc == 1 and vs == [(6, "PRELOAD", 5), (7, "EXEC", 6), (8, "FREE", 6)]
+    assert 'must be an <INPUT B=1>' in d['violations'][0]['why']
+    # FREE -> 0 moved from tick 9 to tick 8 (x's last reader): the record at tick 9 holds only that FREE
+    rec = at[9, 20, 0] - 3
+    rc, vs, d = check('free.nac', [(rec, (8).to_bytes(2, 'little'))])
+    assert rc == 1 and (8, 'FREE', 0) in vs and 'FREE belongs on tick 9' in d['violations'][vs.index((8, 'FREE', 0))]['why']
+    # the untouched file with a capacity below the 4480 B peak (tick 7: x 64 + relu 256 + W2 4096 + y 64)
+    rc, vs, d = check('ok.nac', [], '--capacity', '4479')
+    assert rc == 1 and vs == [(7, 'CAPACITY', None)] and d['peak_bytes'] == 4480
+    rc, vs, d = check('ok.nac', [], '--capacity', '4480')
+    assert rc == 0 and vs == []
