@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st, HealthCheck
 
-from nac_lab.binio import FormatError
+from nac_lab.binio import FormatError, WriteError
 from nac_lab.nac.format import (NacFile, Instruction, MmapRecord, MmapCommand, MmapAction, DataTensor, DType, DTYPE_NP, Orch,
                                 QuantMethod, F32List, WRITE_ORDER, CONST_CODES, TENSOR_CODES, read_nac, write_nac,
                                 decode_operands, op_name)
@@ -89,6 +89,37 @@ def test_golden_errors_locate():
     with pytest.raises(FormatError, match='parameter id 3 is not in DATA block 1'): read_nac(bytes(bad))
 
 
+
+def test_golden_ops_extent_and_output_count():
+    """OPS must fill its section exactly, a short signature is blamed on the instruction before the bad A/B, and the
+    final <OUTPUT B=0> returns the header's n_outputs (offsets by hand: OPS tag+count 8, instructions at +8 +10
+    +16 +22 +32, section end +40, where CMAP starts)."""
+    raw = handmade()
+    o_ops = struct.unpack_from('<Q', raw, 20)[0]
+    assert raw[o_ops + 40:o_ops + 44] == b'CMAP'
+    def fails(b):
+        with pytest.raises(FormatError) as ei: read_nac(bytes(b))
+        return ei.value
+    bad = bytearray(raw); struct.pack_into('<H', bad, 7, 3)                               # header n_outputs 3, program returns 1
+    e = fails(bad)
+    assert (type(e).__name__, e.section, e.offset) == ('BadValueError', 'OPS instruction 4', o_ops + 32)
+    assert 'n_outputs = 3' in str(e) and 'offset 0x7' in str(e)
+    with pytest.raises(WriteError, match='n_outputs = 2'):                                 # the writer refuses it too
+        nac = read_nac(raw); nac.n_outputs = 2; write_nac(nac)
+    ok = bytearray(raw); struct.pack_into('<H', ok, 7, 0)                                  # 0 = not declared (ruling)
+    assert read_nac(bytes(ok)).n_outputs == 0 and write_nac(read_nac(bytes(ok))) == bytes(ok)
+    bad = bytearray(raw); struct.pack_into('<I', bad, o_ops + 4, 4)                        # count 4: <OUTPUT> left over
+    e = fails(bad)
+    assert (e.section, e.offset) == ('OPS section', o_ops + 32) and '8 byte(s) left' in str(e) and 'CMAP' in str(e)
+    bad = bytearray(raw); struct.pack_into('<I', bad, o_ops + 4, 6)                        # count 6: runs into CMAP
+    e = fails(bad)
+    assert (type(e).__name__, e.section, e.offset) == ('TruncatedError', 'OPS instruction 5', o_ops + 40)
+    bad = bytearray(raw); bad[o_ops + 17] = 0                                              # nac.add with B=0: D is ''
+    e = fails(bad)                                                                         # -2 = fe ff read as A, B
+    assert (e.section, e.offset) == ('OPS instruction 3', o_ops + 19)
+    assert f'surplus D of instruction 2 at {o_ops + 16:#x}' in str(e) and "signature ''" in str(e)
+
+
 # ---------------------------------------------------------------- random models (hypothesis)
 
 FLOAT32 = st.floats(width=32, allow_nan=False)
@@ -115,7 +146,10 @@ def models(draw):
         elif k == 'param': ins = Instruction.param(draw(st.sampled_from(sorted(nac.param_names))))
         elif k == 'state': ins = Instruction.state(draw(st.integers(0, 0x7FFF)))
         elif k == 'lifted': ins = Instruction.lifted(draw(st.sampled_from(cids)))
-        elif k == 'output': ins = Instruction.output(draw(st.lists(st.integers(-i, -1), min_size=1, max_size=3)), final=draw(st.booleans()))
+        elif k == 'output':
+            final = draw(st.booleans())      # a final <OUTPUT B=0> returns the header's count when it is declared (non-zero)
+            m = nac.n_outputs if final and nac.n_outputs else None
+            ins = Instruction.output(draw(st.lists(st.integers(-i, -1), min_size=m or 1, max_size=m or 3)), final=final)
         elif k == 'cf': ins = Instruction.control_flow(draw(st.integers(-i, -1)), draw(st.integers(0, 9)), draw(st.integers(0, 9)))
         elif k == 'conv':
             ins = Instruction.convergence(draw(st.integers(0, 100)), draw(st.integers(-i, 0)), draw(st.integers(-i, n - i)),
