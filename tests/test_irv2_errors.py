@@ -243,3 +243,29 @@ def test_other_families():
     assert ir['meta']['parameters'] == 7_241_732_096                # Mistral-7B's parameter count
     assert {b['name'] for b in ir['buffers'] if b['role'] == 'weight'} >= {'lm_head', 'token_emb'}
     assert next(b for b in ir['buffers'] if b['name'] == 'lm_head')['alias_of'] is None
+
+
+@pytest.mark.parametrize('edit, msg', [
+    ({'rope_parameters': {'rope_theta': 'x'}}, "rope_parameters.rope_theta must be a number, got 'x'"),
+    ({'sliding_window': 'x', 'use_sliding_window': True}, "sliding_window must be a positive integer or null, got 'x'"),
+    ({'max_position_embeddings': 10**15}, 'max_position_embeddings=1000000000000000 exceeds 2147483647'),
+    ({'intermediate_size': 10**12}, 'intermediate_size=1000000000000 exceeds 2147483647'),
+])
+def test_cli_build_rejects_bad_field_types_and_sizes(edit, msg, tmp_path):
+    """Review findings: these escaped as internal errors, or built an IR whose C fails to compile (int overflow)."""
+    cfg = {**json.loads(LLAMA.read_text()), **edit}
+    (tmp_path/'c.json').write_text(json.dumps(cfg))
+    rc, out, err = run_cli('irv2', 'build', tmp_path/'c.json', '-o', tmp_path/'ir.json')
+    assert rc == 1 and msg in err and len(err.strip().splitlines()) == 1 and 'internal error' not in err
+    assert not (tmp_path/'ir.json').exists()
+
+
+def test_cli_run_context_overflow_is_one_clear_line(tmp_path):
+    ir = build_ir(LLAMA, ctx=16)
+    save_ir(ir, tmp_path/'ir.json'); save_weights(random_weights(ir, seed=1), tmp_path/'w.safetensors')
+    rc, out, err = run_cli('irv2', 'run', tmp_path/'ir.json', tmp_path/'w.safetensors', '--tokens', '1,2,3', '--steps', 15,
+                           '--cache', tmp_path/'cache')
+    assert rc == 1 and '3 prompt tokens + 15 steps need 17 positions but the IR was built for a context of 16' in err
+    rc, out, err = run_cli('irv2', 'run', tmp_path/'ir.json', tmp_path/'w.safetensors', '--tokens', '1,2,3', '--steps', 14,
+                           '--cache', tmp_path/'cache')
+    assert rc == 0 and len(out.strip().split(',')) == 14
