@@ -217,3 +217,15 @@ def test_tour(tmp_path, capsys):
     out = capsys.readouterr().out
     assert TOUR_RANK == 50 and 'round-trips exactly' in out and 'engine --lora' in out and 'sent only 2 new tokens' in out
     assert (tmp_path/'trillim_tiny'/'qmodel.tensors').exists()
+
+def test_client_abandoned_generator_is_drained(tmp_path):
+    """Stopping iteration early must not leave the rest of the answer in the pipe for the next request."""
+    cl, log = fake_client(tmp_path, [[11, 12, 13, 8, 5], [21, 7, 8]])
+    g = cl.generate([1, 2, 3])
+    assert next(g) == 11                              # the caller stops here; 12, 13, 8 and kv 5 are still coming
+    assert cl.complete([1, 2, 3, 11, 12, 13, 99]) == [21]   # not [12, 13]
+    assert cl.sent == [13, 99] and cl.kv_position == 8 and cl.last == 'eos'
+    with pytest.raises(Exception, match='superseded'): next(g)
+    assert cl.close() == 0
+    assert log.read_bytes().split(b'\n', 1)[1] == (b'3\n1\n0.0\n0\n1.0\n1.0\n64\n0\n1\n2\n3\n'
+                                                   b'2\n0\n0.0\n0\n1.0\n1.0\n64\n0\n13\n99\n0\n')
