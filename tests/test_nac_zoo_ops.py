@@ -22,7 +22,13 @@ CASES = [
      + (x.abs() + 1).reciprocal() + torch.maximum(x, -x) + torch.minimum(x, x * 2) + x.pow(3), (X(5,),), ['nac.sqrt', 'nac.clamp', 'nac.erf']),
     ('compare_where', lambda x: torch.where(x > 0, x, x * 0.5) + (x <= 0.1).float() + (x == x).float() + (x != 0).float()
      + (x < 0.3).float() + (x >= -0.3).float() + x.masked_fill(x < -1, 0.0), (X(7,),), ['nac.where', 'nac.gt', 'nac.le', 'nac.masked_fill']),
-    ('logical', lambda x: ((x > 0) & (x < 1) | ~(x > -1)).float(), (X(6,),), ['nac.gt', 'nac.lt']),
+    ('logical', lambda x: ((x > 0) & (x < 1) | ~(x > -1)).float(), (X(6,),), ['nac.gt', 'nac.lt', 'nac.bitwise_and', 'nac.bitwise_or']),
+    ('bitwise_int', lambda i: (i & 6) + (i | 1) + (i ^ i.flip(0)), (torch.tensor([3, 5, 12]),), ['nac.bitwise_and', 'nac.bitwise_or', 'nac.bitwise_xor']),
+    ('conv2d_dilated_grouped', lambda x, w, b: F.conv2d(x, w, b, 1, 2, 2, 2), (X(1, 4, 9, 9), X(6, 2, 3, 3), X(6)), ['nac.conv2d']),
+    ('batch_norm_alone', lambda x, m, v, w, b: F.batch_norm(x, m, v.abs() + 0.5, w, b, training=False, eps=1e-3), (X(3, 4), X(4), X(1, 4)[0], X(2, 4)[0], X(4, 4)[1]),
+     ['nac.batch_norm_infer']),
+    ('transpose_gelu_tanh_softmax', lambda x: F.softmax(F.gelu(x.transpose(0, 1), approximate='tanh'), -1) + torch.relu(x).t(), (X(3, 5),),
+     ['nac.transpose', 'nac.gelu', 'nac.softmax', 'nac.relu']),
     ('constructors', lambda x: x + torch.arange(4.0) + torch.zeros(4) + torch.ones(4) + torch.full((4,), 2.0)
      + torch.zeros_like(x) + torch.ones_like(x) + torch.full_like(x, 3.0), (X(3, 4),), ['nac.add']),
     ('cumsum_tril', lambda x: x.cumsum(1).tril() + x.triu(1) + x.flip(0) + x.roll(1, 1), (X(4, 4),), ['nac.cumsum', 'nac.tril', 'nac.flip']),
@@ -60,3 +66,37 @@ def test_op_case(name, f, args, expect, tmp_path):
     names = set(loaded.op_counts())
     missing = [e for e in expect if e not in names]
     assert not missing, f'{name}: expected canonical ops {missing}; got {sorted(names)}; CMAP {loaded.nac.cmap}'
+    assert not loaded.nac.cmap, f'{name}: ops left as raw ATen names: {loaded.nac.cmap}'   # every family here is canonical
+
+def test_constructors_without_folding(tmp_path):
+    "arange/zeros/ones/full(_like) fold away when optimized; unoptimized they must be canonical instructions that run."
+    f, args = next((c[1], c[2]) for c in CASES if c[0] == 'constructors')
+    m = Fn(f)
+    loaded = load(nac_compile(m, args, optimize=False).save(tmp_path / 'c.nac'))
+    assert torch.equal(loaded.run(*args)[0], m(*args))
+    names = loaded.op_counts()
+    for op in ('nac.arange', 'nac.zeros', 'nac.ones', 'nac.full', 'nac.zeros_like', 'nac.ones_like', 'nac.full_like'):
+        assert names.get(op) == 1, (op, names)
+    assert not loaded.nac.cmap
+
+@torch.library.custom_op('nac_lab_test::twice', mutates_args=())
+def _twice(x: torch.Tensor) -> torch.Tensor: return x * 2
+
+@_twice.register_fake
+def _(x): return torch.empty_like(x)
+
+class _UsesCustom(torch.nn.Module):
+    def __init__(self): super().__init__(); self.lin = torch.nn.Linear(3, 3)
+    def forward(self, x): return torch.ops.nac_lab_test.twice(self.lin(x))
+
+class _Outer(torch.nn.Module):
+    def __init__(self): super().__init__(); self.block = _UsesCustom()
+    def forward(self, x): return self.block(x) + 1
+
+def test_non_aten_op_is_a_compile_error():
+    "A custom (non-aten) operator used to compile into a file no runtime could load; now compile names module path, node and op."
+    from nac_lab.nac.optimize import NacCompileError
+    with pytest.raises(NacCompileError) as e:
+        nac_compile(_Outer(), (torch.randn(2, 3),))
+    msg = str(e.value)
+    assert msg.startswith("_Outer.block: node 'twice' (nac_lab_test.twice.default)") and 'is not an ATen operator' in msg, msg
