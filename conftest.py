@@ -8,25 +8,12 @@ nbval runs every notebook in `nbs/` cell by cell. Three nbdev conventions need h
 * `nbdev_clean` removes execution counts but keeps outputs; nbval would call such a cell "unrun" and refuse
   it, so a cell with saved outputs is treated as run and its outputs are compared.
 """
-import configparser, os, re
+import configparser, os
 from pathlib import Path
 import pytest
+from nac_lab.docs import split_directives  # the one parser of nbdev's `#| name: value` cell directives
 
 ROOT = Path(__file__).parent
-_DIRECTIVE = re.compile(r'^\s*#\|\s*([\w-]+)\s*:?\s*(.*?)\s*$')
-
-
-def cell_directives(source: str) -> dict:
-    "nbdev directives (`#| name: value`) at the top of a cell's source, as a dict."
-    out = {}
-    for line in source.splitlines():
-        if not line.strip(): continue
-        m = _DIRECTIVE.match(line)
-        if not m: break
-        out[m.group(1).lower()] = m.group(2)
-    return out
-
-
 def _tst_flags() -> set:
     cfg = configparser.ConfigParser(delimiters=['='])
     cfg.read(ROOT / 'settings.ini')
@@ -38,7 +25,7 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         cell = getattr(item, 'cell', None)
         if cell is None: continue
-        d = cell_directives(cell.source)
+        d, _ = split_directives(cell.source)
         if d.get('eval', '').lower() == 'false':
             item.add_marker(pytest.mark.skip(reason='nbdev `#| eval: false` cell'))
             continue
