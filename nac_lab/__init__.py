@@ -6,10 +6,10 @@ __version__ = "0.1.0"
 # %% auto #0
 __all__ = []
 
-# %% ../nbs/05_api.ipynb #bdbf7640
+# %% ../nbs/05_api.ipynb #9006a21d
 import importlib
 
-# %% ../nbs/05_api.ipynb #e1f21053
+# %% ../nbs/05_api.ipynb #426823ae
 _LAZY = {
     # errors and binary I/O (nac_lab.binio)
     'NacLabError': 'nac_lab.binio', 'FormatError': 'nac_lab.binio', 'Reader': 'nac_lab.binio', 'Writer': 'nac_lab.binio',

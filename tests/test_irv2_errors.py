@@ -138,6 +138,20 @@ def test_ir_errors(tmp_path):
     (tmp_path/'ir.json').write_text(json.dumps(ir)[:-5])
     with pytest.raises(IrError, match=r'ir.json:1:\d+: invalid IR'):
         load_ir(tmp_path/'ir.json')
+    (tmp_path/'dir.json').mkdir()
+    with pytest.raises(IrError, match=r'dir.json: cannot read IR'):
+        load_ir(tmp_path/'dir.json')
+    # a binding to a buffer of the wrong rank is a CodegenError naming node and buffer, not a ValueError from unpacking
+    bad = copy.deepcopy(ir)
+    for n in bad['nodes']:
+        if n['op'] == 'attention':
+            next(b for b in n['bindings'] if b['arg'] == 'k_cache')['buffer'] = 'hidden'
+    with pytest.raises(CodegenError, match=r"attention_forward\): buffer 'hidden' has 2 axes .* the kernel needs 3"):
+        emit_c(bad)
+    # a condition nested past the recursion limit is a MapError, not a RecursionError
+    bad = copy.deepcopy(ir); bad['nodes'][1]['condition'] = '(' * 3000 + 'qkv_bias' + ')' * 3000
+    with pytest.raises(MapError, match='nested too deeply'):
+        validate_ir(bad)
 
 
 @pytest.fixture

@@ -210,3 +210,34 @@ def test_random_models_round_trip(nac, align):
         assert (u.dtype, u.shape, u.quant) == (t.dtype, t.shape, t.quant) and u.data.tobytes() == t.data.tobytes()
         np.testing.assert_array_equal(dequantize(u), dequantize(t))
     for i in range(len(back.ops)): decode_operands(back, i)
+
+
+def test_tensor_shape_overflowing_int64():
+    """A DATA block 3 shape whose element count overflows int64 (2**31 x 2**31 x 2 = 2**63 uint8), with a matching
+    data length field, is a LimitError at the tensor data, not a numpy error after a wrapped size check.
+    Offsets by hand (align=1): DATA tag 4, block 1 count 4 + record 5 ('w'), block 2 count 4, block 3 count 4,
+    then the record head (pid 2, meta length 4, data length 8) and the metadata (dtype, rank, dims)."""
+    from nac_lab.binio import LimitError
+    nac = NacFile(ops=[Instruction.param(0)], param_names={0: 'w'})
+    nac.tensors = {0: DataTensor(0, DType.U8, np.zeros((1, 1, 1), np.uint8))}
+    raw = bytearray(write_nac(nac, align=1))
+    rec = nac.sections['DATA'][0] + 21
+    assert struct.unpack_from('<HIQBB3IB', raw, rec) == (0, 15, 1, int(DType.U8), 3, 1, 1, 1, 0)
+    struct.pack_into('<Q', raw, rec + 6, 2**63)
+    struct.pack_into('<3I', raw, rec + 16, 2**31, 2**31, 2)
+    with pytest.raises(LimitError) as ei: read_nac(bytes(raw))
+    assert ei.value.section == 'DATA block 3 tensor 0' and f'needs {2**63} bytes' in str(ei.value)
+
+
+def test_writer_refuses_what_the_reader_rejects():
+    "Outside OPS too: bad signature codes, tensor metadata the reader would refuse, input names on non-inputs."
+    bad = [NacFile(perm={1: 'TX'}),
+           NacFile(ops=[Instruction.param(0)], param_names={0: 'w'},
+                   tensors={0: DataTensor(0, DType.I8, np.zeros(130, np.int8), QuantMethod.BLOCK_FP8, scales=np.ones(2, np.float32),
+                                          block_size=64, orig_shape=(70,))}),          # 2 blocks of 64 do not cover 130
+           NacFile(ops=[Instruction.user_input(), Instruction.param(0)], param_names={0: 'w'}, input_names={1: 'x'}),
+           NacFile(ops=[Instruction.user_input()], input_names={3: 'x'})]
+    for nac in bad:
+        with pytest.raises(WriteError): write_nac(nac)
+    ok = NacFile(ops=[Instruction.user_input(), Instruction.lifted(1)], constants={1: 2.5}, input_names={0: 'x', 1: 'alpha'})
+    assert read_nac(write_nac(ok)).input_names == {0: 'x', 1: 'alpha'}

@@ -15,7 +15,7 @@ section order). For every mutant the test asserts that
 
 6,400 cases run in well under a minute on a laptop core.
 """
-import random, signal, tracemalloc
+import json, random, signal, tracemalloc
 import numpy as np
 import pytest
 
@@ -183,3 +183,35 @@ def test_external_weights_mutations(tmp_path):
     assert seen['rejected'] > 250, seen
     side.write_bytes(b'\x10\x27\x00\x00\x00\x00\x00\x00' + b'[' * 10000)      # deep JSON nesting
     with pytest.raises(FormatError): external_tensors(back)
+
+
+WEIRD = [None, True, False, 0, 1, -1, 2, 3, 64, 2**31, 2**70, -2**70, 0.5, -0.0, 1e40, float('nan'), float('inf'), 'x', '1',
+         [], [0], [1, 2], [-1, 2], [70], [2, 35], [[1, 2]], [[1], [2]], [None], ['a'], {}, {'a': 1}]
+
+
+@pytest.mark.filterwarnings('ignore::RuntimeWarning')
+def test_external_quant_metadata_values(tmp_path):
+    """Well-formed JSON with wrong *values* in the quantization metadata of every method (nested or scalar scales,
+    negative or huge shapes, wrong types): loading raises only FormatError, and whatever is accepted dequantizes
+    to the shape the metadata promises (1,500 cases)."""
+    from nac_lab.nac.weights import external_tensors, _quant_meta, safetensors_bytes
+    rng = random.Random('nac-fuzz-quant-json')
+    seen = {'rejected': 0, 'accepted': 0}
+    for method in (QuantMethod.INT8_TENSOR, QuantMethod.INT8_CHANNEL, QuantMethod.BLOCK_FP8):
+        nac = _tiny(method, internal=False, extras=False)
+        p = nac.save(tmp_path / f'q{int(method)}.nac'); side = p.with_suffix('.safetensors')
+        back = read_nac(p)
+        named = {nac.param_names[pid]: t for pid, t in nac.tensors.items()}
+        metas = {nac.param_names[pid]: json.loads(m) for pid, t in nac.tensors.items() if (m := _quant_meta(t))}
+        for k in range(500):
+            name = rng.choice(sorted(metas))
+            d = dict(metas[name])
+            for key in rng.sample(sorted(d), rng.choice((1, 1, 2))): d[key] = rng.choice(WEIRD)
+            side.write_bytes(safetensors_bytes(named, {**{n: json.dumps(m) for n, m in metas.items()}, name: json.dumps(d)}))
+            try: ts = external_tensors(back)
+            except FormatError: seen['rejected'] += 1; continue
+            seen['accepted'] += 1
+            for t in ts.values():
+                want = tuple(t.orig_shape) if QuantMethod(t.quant) == QuantMethod.BLOCK_FP8 else t.shape
+                assert dequantize(t, back.quant_method).shape == want, (name, d)
+    assert seen['rejected'] > 500 and seen['accepted'] > 50, seen

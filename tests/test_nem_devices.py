@@ -149,6 +149,14 @@ DEVICE_ERRORS = [
     (BASE + 'device a extends nem_baseline_1_0 { ' + TOPO + '\n opcode.extended { gemm.float<f16>.nobias } }', 'a', 'device.unknown-variant', 3, ['no type family defines', 'did you mean gemm.float<f16>.no_bias']),
     ('include "nem_baseline_1.0.nem"\ndevice a {\n spec_version = "1.0" ' + TOPO + ' opcode.mandatory { cast.default } }', 'a', 'device.missing-must', 2, ['gemm.int8<i8>.no_bias', 'schema rule 7']),
     ('device a { spec_version = "1.0" ' + TOPO + '\n opcode.mandatory { } }', 'a', 'device.mandatory', 1, ['non-empty']),
+    # second cases for the rules above that had one
+    (BASE + 'device a extends nem_baseline_1_0 { ' + TOPO + ' }\ndevice b extends a {\n\n spec_version = "1.0" }', 'b', 'device.derived-spec-version', 5, ["inherits '1.0' from a"]),
+    ('device a { spec_version = "1.0" ' + TOPO + ' }', 'a', 'device.mandatory', 1, ['schema rule 2']),
+    ('device a {\n spec_version = "1.0" ' + TOPO + ' opcode.mandatory { gemm.int8<i8>.no_bias } }', 'a', 'device.missing-must', 1, ['missing: ', 'cast', 'include "nem_baseline_1.0.nem"']),
+    (BASE + 'device a extends nem_baseline_1_0 { ' + TOPO + '\n opcode.extended {\n relu<f16>.default } }', 'a', 'device.unknown-variant', 4, ['relu<f16>.default', 'no type family defines']),
+    (BASE + 'device a extends nem_baseline_1_0 {\n topology { num_engines = 4 / 0 l2_size_bytes = 10 per_engine { l1_size_bytes = 10 } } }', 'a', 'device.value', 3, ['num_engines of device a', 'division by zero']),
+    (BASE + 'device a extends nem_baseline_1_0 {\n topology { num_engines = 1 l2_size_bytes = 10 per_engine {\n NMU = n l1_size_bytes = 10 } } }', 'a', 'device.value', 4, ["NMU of device a", "unknown name 'n'"]),
+    (BASE + 'device a extends nem_baseline_1_0 {\n topology { num_engines = 1 l2_size_bytes = 3037000500 * 3037000500 per_engine { l1_size_bytes = 10 } } }', 'a', 'device.value', 3, ['l2_size_bytes', '64-bit']),
 ]
 
 @pytest.mark.parametrize('src,name,rule,line,words', DEVICE_ERRORS)
@@ -168,6 +176,21 @@ def test_duplicate_entries_warn_and_are_ignored():
     rd, diags = resolve(src, 'a')
     assert sorted((d.severity, d.rule, d.line) for d in diags) == [('warning', 'device.duplicate', 4), ('warning', 'device.duplicate', 5)]
     assert rd.extended == [] and [str(r) for r in rd.mandatory].count('view<f32>.default') == 1
+
+def test_unknown_unit_characteristics_group_warns():
+    for grp, line in (('FOO', 3), ('L1', 4)):
+        src = BASE + 'device a extends nem_baseline_1_0 { ' + TOPO + '\n' + '\n' * (line - 3) + ' unit_characteristics { ' + grp + ' { x = 1 } } }'
+        rd, diags = resolve(src, 'a')
+        assert [(d.severity, d.rule, d.line) for d in diags] == [('warning', 'device.unit-chars', line)]
+        assert f"group '{grp}'" in diags[0].message and rd.unit_chars[grp] == {'x': 1}
+
+def test_abstract_derived_device_cannot_be_target():
+    r = check(text='include "nem_baseline_1.0.nem"\ndevice mid extends nem_baseline_1_0 { }\n\nconst a = 1\n', name='p.nem', base_dir=NEM)
+    assert [(d.rule, d.line) for d in r.errors] == [('device.topology', 2)] and 'no topology after inheritance' in r.errors[0].message
+
+def test_include_not_found_in_checked_program():
+    r = check(text='include "devices/npm_lit.nem"\nconst a = 1\n', name='p.nem', base_dir=NEM)
+    assert [(d.rule, d.line, d.col) for d in r.errors] == [('include.not-found', 1, 1)] and "'devices/npm_lit.nem'" in r.errors[0].message
 
 def test_abstract_device_cannot_be_target():
     r = check(text='include "nem_baseline_1.0.nem"\ndevice nem_baseline_1_0\nconst a = 1\n', name='p.nem', base_dir=NEM)

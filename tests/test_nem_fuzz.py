@@ -67,3 +67,59 @@ def test_deepest_accepted_expressions_check_and_format():
     r = check(text=src, name='e.nem')
     assert r.ok, r.format()
     assert fmt_text(fmt_text(src)) == fmt_text(src)
+
+# ---- pathological inputs: each gives a typed, positioned diagnostic, quickly ----
+_SQ = 'const a0 = 10\n' + ''.join(f'const a{k+1} = a{k} * a{k}\n' for k in range(60))
+PATHOLOGICAL = [
+    # (name, source, [(rule, line)] of the errors, words of the first error)
+    ('size 10**100', 'buffer B : DDR (size=1' + '0' * 100 + ')\n', [('syntax', 1)], ['101 digits', '64-bit']),
+    ('literal of 5000 digits', 'const a = ' + '7' * 5000 + '\n', [('syntax', 1)], ['5000 digits']),
+    ('repeated squaring', _SQ, [('const.range', 6)], ['outside the 64-bit integer range']),
+    ('size product overflow', 'const K = 4294967296\nbuffer B : DDR (size=K * K)\n', [('expr.range', 2)], ['4294967296 * 4294967296']),
+    ('loop bound 10**18', 'buffer B : L2 (size=64)\nloop i in [0..1000000000000000000] @max_in_flight(1000000000000000000):\n'
+                          '  t = transfer.async(dst=region(B, 0, 8), src=region(B, 8, 8))\nendloop\n', [('hazard.write', 3)], ['no dependency']),
+    ('max_in_flight 10**7', 'buffer B : L2 (size=64)\nloop i in [0..30000000] @max_in_flight(10000000):\n'
+                            '  t = transfer.async(dst=region(B, 0, 8), src=region(B, 8, 8), deps=[t])\nendloop\n', [], []),
+    ('rank-1000 shape', 'buffer B : L2 (size=64)\nR = region(B, 0, 64, elem=i8, shape=[' + ', '.join(['99999999'] * 1000) + '], layout=C)\n',
+     [('region.extent', 2)], ['more than 9223372036854775807 elements']),
+    ('reshape to 10**8000 elements', 'buffer B : L2 (size=64)\nX = region(B, 0, 8, elem=i8, shape=[8], layout=C)\nY = region(B, 8, 8, elem=i8, shape=[8], layout=C)\n'
+                                     't = reshape.async in X out Y target_shape=[' + ', '.join(['99999999'] * 1000) + ']\n', [('compute.shape', 4)], ['more than 2**63 - 1 elements']),
+    ('2000 nested loops', ''.join(f'loop i{k} in [0..1]:\n' for k in range(2000)) + 'endloop\n' * 2000, [('syntax', None)], ['nesting too deep']),   # the line depends on the stack depth left
+    ('100000 parentheses', 'const a = ' + '(' * 100000 + '1' + ')' * 100000 + '\n', [('syntax', 1)], ['nesting too deep']),
+    ('binary garbage', bytes(range(256)).decode('latin-1') * 8, [('syntax', 1)], ['unexpected character']),
+    ('NUL bytes', '\x00' * 64, [('syntax', 1)], ["unexpected character '\\x00'"]),
+    ('empty file', '', [], []),
+    ('blank lines only', '\n' * 10000, [], []),
+    ('line of a million trailing blanks', 'const a = 1' + ' ' * 1000000 + '\nconst b = a\n', [], []),
+]
+
+@pytest.mark.parametrize('name,src,errors,words', PATHOLOGICAL, ids=[p[0] for p in PATHOLOGICAL])
+def test_pathological_inputs(name, src, errors, words):
+    import time
+    t0 = time.process_time()
+    r = check(text=src, name='p.nem')
+    assert [(d.rule, d.line if line else None) for d, (_, line) in zip(r.errors, errors)] == errors and len(r.errors) == len(errors), r.format()[:2000]
+    for w in words: assert w in r.errors[0].message, r.errors[0].message
+    assert len(r.format()) < 20000
+    assert time.process_time() - t0 < 5, name
+
+def test_many_diagnostics_format_linearly():
+    # 50,000 diagnostics: formatting splits each source once, not once per diagnostic
+    import time
+    r = check(text='wait(x)\n' * 50000, name='w.nem')
+    t0 = time.process_time()
+    out = r.format()
+    assert len(r.errors) == 50000 and out.endswith('50000 error(s), 0 warning(s), 0 info(s)')
+    assert time.process_time() - t0 < 5
+
+def test_file_level_pathologies(tmp_path):
+    from nac_lab.nem.syntax import NemError
+    (tmp_path / 'bin.nem').write_bytes(bytes(range(256)))
+    with pytest.raises(NemError, match=r'bin.nem: not UTF-8 text \(byte 0x80 at offset 128, line 2\)'):
+        check(tmp_path / 'bin.nem', name='bin.nem')
+    (tmp_path / 'a.nem').write_text('include "b.nem"\n'); (tmp_path / 'b.nem').write_text('\n\ninclude "a.nem"\n')
+    r = check(tmp_path / 'a.nem', name='a.nem')
+    assert [(d.rule, d.file.split('/')[-1], d.line) for d in r.errors] == [('include.cycle', 'b.nem', 3)]
+    (tmp_path / 'inc.nem').write_text('include "bin.nem"\n')
+    with pytest.raises(NemError, match='not UTF-8'):
+        check(tmp_path / 'inc.nem', name='inc.nem')

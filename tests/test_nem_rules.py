@@ -259,6 +259,18 @@ CASES.update({
 'conv_strides_no_layout_ok': LITE + 'buffer A : L1 (size=65536)\nX = region(A, 0, 2048, elem=f16, shape=[1, 8, 8, 16], strides=[1024, 128, 16, 1])\nW = region(A, 2048, 9216, elem=f16, shape=[3, 3, 16, 32], layout=HWIO)\nY = region(A, 12288, 2304, elem=f16, shape=[1, 6, 6, 32], layout=NHWC)\nt = conv2d.async in X, W out Y pads=[0, 0, 0, 0] strides=[1, 1] dilations=[1, 1] accum_type=f32\n',
 })
 
+# ---------------- the 64-bit integer range (notebook 30 ruling) and the simulation budget ----------------
+CASES.update({
+'const_range_square': 'const A = 4294967296\nconst B = A * A  #! const.range 4294967296 * 4294967296|64-bit\nconst C = B + 1\n',
+'const_range_negate': 'const A = 0 - 9223372036854775807 - 1\nconst B = -A  #! const.range -(-9223372036854775808)|64-bit\n',
+'expr_range_size': 'const K = 3037000500\nbuffer Z : DDR (size=K * K)  #! expr.range 3037000500 * 3037000500|outside\n',
+'expr_range_loop': 'buffer Z : L2 (size=64)\nloop i in [0..4611686018427387904 * 4]:  #! expr.range 4611686018427387904 * 4\n  wait(x)\nendloop\n',
+'device_unknown_name': 'include "devices/npm_lite.nem"\ndevice npm_max  #! device.unknown npm_max|npm_lite\nconst a = 1\n',
+'device_unknown_file': 'device "no/such_device.nem"  #! device.unknown no/such_device.nem|not found\nconst a = 1\n',
+'hazard_budget_max_in_flight': 'buffer Z : L2 (size=64)\nloop i in [0..100000] @max_in_flight(50000):  #!i hazard.budget @max_in_flight(50000)|64 iterations\n  t = store.async(dst=region(Z, 0, 8), src=region(Z, 8, 8))  #! hazard.write writes|no dependency\nendloop\n',
+'hazard_budget_deep_nest': 'buffer Z : L2 (size=64)\n' + ''.join('  ' * k + f'loop i{k} in [0..1]:' + ('  #!i hazard.budget nested 4 deep' if k == 3 else '') + '\n' for k in range(5)) + '          t = transfer.sync(dst=region(Z, 0, 8), src=region(Z, 8, 8))\n' + ''.join('  ' * k + 'endloop\n' for k in reversed(range(5))),
+})
+
 @pytest.mark.parametrize('name', sorted(CASES))
 def test_rule_case(name):
     run_case(CASES[name])
@@ -277,7 +289,22 @@ def test_every_rule_covered_twice():
              'deco.max-in-flight', 'deco.access', 'placement.multi-engine', 'token.undefined', 'token.not-token', 'token.wait-assign',
              'hazard.write', 'hazard.memmove', 'transfer.extent', 'transfer.operand', 'compute.status', 'type.portability',
              'deco.seq-engine', 'placement.seq-engine', 'expr.div-zero', 'expr.float', 'loop.bounds', 'compute.layout', 'token.limit']
+    rules += ['const.range', 'expr.range', 'hazard.budget']
     low = {r: counts.get(r, 0) for r in rules if counts.get(r, 0) < 2}
+    assert not low, low
+
+def test_rule_list_matches_the_checker():
+    "The rule ids the checker source can emit are exactly those that have cases here or in test_nem_devices (so a new rule cannot go untested)."
+    import inspect, nac_lab.nem.check as chk
+    src = inspect.getsource(chk)
+    emitted = set(re.findall(r"'(?:error|warning|info)', f?'([a-z-]+\.[a-z-]+)'", src))
+    assert {'const.range', 'hazard.budget', 'token.limit', 'compute.shape'} <= emitted and len(emitted) > 50, sorted(emitted)
+    emitted |= {f'expr.{k}' for k in ('undefined', 'div-zero', 'float', 'range')} | {'transfer.operand'}
+    counts = {}
+    for s in CASES.values():
+        for sev, rule, line, words in expectations(s): counts[rule] = counts.get(rule, 0) + 1
+    # `expr.type` needs a non-integer expression node where an integer is evaluated; the parser never builds one there
+    low = {r: counts.get(r, 0) for r in emitted - {'expr.type'} if counts.get(r, 0) < 2}
     assert not low, low
 
 def test_case_count():

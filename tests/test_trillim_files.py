@@ -135,6 +135,19 @@ def test_manifest_refusals(cwd):
     with pytest.raises(ManifestError, match='lora_A without lora_B'): build_manifest('m', 'a')
     save_file({'base_model.model.lm_head.lora_A.weight': torch.zeros(2, 64)}, 'a/adapter_model.safetensors')
     with pytest.raises(ManifestError, match='not a LoRA A/B matrix'): build_manifest('m', 'a')
+    # an adapter of another model, or in int8, is refused by the writer (the reader and quantizer would refuse it later)
+    pre = 'base_model.model.model.layers.0.mlp.down_proj.lora_'
+    save_file({pre + 'A.weight': torch.zeros(2, 64), pre + 'B.weight': torch.zeros(64, 2)}, 'a/adapter_model.safetensors')
+    with pytest.raises(ManifestError, match='lora_A 2x64 / lora_B 64x2 do not fit the 64x160 base weight'): build_manifest('m', 'a')
+    save_file({pre + 'A.weight': torch.zeros(2, 160, dtype=torch.int8), pre + 'B.weight': torch.zeros(64, 2, dtype=torch.int8)}, 'a/adapter_model.safetensors')
+    with pytest.raises(ManifestError, match='F32/F16/BF16 matrix, got I8'): build_manifest('m', 'a')
+    save_file({pre + 'A.weight': torch.zeros(2, 160), pre + 'B.weight': torch.zeros(64, 2)}, 'a/adapter_model.safetensors')
+    assert build_manifest('m', 'a').lora.targets[0][6] is not None
+    Path('a/adapter_config.json').write_text('[]')
+    with pytest.raises(ManifestError, match='top level must be an object'): build_manifest('m', 'a')
+    os.remove('m/model.safetensors')
+    Path('m/model.safetensors.index.json').write_text(json.dumps({'weight_map': {'model.norm.weight': 'lost.safetensors'}}))
+    with pytest.raises(ManifestError, match='lost.safetensors: cannot open'): build_manifest('m')
 
 # ----------------------------------------------------------------------------------------------------------------
 # corrupt input: every truncation and random damage gives a FormatError (or, for damage to plain data, a clean

@@ -177,6 +177,52 @@ def test_engine_rejects_malformed_requests(model, stdin, msg):
     rc, out, err = run_engine(model, stdin, in_process=True)
     assert rc == 2 and out == '' and err.count('\n') == 1 and msg in err, (rc, out, err)
 
+@pytest.mark.parametrize('stdin', [
+    b'1\n1\n1e-45\n0\n1.0\n1.0\n64\n3\n5\n0\n',        # temperature so small that logits / t overflow float32
+    b'1\n1\n1.0\n0\n1.0\n1e-300\n64\n3\n5\n0\n',       # repetition penalty so small that logit / p overflows
+    b'1\n1\n1e-45\n1\n1e-9\n1e-300\n0\n3\n5\n0\n',
+])
+def test_engine_extreme_sampling_values_do_not_crash(model, stdin):
+    """Legal but extreme sampling values (both > 0) used to make inf - inf = nan and crash torch.multinomial."""
+    rc, out, err = run_engine(model, stdin, in_process=True)
+    v = [int(x) for x in out.split()]
+    assert (rc, err) == (0, '') and len(v) == 5 and v[3] == 127 and v[4] == 1 + 3 - 1, (rc, out, err)
+
+def test_engine_rejects_foreign_lora(model, tmp_path):
+    """A qmodel.lora quantized for a wider model with the same layer count must not be sliced to fit."""
+    d, cfg = model
+    w = tiny_checkpoint(tmp_path/'w', arch='bitnet', layers=1, vocab=128, eos=127, max_pos=32, hidden=256, inter=512)
+    from nac_lab.trillim.manifest import tiny_adapter
+    tiny_adapter(tmp_path/'wa', w, r=2, targets=('q_proj',))
+    cw = load_hf_config(w); quantize(build_manifest(w, tmp_path/'wa', cw), cw, w)
+    import shutil
+    shutil.copytree(d, tmp_path/'m'); shutil.copy(w/'qmodel.lora', tmp_path/'m'/'qmodel.lora')
+    rc, out, err = run_engine((tmp_path/'m', cfg), b'0\n', extra=['--lora'], in_process=True)
+    assert rc == 1 and out == '' and 'qmodel.lora layer 0 self_attn.q_proj: A/B are 256 in / 256 out, the padded weight is 128 in / 128 out' in err, err
+
+@pytest.mark.parametrize('edit,msg', [
+    (dict(max_position_embeddings='4k'), "max_position_embeddings must be a positive integer, got '4k'"),
+    (dict(max_position_embeddings=0), 'max_position_embeddings must be a positive integer'),
+    (dict(rms_norm_eps=-1e-6), 'rms_norm_eps must be a positive finite number'),
+    (dict(rope_theta='1e6'), "rope_theta must be a positive finite number, got '1e6'"),
+    (dict(rope_scaling='yarn'), 'rope_scaling'),
+    (dict(eos_token_id=2.0), 'eos_token_id must be an integer or a list'),
+    (dict(architectures=[None], model_type='x'), 'architectures must be a list of strings'),
+])
+def test_config_bad_values_are_config_errors(edit, msg):
+    """Every value that config_args would render is checked here, so the engine never refuses a vector we made."""
+    with pytest.raises(ConfigError, match=msg.replace('(', r'\(').replace(')', r'\)')): arch_from_hf(dict(QWEN2, **edit))
+
+def test_config_bad_side_files(tmp_path):
+    (tmp_path/'config.json').write_text(json.dumps(QWEN2))
+    (tmp_path/'tokenizer.json').write_text('["not", "a", "tokenizer"]')
+    with pytest.raises(ConfigError, match='not a tokenizer.json'): load_hf_config(tmp_path)
+    (tmp_path/'tokenizer.json').write_text('{"added_tokens": 5}')
+    with pytest.raises(ConfigError, match='not a tokenizer.json'): load_hf_config(tmp_path)
+    (tmp_path/'tokenizer.json').unlink()
+    (tmp_path/'generation_config.json').write_text('{"eos_token_id": "151645"}')
+    with pytest.raises(ConfigError, match='generation_config.json: eos_token_id must be'): load_hf_config(tmp_path)
+
 def test_engine_process_errors_are_one_line(model):
     """The same checks through a real process: exit codes and a single stderr line, no hang."""
     rc, out, err = run_engine(model, b'2\n1\n0.0\n0\n1.0\n1.0\n64\n5\n1\n')
