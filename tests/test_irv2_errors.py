@@ -5,7 +5,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from nac_lab.binio import NacLabError, FormatError
+from nac_lab.binio import NacLabError, FormatError, BadValueError
 from nac_lab.core import data_path
 from nac_lab.cli import run_cli
 from nac_lab.irv2.maps import (ConfigError, MapError, IrError, WeightError, CodegenError, RuntimeFailure, load_maps, copy_maps)
@@ -110,6 +110,10 @@ def test_map_errors(tmp_path):
     def bad_param(d): d['params'][0]['from'] = 'epsilon'
     with pytest.raises(MapError, match="unknown config field 'epsilon'"):
         _maps_with(tmp_path/'e', 'kernels/rmsnorm.json', bad_param)
+    # an alias must share its target's scope (a layer buffer has one copy per layer, a global one a single copy)
+    def cross_scope(d): next(b for b in d['buffers'] if b['name'] == 'lm_head')['alias']['of'] = 'w_up'
+    with pytest.raises(MapError, match=r"'lm_head': alias of 'w_up' whose scope differs \(global vs layer\)"):
+        _maps_with(tmp_path/'f', 'global_buffers.json', cross_scope)
 
 
 def test_custom_maps_are_used(tmp_path):
@@ -147,6 +151,13 @@ def test_ir_errors(tmp_path):
         if n['op'] == 'attention':
             next(b for b in n['bindings'] if b['arg'] == 'k_cache')['buffer'] = 'hidden'
     with pytest.raises(CodegenError, match=r"attention_forward\): buffer 'hidden' has 2 axes .* the kernel needs 3"):
+        emit_c(bad)
+    # a RoPE table with fewer rows than the context length would be read past its end at run time
+    ctx = ir['dimensions'][0]['value']
+    bad = copy.deepcopy(ir)
+    for b in bad['buffers']:
+        if b['name'] in ('rope_cos', 'rope_sin'): b['shape'][0]['div'] = 4; b['resolved_shape'][0] = ctx // 4
+    with pytest.raises(CodegenError, match=rf"\(layer 0, rope, rope_forward\): RoPE table 'rope_cos' has {ctx // 4} rows but positions run up to the context length {ctx}"):
         emit_c(bad)
     # a condition nested past the recursion limit is a MapError, not a RecursionError
     bad = copy.deepcopy(ir); bad['nodes'][1]['condition'] = '(' * 3000 + 'qkv_bias' + ')' * 3000
@@ -190,6 +201,28 @@ def test_safetensors_corruption(tmp_path, llama_weights):
         (tmp_path/f'{k}.safetensors').write_bytes(blob)
         with pytest.raises(FormatError):
             SafeTensors(tmp_path/f'{k}.safetensors')
+
+
+@pytest.mark.parametrize('change,cls,msg', [
+    ({'data_offsets': [False, 4]}, BadValueError, r'data_offsets must be \[begin, end\] integers, got \[False, 4\]'),
+    ({'data_offsets': [0, True]}, BadValueError, r'data_offsets must be \[begin, end\] integers'),
+    ({'shape': [True]}, BadValueError, 'shape must be a list of non-negative integers'),
+    ({'extra': 1}, BadValueError, 'entry must have exactly dtype, shape and data_offsets'),
+    ({'__metadata__': 1}, BadValueError, '__metadata__ must be an object of strings'),
+])
+def test_safetensors_header_is_strict(tmp_path, change, cls, msg):
+    "The loader shares binio's strict header parser: no bool offsets or sizes, no extra entry keys, string metadata."
+    hdr = {'w': {'dtype': 'F32', 'shape': [1], 'data_offsets': [0, 4]}}
+    if '__metadata__' in change: hdr.update(change)
+    else: hdr['w'].update(change)
+    j = json.dumps(hdr).encode()
+    p = tmp_path/'w.safetensors'; p.write_bytes(len(j).to_bytes(8, 'little') + j + bytes(4))
+    with pytest.raises(cls, match=msg) as ei: SafeTensors(p)
+    assert ei.value.offset == 8 and ei.value.section == ("__metadata__" if '__metadata__' in change else "tensor 'w'")
+    assert ei.value.fmt == 'safetensors w.safetensors'
+    ok = json.dumps({'w': {'dtype': 'F32', 'shape': [1], 'data_offsets': [0, 4]}}).encode()     # control: the unchanged entry loads
+    p.write_bytes(len(ok).to_bytes(8, 'little') + ok + bytes(4))
+    assert SafeTensors(p).entries == {'w': ('F32', (1,), 8 + len(ok), 4)}
 
 
 def test_runtime_errors(tmp_path, llama_weights):

@@ -123,3 +123,65 @@ def test_file_level_pathologies(tmp_path):
     (tmp_path / 'inc.nem').write_text('include "bin.nem"\n')
     with pytest.raises(NemError, match='not UTF-8'):
         check(tmp_path / 'inc.nem', name='inc.nem')
+
+# ---- malformed type families: check() reports family.* diagnostics, it never raises ----
+_ELEMS = ['i4', 'i8', 'u8', 'i16', 'f16', 'bf16', 'f32']
+
+@st.composite
+def family_text(draw):
+    "A type_family declaration built from random pieces: often malformed (wrong arity, types outside a set, unknown bindings)."
+    npar = draw(st.integers(0, 2))
+    pnames = ['T', 'T_out'][:npar]
+    params = [(p, draw(st.lists(st.sampled_from(_ELEMS), min_size=1, max_size=3, unique=True))) for p in pnames]
+    typ = st.sampled_from(_ELEMS + pnames + ['absent', 'any_supported', 'U', 'Tx'])
+    decl = ', '.join(p + ': {' + ', '.join(ts) + '}' for p, ts in params)
+    lines = ['type_family fz' + (f'<{decl}>' if params else '') + ' {']
+    lines += [f'    {o}: {draw(typ)}' for o in draw(st.lists(st.sampled_from(['input', 'output', 'X', 'Y']), max_size=3, unique=True))]
+    if draw(st.booleans()): lines.append(f'    accum = {draw(st.sampled_from(["f32", "i32", "f64", "wide"]))}')
+    if draw(st.booleans()): lines.append(f'    quant = {draw(st.sampled_from(["required", "absent", "maybe", "required on input", "required on Q"]))}')
+    lines.append('    variants:')
+    for v in draw(st.lists(st.sampled_from(['default', 'no_bias', 'with_bias']), min_size=1, max_size=2, unique=True)):
+        ops = ' '.join(f'{o}: {draw(typ)}' for o in draw(st.lists(st.sampled_from(['B', 'C']), max_size=2, unique=True)))
+        entries = []
+        for _ in range(draw(st.integers(1, 3))):
+            inst = draw(st.lists(st.sampled_from(_ELEMS), max_size=3))
+            entries.append(draw(st.sampled_from(['MUST', 'MAY'])) + (f' <{", ".join(inst)}>' if inst else ''))
+        lines += [f'    {v}: {{ {ops} }}', f'    conformance: {{ {" ".join(entries)} }}']
+    lines.append('}')
+    return '\n'.join(lines) + '\n', [f'fz<{", ".join(ts[0] for _, ts in params)}>.default' if params else 'fz.default']
+
+@given(family_text())
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_malformed_families_never_raise(fam):
+    "A config document with a random family and a device listing one of its variants: diagnostics only, each positioned in the text."
+    text, refs = fam
+    src = 'include "nem_baseline_1.0.nem"\n' + text + 'device m extends nem_baseline_1_0 {\n' \
+          '    topology { num_engines = 1 l2_size_bytes = 4096 per_engine { NMU = 1 l1_size_bytes = 1024 } }\n' \
+          f'    opcode.extended {{ {" ".join(refs)} }}\n}}\n'
+    r = check(text=src, name='f.nem', base_dir=data_path('nem'))
+    n = src.count('\n')
+    for d in r.diags:
+        assert d.severity in ('error', 'warning', 'info') and d.rule and d.message
+        if d.file == 'f.nem': assert 1 <= d.line <= n and d.col >= 1, d.format(src.split('\n'))
+    fam_errs = [d for d in r.errors if d.rule.startswith('family.')]
+    assert all(d.line <= 2 + text.count('\n') for d in fam_errs)          # at the family, not elsewhere
+    if fam_errs: assert not any(d.rule == 'device.unknown-variant' for d in r.errors), r.format()   # no cascade
+    r.format()
+
+FAM_BAD = [
+    'type_family eltwise<T: {f16, f32}> {\n    input: T\n    output: T\n    variants:\n    default: { }\n    conformance: { MUST <f16, f32> }\n}\n',
+    'type_family eltwise<T: {f16, f32}> {\n    input: T\n    output: T\n    variants:\n    default: { }\n    conformance: { MAY <i8> }\n}\n',
+    'type_family eltwise<T: {f16, f32}> {\n    input: T\n    output: T\n    variants:\n    default: { }\n    conformance: { MAY }\n}\n',
+    'type_family eltwise<T: {f16, f32}> {\n    input: U\n    output: T\n    variants:\n    default: { }\n    conformance: { MAY <f16> }\n}\n',
+    'type_family eltwise {\n    input: f16\n    output: f16\n    accum = f99\n    quant = required on nothing\n    variants:\n    default: { }\n    conformance: { MUST <f16> }\n}\n',
+]
+
+@pytest.mark.parametrize('fam', FAM_BAD)
+def test_program_including_a_malformed_family_never_raises(fam, tmp_path):
+    "A program that includes a file with a broken family: family.* errors in that file, and no type.illegal cascade on the relu it governs."
+    (tmp_path / 'fam.nem').write_text(fam)
+    prog = ('include "fam.nem"\nbuffer A : L1 (size=256)\nX = region(A, 0, 128, elem=f16, shape=[64], layout=C)\n'
+            'Y = region(A, 128, 64, elem=i8, shape=[64], layout=C)\nt = relu.sync in X out Y\n')
+    r = check(text=prog, name='p.nem', base_dir=tmp_path)
+    assert r.errors and all(d.rule.startswith('family.') and d.file.endswith('fam.nem') for d in r.errors), r.format()
+    r.format()

@@ -271,6 +271,35 @@ CASES.update({
 'hazard_budget_deep_nest': 'buffer Z : L2 (size=64)\n' + ''.join('  ' * k + f'loop i{k} in [0..1]:' + ('  #!i hazard.budget nested 4 deep' if k == 3 else '') + '\n' for k in range(5)) + '          t = transfer.sync(dst=region(Z, 0, 8), src=region(Z, 8, 8))\n' + ''.join('  ' * k + 'endloop\n' for k in reversed(range(5))),
 })
 
+# ---------------- malformed type families (notebook 32: family_problems; reported by DeviceSet) ----------------
+# config documents: a family's faults are diagnostics at the binding / entry / type, never an exception
+FAM1 = 'type_family myfam<T: {f16, f32}> {\n  input: T\n  output: T\n  variants:\n  default: { }\n'
+CASES.update({
+'family_ok': FAM1 + '  conformance: { MUST <f16> MAY <f32> }\n}\n',
+'family_conformance_too_many': FAM1 + '  conformance: { MUST <f16, f32> }  #! family.conformance MUST <f16, f32>|2 type(s)|<T>\n}\n',
+'family_conformance_missing': FAM1 + '  conformance: { MUST <f16> MAY }  #! family.conformance MAY gives 0|<T>\n}\n',
+'family_conformance_unparameterized': 'type_family plain {\n  src: any_supported\n  dst: any_supported\n  variants:\n  default: { }\n'
+                                      '  conformance: { MUST <f16> }  #! family.conformance myfam|no type instantiation\n}\n'.replace('myfam', 'plain'),
+'family_type_set': FAM1 + '  conformance: { MUST <f16> MAY <i8> }  #! family.type-set i8|type set of T|{f16, f32}\n}\n',
+'family_type_set_second_param': 'type_family q2<T_src: {f16, f32}, T_dst: {i8}> {\n  src: T_src\n  dst: T_dst\n  quant = required on dst\n  variants:\n'
+                                '  default: { }\n  conformance: { MUST <f16, i8>\n    MAY <f32, i4> }  #! family.type-set i4|T_dst|{i8}\n}\n',
+'family_binding_family_level': 'type_family myfam<T: {f16, f32}> {\n  input: T\n  output: U  #! family.binding output|\'U\'|its parameters are T\n'
+                               '  variants:\n  default: { }\n  conformance: { MUST <f16> }\n}\n',
+'family_binding_variant_level': 'type_family g2<T: {f16}> {\n  A: T\n  Y: T\n  variants:\n  no_bias: { C: absent }\n  conformance: { MUST <f16> }\n'
+                                '  with_bias: { C: Tc }  #! family.binding variant with_bias|operand C|\'Tc\'\n  conformance: { MAY <f16> }\n}\n',
+'family_attribute_accum': 'type_family g3<T: {f16}> {\n  A: T\n  Y: T\n  accum = f64  #! family.attribute accum = f64|element type\n'
+                          '  variants:\n  default: { }\n  conformance: { MUST <f16> }\n}\n',
+'family_attribute_quant': 'type_family g4<T: {f16}> {\n  A: T\n  Y: T\n  quant = maybe  #! family.attribute quant = maybe|required or absent\n'
+                          '  variants:\n  default: { }\n  conformance: { MUST <f16> }\n}\n',
+'family_attribute_quant_on': 'type_family g5<T: {f16}> {\n  src: T\n  dst: T\n  quant = required on Z  #! family.attribute binds no operand Z|dst, src\n'
+                             '  variants:\n  default: { }\n  conformance: { MUST <f16> }\n}\n',
+# the broken family is left out: a device listing its variant gets no device.unknown-variant on top, and the
+# check goes on (the device's own fault is still reported)
+'family_broken_no_cascade': 'include "nem_baseline_1.0.nem"\n' + FAM1 + '  conformance: { MUST <f16> MAY <bf16> }  #! family.type-set bf16\n}\n'
+                            'device m extends nem_baseline_1_0 {\n  topology { num_engines = 0 l2_size_bytes = 1000 per_engine { NMU = 1 l1_size_bytes = 100 } }  #! device.counts num_engines\n'
+                            '  opcode.extended { myfam<f16>.default }\n}\n',
+})
+
 @pytest.mark.parametrize('name', sorted(CASES))
 def test_rule_case(name):
     run_case(CASES[name])
@@ -298,6 +327,10 @@ def test_rule_list_matches_the_checker():
     import inspect, nac_lab.nem.check as chk
     src = inspect.getsource(chk)
     emitted = set(re.findall(r"'(?:error|warning|info)', f?'([a-z-]+\.[a-z-]+)'", src))
+    import nac_lab.nem.types as typ     # the malformed-family rules: found in nem.types, reported through DeviceSet
+    fam_rules = set(re.findall(r"'(family\.[a-z-]+)'", inspect.getsource(typ)))
+    assert {'family.conformance', 'family.type-set', 'family.binding', 'family.attribute'} <= fam_rules, fam_rules
+    emitted |= fam_rules
     assert {'const.range', 'hazard.budget', 'token.limit', 'compute.shape'} <= emitted and len(emitted) > 50, sorted(emitted)
     emitted |= {f'expr.{k}' for k in ('undefined', 'div-zero', 'float', 'range')} | {'transfer.operand'}
     counts = {}

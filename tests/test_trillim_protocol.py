@@ -172,10 +172,28 @@ def test_engine_context_full_ends_with_eos(model):
     (b'1\n1\n0\n0\n1.0\n1.0\n64\n5\n128\n', 'token id 128 is outside'),
     (b'-4\n', 'num_tokens must be'),
     (b'40\n1\n0\n0\n1\n1\n0\n0\n' + b'1\n' * 40, 'exceed the context of 32'),
+    (b'1' * 5000, 'line 1 (num_tokens) is longer than 1024 bytes'),                          # no newline at all
+    (b'1\n1\n0.' + b'0' * 1100 + b'\n0\n1.0\n1.0\n64\n5\n1\n', 'line 3 (temperature) is longer than 1024 bytes'),
+    (b'1\n1\n0.0\n0\n1.0\n1.0\n64\n5\n' + b' ' * 1100 + b'1\n', 'line 9 (token 1 of 1) is longer than'),
 ])
 def test_engine_rejects_malformed_requests(model, stdin, msg):
     rc, out, err = run_engine(model, stdin, in_process=True)
     assert rc == 2 and out == '' and err.count('\n') == 1 and msg in err, (rc, out, err)
+
+def test_engine_line_cap_boundary(model):
+    """A line of exactly MAX_LINE_BYTES (newline included) is still a request line; one byte more is refused."""
+    from nac_lab.trillim.engine import MAX_LINE_BYTES
+    assert MAX_LINE_BYTES == 1024
+    line = lambda v, n: v + b' ' * (n - len(v) - 1) + b'\n'
+    rc, out, err = run_engine(model, line(b'0', MAX_LINE_BYTES), in_process=True)
+    assert (rc, out, err) == (0, '', '')
+    rc, out, err = run_engine(model, line(b'0', MAX_LINE_BYTES + 1), in_process=True)
+    assert rc == 2 and out == '' and 'line 1 (num_tokens) is longer than 1024 bytes' in err, (rc, out, err)
+
+def test_engine_endless_line_is_refused_not_buffered(model):
+    """A peer that sends 8 MB without a newline gets a one-line request error (exit 2) from the real process."""
+    rc, out, err = run_engine(model, b'7' * (8 << 20))
+    assert rc == 2 and out == '' and err.count('\n') == 1 and 'is longer than 1024 bytes' in err, (rc, out, err)
 
 @pytest.mark.parametrize('stdin', [
     b'1\n1\n1e-45\n0\n1.0\n1.0\n64\n3\n5\n0\n',        # temperature so small that logits / t overflow float32
