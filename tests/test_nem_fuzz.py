@@ -7,7 +7,8 @@ it reports diagnostics.
 import pytest
 from hypothesis import given, settings, strategies as st, HealthCheck
 from nac_lab.core import data_path
-from nac_lab.nem.syntax import parse, NemSyntaxError
+from nac_lab.nem.lexer import NemSyntaxError
+from nac_lab.nem.parser import parse
 from nac_lab.nem.check import check
 
 SOURCES = [data_path('nem', 'examples', f).read_text() for f in ('conv2d_relu.nem', 'multi_cstl.nem', 'const_example.nem')] + \
@@ -50,7 +51,7 @@ def test_edge_inputs(src):
 def test_long_operator_chain_is_a_syntax_error_not_a_crash():
     # a flat chain parses into a tree as deep as it is long; the recursive passes (eval, fmt, checks)
     # must never meet it: the parser stops at MAX_EXPR_OPS operators with a positioned error
-    from nac_lab.nem.syntax import MAX_EXPR_OPS
+    from nac_lab.nem.parser import MAX_EXPR_OPS
     src = 'buffer B : L2 (size=64)\nconst a = ' + ' + '.join(['1'] * 50000) + '\n'
     r = check(text=src, name='e.nem')
     assert [(d.rule, d.line, d.col) for d in r.errors] == [('syntax', 2, 11 + 4 * MAX_EXPR_OPS + 2)]
@@ -59,7 +60,7 @@ def test_long_operator_chain_is_a_syntax_error_not_a_crash():
 
 def test_deepest_accepted_expressions_check_and_format():
     # the largest expression the parser accepts, inside parentheses and nested loops, goes through every pass
-    from nac_lab.nem.syntax import MAX_EXPR_OPS
+    from nac_lab.nem.parser import MAX_EXPR_OPS
     from nac_lab.nem.fmt import fmt_text
     e = '(' * 100 + ' + '.join(['0'] * MAX_EXPR_OPS) + ')' * 100
     src = 'buffer B : L2 (size=64)\n' + ''.join(f'loop i{k} in [0..1]:\n' for k in range(60)) + \
@@ -113,7 +114,7 @@ def test_many_diagnostics_format_linearly():
     assert time.process_time() - t0 < 5
 
 def test_file_level_pathologies(tmp_path):
-    from nac_lab.nem.syntax import NemError
+    from nac_lab.nem.lexer import NemError
     (tmp_path / 'bin.nem').write_bytes(bytes(range(256)))
     with pytest.raises(NemError, match=r'bin.nem: not UTF-8 text \(byte 0x80 at offset 128, line 2\)'):
         check(tmp_path / 'bin.nem', name='bin.nem')

@@ -6,7 +6,10 @@ and the rulings (RULINGS NEM 2-6), not produced by the parser.
 import pytest
 from hypothesis import given, settings, strategies as st
 from nac_lab.core import data_path
-from nac_lab.nem.syntax import *
+from nac_lab.nem.lexer import *
+from nac_lab.nem.ast import *
+from nac_lab.nem.parser import *
+from nac_lab.nem.evaluate import *
 from nac_lab.nem.fmt import fmt, fmt_text, fmt_expr
 
 def body(src): return parse(src).program.body

@@ -71,7 +71,7 @@ def _devices(args):
     return 1 if any(d.severity == 'error' for d in diags) else 0
 
 def _fmt(args):
-    from nac_lab.nem.syntax import NemSyntaxError
+    from nac_lab.nem.lexer import NemSyntaxError
     from nac_lab.nem.fmt import fmt_text
     from nac_lab.nem.documents import read_source
     text = read_source(args.file)

@@ -6,7 +6,9 @@
 from __future__ import annotations
 import difflib
 from dataclasses import dataclass, field
-from .syntax import NemError, EvalError, DeviceConfig, VariantRef, eval_int
+from .lexer import NemError
+from .ast import DeviceConfig, VariantRef
+from .evaluate import EvalError, eval_int
 from .documents import Workspace, Diagnostic, load
 from .types import instantiations, must_variants, families_of, baseline_families, family_problems
 

@@ -4,8 +4,9 @@
 
 # %% ../../nbs/35_nem_fmt.ipynb #0ae80e12
 from __future__ import annotations
-from .syntax import (Num, Name, BinOp, Neg, Str, ListV, Region, TypeAttrs, Quant, Deco, Operand, Const, Let, Buffer,
-    RegionDecl, Move, Wait, Compute, Loop, Program, Document, DeviceConfig, TypeFamily, NemError, parse)
+from .lexer import NemError
+from .ast import Num, Name, BinOp, Neg, Str, ListV, Region, TypeAttrs, Quant, Deco, Operand, Const, Let, Buffer, RegionDecl, Move, Wait, Compute, Loop, Program, Document, DeviceConfig, TypeFamily
+from .parser import parse
 
 # %% auto #0
 __all__ = ['fmt_expr', 'fmt_value', 'fmt_quant', 'fmt_types', 'fmt_region', 'fmt_deco', 'fmt_operand', 'fmt_stmt', 'fmt_device',
