@@ -275,7 +275,8 @@ def test_cli_devices_and_fmt(monkeypatch, tmp_path):
     rc, out, err = run_cli('nem', 'devices', 'devices/npm_mid.nem')
     assert rc == 0 and 'device npm_mid  (extends nem_baseline_1_0)' in out and 'int16_macs=1024' in out and 'WDM=2' in out
     rc, out, err = run_cli('nem', 'fmt', 'examples/const_example.nem')
-    assert rc == 0 and out.startswith('const TiH = 16\n')
+    # (this asserted out.startswith('const TiH = 16'): fmt dropped the file's leading comment, issues #12/#20)
+    assert rc == 0 and out.startswith('# The constants example of nem_spec.md') and '\nconst TiH = 16\n' in out
     p = tmp_path / 'f.nem'; p.write_text(out)
     assert run_cli('nem', 'fmt', str(p), '--check')[0] == 0
     p.write_text('const  a=1\n')
