@@ -324,8 +324,8 @@ def test_every_rule_covered_twice():
 
 def test_rule_list_matches_the_checker():
     "The rule ids the checker source can emit are exactly those that have cases here or in test_nem_devices (so a new rule cannot go untested)."
-    import inspect, nac_lab.nem.check as chk
-    src = inspect.getsource(chk)
+    import inspect, nac_lab.nem.check_ctx, nac_lab.nem.shapes, nac_lab.nem.hazards, nac_lab.nem.check
+    src = ''.join(inspect.getsource(m) for m in (nac_lab.nem.check_ctx, nac_lab.nem.shapes, nac_lab.nem.hazards, nac_lab.nem.check))
     emitted = set(re.findall(r"'(?:error|warning|info)', f?'([a-z-]+\.[a-z-]+)'", src))
     import nac_lab.nem.types as typ     # the malformed-family rules: found in nem.types, reported through DeviceSet
     fam_rules = set(re.findall(r"'(family\.[a-z-]+)'", inspect.getsource(typ)))

@@ -6,7 +6,10 @@ and the rulings (RULINGS NEM 2-6), not produced by the parser.
 import pytest
 from hypothesis import given, settings, strategies as st
 from nac_lab.core import data_path
-from nac_lab.nem.syntax import *
+from nac_lab.nem.lexer import *
+from nac_lab.nem.ast import *
+from nac_lab.nem.parser import *
+from nac_lab.nem.evaluate import *
 from nac_lab.nem.fmt import fmt, fmt_text, fmt_expr
 
 def body(src): return parse(src).program.body
@@ -195,3 +198,56 @@ exprs = st.recursive(st.one_of(st.integers(0, 999).map(Num), names.map(Name)),
 @settings(max_examples=200, deadline=None)
 def test_expr_roundtrip(e):
     assert parse(f'const x = {fmt_expr(e)}').program.body[0].expr == e
+
+# ---- fmt keeps comments and blank lines (issues #12/#20) ----
+from nac_lab.nem.fmt import source_trivia, FmtError
+import random
+
+def comments_of(text): return [c[1] for c in source_trivia(text)[0].values()]
+
+@pytest.mark.parametrize('path', BUNDLED, ids=lambda p: str(p.relative_to(data_path('nem'))))
+def test_bundled_files_keep_their_comments(path):
+    "Every shipped .nem file: fmt keeps every comment in order, is idempotent, and the result parses to the same AST."
+    text = path.read_text()
+    out = fmt_text(text, path.name)
+    assert comments_of(out) == comments_of(text) and fmt_text(out) == out and parse(out) == parse(text)
+    assert out.count('\n\n\n') == 0                       # blank-line runs become one blank line
+
+def test_random_comments_kept_or_refused():
+    "Comments and blank lines sprinkled into the examples at random: fmt keeps all of them, in order, idempotently, or refuses with FmtError; never drops one."
+    rng = random.Random(7)
+    srcs = [data_path('nem', 'examples', f).read_text() for f in ('conv2d_relu.nem', 'multi_cstl.nem', 'const_example.nem')] + \
+           [data_path('nem', 'devices', 'npm_pro.nem').read_text()]
+    kept = refused = 0
+    for case in range(120):
+        lines = rng.choice(srcs).split('\n')
+        for _ in range(rng.randrange(1, 6)):
+            k = rng.randrange(0, len(lines))
+            r = rng.random()
+            if r < 0.4: lines.insert(k, ' ' * rng.randrange(0, 8) + f'# note {case}.{k}')
+            elif r < 0.6: lines.insert(k, '')
+            elif lines[k].strip() and '#' not in lines[k]: lines[k] += f'   # trailing {case}.{k}'
+        text = '\n'.join(lines)
+        try: out = fmt_text(text, 'r.nem')
+        except FmtError as ex:
+            refused += 1; assert 'cannot keep this comment' in str(ex) and str(ex).startswith('r.nem:'); continue
+        except NemSyntaxError: continue                  # a trailing comment after a line-continuing token, say
+        kept += 1
+        assert comments_of(out) == comments_of(text), (text, out)
+        assert fmt_text(out) == out and parse(out) == parse(text)
+    assert kept > 40 and refused > 5, (kept, refused)
+
+def test_fmt_in_place_and_check(tmp_path):
+    from nac_lab.cli import run_cli
+    p = tmp_path / 'p.nem'
+    p.write_text('# head\nconst  a=1  # one\n'); p.chmod(0o640)
+    rc, out, err = run_cli('nem', 'fmt', str(p), '--check')
+    assert rc == 1 and '-const  a=1  # one\n+const a = 1  # one\n' in out and err.count('\n') == 1 and 'fmt would change 1 line(s)' in err
+    ino = p.stat().st_ino
+    assert run_cli('nem', 'fmt', str(p), '-i')[0] == 0
+    assert p.read_text() == '# head\nconst a = 1  # one\n' and p.stat().st_ino != ino and p.stat().st_mode & 0o777 == 0o640   # renamed into place, mode kept
+    assert run_cli('nem', 'fmt', str(p), '--check') == (0, '', '')
+    bad = 'X = region(A, 0, 8,\n    elem=i8, shape=[8], layout=C)  # lost?\n'
+    p.write_text(bad)
+    rc, out, err = run_cli('nem', 'fmt', str(p), '-i')
+    assert rc == 1 and 'cannot keep this comment' in err and p.read_text() == bad        # refused, file untouched

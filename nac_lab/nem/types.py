@@ -7,7 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from itertools import product
 from ..core import data_path
-from .syntax import NemError, NemSyntaxError, Parser, VariantRef, TypeFamily, ELEM_TYPES, opcode_table, tokenize
+from .lexer import NemError, NemSyntaxError, tokenize
+from .ast import VariantRef, TypeFamily, ELEM_TYPES
+from .parser import Parser, opcode_table
 
 # %% auto #0
 __all__ = ['BITWIDTH', 'INT_TYPES', 'bitwidth', 'nbytes', 'parse_variant_ref', 'Instantiation', 'expand', 'baseline_families',
