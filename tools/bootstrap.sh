@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs everything nac_lab needs, idempotently: system packages (graphviz; chromium with --test),
+# Installs everything nac_lab needs, idempotently: system packages (graphviz; chromium and iverilog with --test),
 # a virtual environment in .venv, torch==2.13.0 (the local CPU wheel where present; never a newer CUDA build),
 # and nac_lab itself in editable mode with its dev extras. Fast when everything is already there.
 set -euo pipefail
@@ -19,6 +19,11 @@ command -v dot >/dev/null || { echo "bootstrap: installing graphviz"; apt_instal
 if [ "$mode" = "--test" ] && ! command -v chromium >/dev/null; then
   echo "bootstrap: installing chromium (for the docs browser test)"
   apt_install chromium || echo "bootstrap: chromium could not be installed; the browser test will be skipped" >&2
+fi
+
+if [ "$mode" = "--test" ] && ! command -v iverilog >/dev/null; then
+  echo "bootstrap: installing iverilog (the fixed-point RTL simulation test)"
+  apt_install iverilog || echo "bootstrap: iverilog could not be installed; the RTL test will be skipped" >&2
 fi
 
 PY=${PYTHON:-python3}
