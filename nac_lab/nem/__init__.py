@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = []
 
-# %% ../../nbs/39d_nem_api.ipynb #4d8fcd18
+# %% ../../nbs/39d_nem_api.ipynb #136e109e
 _LAZY = dict(run='nac_lab.nem.exec', simulate='nac_lab.nem.sim', SimResult='nac_lab.nem.sim', RunResult='nac_lab.nem.exec',
              NemExecError='nac_lab.nem.memory')
 
