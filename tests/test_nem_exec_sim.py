@@ -170,3 +170,9 @@ wait(ts)
     ok = body.replace('let s = (i mod 3) - ((i / 10) mod 2) * ((i mod 3) / 2)', 'let s = i mod 3')
     x = np.random.default_rng(0).standard_normal(240).astype(np.float32)
     assert (run('program r:\n' + ok, dict(A=x))['Y'].view(np.float32) == np.maximum(x, 0)).all()
+
+def test_huge_loops_refused_without_allocating():
+    body = 'buffer A : L2 (size=64)\nbuffer B : L1[0] (size=64)\nloop i in [0..999999999999]:\n    t = transfer.async(dst=region(B, 0, 4), src=region(A, 0, 4))\nendloop\n'
+    with pytest.raises(NemExecError, match='exec.limit'): build_table(load_program(dev() + body))
+    with pytest.raises(NemExecError, match='exec.limit'): run('program h:\nbuffer A : DDR (size=1099511627776)\n', {})
+    with pytest.raises(NemExecError, match='exec.limit'): run(dev() + body, {})
