@@ -176,3 +176,16 @@ def test_huge_loops_refused_without_allocating():
     with pytest.raises(NemExecError, match='exec.limit'): build_table(load_program(dev() + body))
     with pytest.raises(NemExecError, match='exec.limit'): run('program h:\nbuffer A : DDR (size=1099511627776)\n', {})
     with pytest.raises(NemExecError, match='exec.limit'): run(dev() + body, {})
+
+def test_mac_array_cycles_from_fxp(tmp_path):
+    "With NMU { array_rows array_cols }, a conv costs nac_lab.fxp's array cycles: 196x576 @ 576x128 on 64x64 -> 4*2 tiles * 576 + 8."
+    d = tmp_path / 'arr.nem'
+    d.write_text(f'include "{data_path("nem", "devices", "npm_lite.nem")}"\ndevice arr extends npm_lite {{\n'
+                 '    unit_characteristics { NMU { array_rows = 64 array_cols = 64 } }\n}\n')
+    r = simulate(data_path('nem', 'examples', 'conv2d_relu_fixed.nem'), device=str(d))
+    tb = r.table
+    tc = [j for j in range(tb.n) if tb.name(j) == 'tc[0]'][0]
+    assert r.end[tc] - r.start[tc] == 4 * 2 * 576 + 8
+    plain = simulate(data_path('nem', 'examples', 'conv2d_relu_fixed.nem'))
+    j = [j for j in range(plain.table.n) if plain.table.name(j) == 'tc[0]'][0]
+    assert plain.end[j] - plain.start[j] == 196 * 128 * 576 // 4096 + 8
