@@ -122,11 +122,11 @@ loop i in [0..14]:
 endloop
 '''
     src = dev() + body
-    assert check(text=src).ok              # the checker evaluates a loop's first and last iterations; i = 5..9 read [900, 1028)
     line = src.split('\n').index('    tx = transfer.async(dst=region(S, 0, 128), src=region(A, ((i / 5) mod 2) * 900, 128))') + 1
+    sampled = check(text=src).ok          # the checker evaluates a loop's first and last iterations; i = 5..9 read [900, 1028)
     for f in (lambda: build_table(load_program(src)), lambda: elaborate(load_program(src))):
-        with pytest.raises(NemExecError, match=r'iteration i=5.*region.bounds') as e: f()
-        assert e.value.line == line
+        with pytest.raises(NemExecError, match='region.bounds') as e: f()
+        assert e.value.line == line and (e.value.iteration == 'i=5' or not sampled)
 
 def test_token_limit_same_in_table_and_elab():
     body = '''buffer A : L2 (size=64)
