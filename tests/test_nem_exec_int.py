@@ -186,3 +186,17 @@ y = region(Y, 0, 16, elem=i32, shape=[4], layout=C)
     assert got.tolist() == [-2, 0, 14, -14]
     with pytest.raises(NemExecError, match='exec.type'):
         run(base + 't = exp.sync in a out y\n', dict(A=a))
+
+def test_quantized_pad_per_channel_constant_is_real():
+    "pad on per-channel quantized i8: kept elements unchanged, padding = quantized real constant per channel (E4)."
+    x = np.array([[10, -20], [30, 40]], np.int8)          # shape [2, 2], channels along axis 1
+    prog = '''program p:
+buffer A : L2 (size=4)
+buffer Y : L2 (size=8)
+a = region(A, 0, 4, elem=i8, shape=[2, 2], layout=NC, quant=per_channel(axis=1, scales=[0.5, 0.25], zero_points=[3, -4]))
+y = region(Y, 0, 8, elem=i8, shape=[4, 2], layout=NC, quant=per_channel(axis=1, scales=[0.5, 0.25], zero_points=[3, -4]))
+t = pad.sync in a out y pads=[1, 0, 1, 0] mode="constant" constant_value=1.0
+'''
+    got = run(prog, dict(A=x))['Y'].view(np.int8).reshape(4, 2)
+    pad_row = [round(1.0 / 0.5) + 3, round(1.0 / 0.25) - 4]
+    assert got.tolist() == [pad_row, [10, -20], [30, 40], pad_row]
