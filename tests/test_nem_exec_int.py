@@ -200,3 +200,24 @@ t = pad.sync in a out y pads=[1, 0, 1, 0] mode="constant" constant_value=1.0
     got = run(prog, dict(A=x))['Y'].view(np.int8).reshape(4, 2)
     pad_row = [round(1.0 / 0.5) + 3, round(1.0 / 0.25) - 4]
     assert got.tolist() == [pad_row, [10, -20], [30, 40], pad_row]
+
+def test_conv2d_int4_weights_packed_low_nibble_first():
+    "conv2d.int4: i8 activations, i4 weights packed two per byte, element 2k in the low nibble (E1)."
+    rng = np.random.default_rng(9)
+    x = rng.integers(-128, 128, (1, 4, 4, 4), dtype=np.int8)
+    w = rng.integers(-8, 8, (1, 1, 4, 2))                         # HWIO, 8 weights
+    flat = (w.reshape(-1) & 0xF).astype(np.uint8)
+    packed = (flat[0::2] | (flat[1::2] << 4)).astype(np.uint8)   # 4 bytes
+    prog = f'''program c4:
+buffer X : L2 (size=64)
+buffer Wt : L2 (size=4)
+buffer Y : L2 (size=32)
+x = region(X, 0, 64, elem=i8, shape=[1, 4, 4, 4], layout=NHWC, quant=per_tensor(scale=0.1, zero_point=0))
+w = region(Wt, 0, 4, elem=i4, shape=[1, 1, 4, 2], layout=HWIO, quant=per_channel(axis=3, scales=[0.05, 0.02], zero_points=[0, 0]))
+y = region(Y, 0, 32, elem=i8, shape=[1, 4, 4, 2], layout=NHWC, quant=per_tensor(scale=0.2, zero_point=0))
+t = conv2d.sync in x, w out y pads=[0, 0, 0, 0] strides=[1, 1] dilations=[1, 1] groups=1 accum_type=i32
+'''
+    got = run(prog, dict(X=x, Wt=packed))['Y'].view(np.int8).reshape(1, 4, 4, 2)
+    acc = x.astype(np.int64).reshape(16, 4) @ w.reshape(4, 2)
+    want = np.array([[requant_ref(int(acc[i, c]), 0.1 * [0.05, 0.02][c] / 0.2, 0) for c in range(2)] for i in range(16)]).reshape(1, 4, 4, 2)
+    assert (got == want).all()
