@@ -189,3 +189,13 @@ def test_mac_array_cycles_from_fxp(tmp_path):
     plain = simulate(data_path('nem', 'examples', 'conv2d_relu_fixed.nem'))
     j = [j for j in range(plain.table.n) if plain.table.name(j) == 'tc[0]'][0]
     assert plain.end[j] - plain.start[j] == 196 * 128 * 576 // 4096 + 8
+
+def test_program_order_and_pinning():
+    "Ready tasks compete in program order; a pinned task waits for its instance even when another is free."
+    regs = ''.join(f'a{k} = region(S, {k * 128}, 128, elem=bf16, shape=[64], layout=C)\ny{k} = region(D, {k * 128}, 128, elem=bf16, shape=[64], layout=C)\n' for k in range(4))
+    body = 'buffer S : L1[0] (size=512) @import\nbuffer D : L1[0] (size=512)\n' + regs
+    d = 64 // 64 + 4                                      # 64 elements on 64 lanes + latency 4
+    r = simulate(dev(cstl=1) + body + ''.join(f'r{k} = relu.async in a{k} out y{k}\n' for k in range(3)))
+    assert r.start[:3].tolist() == [0, d, 2 * d]
+    r = simulate(dev(cstl=2) + body + 'r0 = relu.async in a0 out y0\n    @resource(CSTL[1])\nr1 = relu.async in a1 out y1\n    @resource(CSTL[1])\nr2 = relu.async in a2 out y2\n')
+    assert [r.label(j) for j in range(3)] == ['E0.CSTL[1]', 'E0.CSTL[1]', 'E0.CSTL[0]'] and r.start[:3].tolist() == [0, d, 0]
