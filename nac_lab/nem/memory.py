@@ -15,7 +15,8 @@ __all__ = ['STORE_DTYPE', 'VALUE_DTYPE', 'FLOAT_TYPES', 'MAX_MEMORY', 'NemExecEr
 
 # %% ../../nbs/38_nem_memory.ipynb #e0b09227
 # The NEM front end, imported in one place (the names are public; the integrator may re-point them).
-from .lexer import NemError, caret_lines
+from ..binio import NacLabError
+from .lexer import NemError, caret_lines, printable
 from .ast import Num, Neg, Name, BinOp, Quant, Buffer
 from .types import BITWIDTH, INT_TYPES, nbytes
 from .check_ctx import RegionVal, BufInfo
@@ -26,7 +27,8 @@ class NemExecError(NemError):
     def __init__(self, msg, file='<string>', line=0, col=0, rule='exec', iteration=None, notes=()):
         self.msg, self.file, self.line, self.col, self.rule, self.iteration, self.notes = msg, file, line, col, rule, iteration, list(notes)
         at = f' (iteration {iteration})' if iteration else ''
-        super().__init__(f'{file}:{line}:{col}: error: {msg}{at} [{rule}]' + ''.join(f'\n    note: {n}' for n in self.notes))
+        NacLabError.__init__(self, f'{printable(str(file))}:{line}:{col}: error: {printable(str(msg))}{at} [{rule}]'  # one line per part,
+                             + ''.join(f'\n    note: {printable(str(n))}' for n in self.notes))       # each part escaped
 
     def render(self, sources:dict|None=None) -> str:
         "The message compiler style, with the source line and a caret when `sources` (file -> text) has the file."
