@@ -82,7 +82,10 @@ def hazards(src, sim_class, monkeypatch):
     r = check(text=src, name='h.nem')
     return sorted((d.rule, d.line, d.col) for d in r.diags if d.rule.startswith('hazard'))
 
-def test_agrees_with_reference_model(monkeypatch):
+@pytest.mark.parametrize('list_max', [hz.SIM_LIST_MAX, 1])
+def test_agrees_with_reference_model(monkeypatch, list_max):
+    "Both storage modes of the simulator (a short list; interval indexes, forced with `SIM_LIST_MAX = 1`) agree with the reference."
+    monkeypatch.setattr(hz, 'SIM_LIST_MAX', list_max)
     rng = random.Random(1234)
     found = 0
     for case in range(200):
