@@ -64,4 +64,4 @@ def test_cli_rtl_verify(tmp_path):
                            '--rounding', 'single', '--verify', '40', '-o', tmp_path / 'mac.v')
     assert rc == 0, err
     assert 'iverilog:' in out and ' 0 output(s) differ from the model' in out
-    assert (tmp_path / 'mac.v').read_text().count('module ') == 4
+    assert (tmp_path / 'mac.v').read_text().count('\nmodule ') == 4
