@@ -56,3 +56,12 @@ def test_yosys_reads_and_elaborates(tmp_path):
     r = subprocess.run(['yosys', '-q', '-p', 'read_verilog mac.v; hierarchy -check -top nac_mac_array; proc; check -assert'],
                        cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_cli_rtl_verify(tmp_path):
+    from nac_lab.cli import run_cli
+    rc, out, err = run_cli('fxp', 'rtl', '--rows', '2', '--cols', '2', '--acc-bits', '18', '--overflow', 'sat',
+                           '--rounding', 'single', '--verify', '40', '-o', tmp_path / 'mac.v')
+    assert rc == 0, err
+    assert 'iverilog:' in out and ' 0 output(s) differ from the model' in out
+    assert (tmp_path / 'mac.v').read_text().count('\nmodule ') == 4
