@@ -109,8 +109,36 @@ def unigram_mixed():
     t.train_from_iterator(TRAIN, trainers.UnigramTrainer(vocab_size=1500, special_tokens=['<unk>', '<x>'], unk_token='<unk>', show_progress=False))
     return t, ['<x>']
 
+def with_byte_tokens(t):
+    "Put the 256 `<0xHH>` byte tokens into the model vocabulary (as Llama-2's tokenizer.json has them) and turn on byte fallback."
+    j = json.loads(t.to_str()); v = j['model']['vocab']
+    if isinstance(v, dict):
+        n = len(v) + len(j['added_tokens'])
+        for b in range(256): v[f'<0x{b:02X}>'] = n + b
+    else: v += [[f'<0x{b:02X}>', -20.0] for b in range(256)]
+    j['model']['byte_fallback'] = True
+    return Tokenizer.from_str(json.dumps(j))
+
+def bpe_llama2():
+    "SentencePiece-style BPE (Llama-2): Prepend/Replace normalizer, no pre-tokenizer, byte fallback, fused unknowns."
+    t = Tokenizer(models.BPE(unk_token='<unk>', fuse_unk=True))
+    t.normalizer = normalizers.Sequence([normalizers.Prepend('▁'), normalizers.Replace(' ', '▁')])
+    t.decoder = decoders.Sequence([decoders.Replace('▁', ' '), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(' ', 1, 0)])
+    t.train_from_iterator(TRAIN, trainers.BpeTrainer(vocab_size=700, special_tokens=['<unk>', '<s>', '</s>'], limit_alphabet=120, show_progress=False))
+    t = with_byte_tokens(t)
+    t.post_processor = processors.TemplateProcessing(single='<s> $A', special_tokens=[('<s>', t.token_to_id('<s>'))])
+    return t, ['<s>', '</s>']
+
+def unigram_bytes():
+    t = Tokenizer(models.Unigram())
+    t.pre_tokenizer = pre_tokenizers.Metaspace()
+    t.decoder = decoders.Sequence([decoders.Metaspace(), decoders.ByteFallback()])
+    t.train_from_iterator(TRAIN, trainers.UnigramTrainer(vocab_size=1500, special_tokens=['<unk>', '<x>'], unk_token='<unk>', show_progress=False))
+    return with_byte_tokens(t), ['<x>']
+
 KINDS = {'bpe_gpt2': bpe_gpt2, 'bpe_llama3': bpe_llama3, 'wordpiece_bert': wordpiece_bert, 'unigram_t5': unigram_t5,
-         'bpe_mixed': bpe_mixed, 'wordpiece_mixed': wordpiece_mixed, 'unigram_mixed': unigram_mixed}
+         'bpe_mixed': bpe_mixed, 'wordpiece_mixed': wordpiece_mixed, 'unigram_mixed': unigram_mixed,
+         'bpe_llama2': bpe_llama2, 'unigram_bytes': unigram_bytes}
 
 @pytest.fixture(scope='module', params=list(KINDS))
 def pair(request):
@@ -135,6 +163,8 @@ def test_decode_parity(pair):
         assert tk.decode(ids, skip_special_tokens=False) == hf.decode(ids, skip_special_tokens=False), (name, s)
         if hf.decode(ids) == s: n_rt += 1; assert tk.decode(tk.encode(s)) == s
     if name in ('bpe_gpt2', 'bpe_llama3'): assert n_rt >= 800     # byte-level BPE round-trips every line without a special token
+    if name in ('bpe_llama2', 'unigram_bytes'):                     # byte fallback was exercised
+        assert sum(any(hf.id_to_token(i).startswith('<0x') for i in hf.encode(s).ids) for s in HELD) >= 100
 
 def test_save_load_and_nac(pair, tmp_path):
     name, hf, tk, sp = pair
