@@ -136,9 +136,17 @@ def unigram_bytes():
     t.train_from_iterator(TRAIN, trainers.UnigramTrainer(vocab_size=1500, special_tokens=['<unk>', '<x>'], unk_token='<unk>', show_progress=False))
     return with_byte_tokens(t), ['<x>']
 
+def bpe_mistral():
+    "BPE after Metaspace with the `first` prepend scheme and no split (Mistral-style), byte fallback."
+    t = Tokenizer(models.BPE(unk_token='<unk>', fuse_unk=True))
+    t.pre_tokenizer = pre_tokenizers.Metaspace(replacement='▁', prepend_scheme='first', split=False)
+    t.decoder = decoders.Sequence([decoders.Metaspace(replacement='▁', prepend_scheme='first'), decoders.ByteFallback(), decoders.Fuse()])
+    t.train_from_iterator(TRAIN, trainers.BpeTrainer(vocab_size=700, special_tokens=['<unk>', '<s>', '</s>'], limit_alphabet=150, show_progress=False))
+    return with_byte_tokens(t), ['<s>', '</s>']
+
 KINDS = {'bpe_gpt2': bpe_gpt2, 'bpe_llama3': bpe_llama3, 'wordpiece_bert': wordpiece_bert, 'unigram_t5': unigram_t5,
          'bpe_mixed': bpe_mixed, 'wordpiece_mixed': wordpiece_mixed, 'unigram_mixed': unigram_mixed,
-         'bpe_llama2': bpe_llama2, 'unigram_bytes': unigram_bytes}
+         'bpe_llama2': bpe_llama2, 'unigram_bytes': unigram_bytes, 'bpe_mistral': bpe_mistral}
 
 @pytest.fixture(scope='module', params=list(KINDS))
 def pair(request):
