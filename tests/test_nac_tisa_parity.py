@@ -144,9 +144,21 @@ def bpe_mistral():
     t.train_from_iterator(TRAIN, trainers.BpeTrainer(vocab_size=700, special_tokens=['<unk>', '<s>', '</s>'], limit_alphabet=150, show_progress=False))
     return with_byte_tokens(t), ['<s>', '</s>']
 
+def bpe_roberta():
+    "RoBERTa-style byte-level BPE: <mask> strips the spaces before it; plus an rstrip token and a single-word token."
+    t = Tokenizer(models.BPE())
+    t.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    t.decoder = decoders.ByteLevel()
+    t.train_from_iterator(TRAIN, trainers.BpeTrainer(vocab_size=800, special_tokens=['<s>', '<pad>', '</s>', '<unk>'],
+                                                     initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    t.add_special_tokens([tokenizers.AddedToken('<mask>', lstrip=True, normalized=False), tokenizers.AddedToken('[R]', rstrip=True, normalized=False)])
+    t.add_tokens([tokenizers.AddedToken('fox', single_word=True, normalized=False)])
+    t.post_processor = processors.RobertaProcessing(('</s>', t.token_to_id('</s>')), ('<s>', t.token_to_id('<s>')))
+    return t, ['<mask>', '  <mask>', '[R]', '[R]  ', ' fox ', 'fox', 'x<mask>y', 'jumps[R] ']
+
 KINDS = {'bpe_gpt2': bpe_gpt2, 'bpe_llama3': bpe_llama3, 'wordpiece_bert': wordpiece_bert, 'unigram_t5': unigram_t5,
          'bpe_mixed': bpe_mixed, 'wordpiece_mixed': wordpiece_mixed, 'unigram_mixed': unigram_mixed,
-         'bpe_llama2': bpe_llama2, 'unigram_bytes': unigram_bytes, 'bpe_mistral': bpe_mistral}
+         'bpe_llama2': bpe_llama2, 'unigram_bytes': unigram_bytes, 'bpe_mistral': bpe_mistral, 'bpe_roberta': bpe_roberta}
 
 @pytest.fixture(scope='module', params=list(KINDS))
 def pair(request):
