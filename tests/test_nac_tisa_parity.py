@@ -156,9 +156,18 @@ def bpe_roberta():
     t.post_processor = processors.RobertaProcessing(('</s>', t.token_to_id('</s>')), ('<s>', t.token_to_id('<s>')))
     return t, ['<mask>', '  <mask>', '[R]', '[R]  ', ' fox ', 'fox', 'x<mask>y', 'jumps[R] ']
 
+def wordlevel():
+    t = Tokenizer(models.WordLevel(unk_token='[UNK]'))
+    t.normalizer = normalizers.Lowercase()
+    t.pre_tokenizer = pre_tokenizers.Whitespace()
+    t.decoder = decoders.WordPiece()
+    t.train_from_iterator(TRAIN, trainers.WordLevelTrainer(vocab_size=400, special_tokens=['[UNK]', '[SEP]'], show_progress=False))
+    return t, ['[SEP]']
+
 KINDS = {'bpe_gpt2': bpe_gpt2, 'bpe_llama3': bpe_llama3, 'wordpiece_bert': wordpiece_bert, 'unigram_t5': unigram_t5,
          'bpe_mixed': bpe_mixed, 'wordpiece_mixed': wordpiece_mixed, 'unigram_mixed': unigram_mixed,
-         'bpe_llama2': bpe_llama2, 'unigram_bytes': unigram_bytes, 'bpe_mistral': bpe_mistral, 'bpe_roberta': bpe_roberta}
+         'bpe_llama2': bpe_llama2, 'unigram_bytes': unigram_bytes, 'bpe_mistral': bpe_mistral, 'bpe_roberta': bpe_roberta,
+         'wordlevel': wordlevel}
 
 @pytest.fixture(scope='module', params=list(KINDS))
 def pair(request):
