@@ -196,3 +196,17 @@ def test_tokenizer_opcodes(tmp_path):
     p.attach(nac); nac.save(tmp_path / 't.nac')
     ids, eos, back = MepVM(tmp_path / 't.nac').run()
     assert ids.tolist() == [[1, 2, 3]] and eos == 4 and back == 'hello world!'
+
+def test_size_limits_before_allocation(tmp_path):
+    "Broadcasts, concatenations and text conversions that would blow up are refused before numpy allocates."
+    col, long = np.zeros((1 << 16, 1), np.float32), np.zeros(1 << 21, np.float32)
+    cases = [(Plan().add('x', 'xt', 'y'), col, 'exceeds the limit'),
+             (Plan().eq('x', 'xt', 'y'), col, 'exceeds the limit'),
+             (Plan().set(0, 'z').concat(['x'] * 200, 'z', 'y'), col, 'exceeds the limit'),
+             (Plan().write('x'), long, 'too large to turn into text'),
+             (Plan().serialize('x', 'j'), long, 'too large to turn into text')]
+    for p, x, msg in cases:
+        sx, st = p.slot('x'), p.slot('xt')
+        nac = NacFile(); nac.orch = p.program().to_orch()
+        vm = MepVM(nac, base_dir=tmp_path, out=io.StringIO(), max_elements=1 << 22)
+        with pytest.raises(MepLimitError, match=msg): vm.run({sx: x, st: x.T})
