@@ -19,10 +19,12 @@ def _inspect(args):
     if args.json:
         s = summary(nac)
         if args.ops: s['listing'] = listing(nac).splitlines()
+        if args.orch: from nac_lab.nac.mep import orch_listing; s['orch'] = orch_listing(nac).splitlines()
         print(json.dumps(s))
         return 0
     print(summary_text(nac))
     if args.ops: print('\n' + listing(nac))
+    if args.orch: from nac_lab.nac.mep import orch_listing; print('\n' + orch_listing(nac))
     return 0
 
 def _rewrite(args):
@@ -55,6 +57,7 @@ def register(sub):
     p = sub.add_parser('inspect', help='summary (and listing) of a .nac file')
     p.add_argument('file'); p.add_argument('--ops', action='store_true', help='add the instruction listing')
     p.add_argument('--json', action='store_true', help='print one JSON object')
+    from nac_lab.nac.cli_mep import add_inspect_flags; add_inspect_flags(p)      # --orch (MEP plan listing)
     p.set_defaults(func=_inspect)
     p = sub.add_parser('rewrite', help='read a .nac file and write it back')
     p.add_argument('input'); p.add_argument('output'); p.set_defaults(func=_rewrite)

@@ -61,6 +61,7 @@ def cmd_run(args):
     "Handler of `nac-lab run`."
     import numpy as np
     from nac_lab.nac.compile import load
+    if getattr(args, 'orchestrated', False): from nac_lab.nac.cli_mep import run_orchestrated; return run_orchestrated(args)
     ins = parse_inputs(args.input)
     m = load(args.file)
     pos = positional(ins, len(m.interpreter.slots))
@@ -114,6 +115,7 @@ def register(sub):
     p.add_argument('--input', '-i', action='append', metavar='NAME=PATH.npy', help='an input by name (or position 0, 1, ...); repeatable')
     p.add_argument('--output', '-o', metavar='OUT.npz', help='save the outputs to an .npz file')
     p.add_argument('--profile', action='store_true', help='print time and output bytes per op')
+    from nac_lab.nac.cli_mep import add_run_flags; add_run_flags(p)              # --orchestrated (MEP plan), --prompt, --seed, --max-steps
     p.set_defaults(func=cmd_run)
     z = sub.add_parser('zoo', help='the NAC model zoo: list models, compile one to .nac')
     zs = z.add_subparsers(dest='zoo_cmd', metavar='CMD', required=True)

@@ -1,0 +1,212 @@
+"""MEP: byte round trips of random plans, fuzzed bytecode and pools (typed errors only, bounded runs), every opcode
+executed with independently computed expectations, the reference's mlp_mep plan through the CLI."""
+import io, json, random
+from pathlib import Path
+import numpy as np
+import pytest
+from nac_lab.binio import NacLabError
+from nac_lab.cli import run_cli
+from nac_lab.nac.format import NacFile, Orch, read_nac
+from nac_lab.nac.mep import (MEP_OPCODES, MEP_NAMES, MepIns, MepProgram, MepFormatError, Plan, decode_bytecode, encode_bytecode,
+                             decode_pool, encode_pool, listing, REF_CODE, REF_POOL, _fields)
+from nac_lab.nac.mep_vm import MepVM, MepRunError, MepLimitError, MepPathError
+
+def random_ins(rng, op):
+    args = {}
+    for n, k in [tuple(f.split(':')) for f in MEP_OPCODES[op][1].split()]:
+        if k.endswith('?') and args.get('op') != 1: continue
+        k = k.rstrip('?')
+        if k == 'K': args[n] = [rng.randrange(256) for _ in range(rng.randrange(5))]
+        elif k in 'kb': args[n] = rng.randrange(256)
+        elif k == 'c': args[n] = rng.randrange(4)
+        else: args[n] = 0
+    return MepIns(op, args)
+
+def random_program(rng):
+    "A random, well-formed program: random instructions, jumps only to instruction starts, balanced loops."
+    ops = [o for o in MEP_OPCODES if MEP_OPCODES[o][0] not in ('FLOW_LOOP_START', 'FLOW_LOOP_END', 'FLOW_BRANCH_IF', 'FLOW_BREAK_LOOP_IF')]
+    p = Plan()
+    for name in ('a', 'b', 'c', 'd'): p.const(name)
+    depth = 0
+    for _ in range(rng.randrange(1, 30)):
+        r = rng.random()
+        if r < 0.1: p.loop(rng.randrange(256)); depth += 1
+        elif r < 0.2 and depth: p.end_loop(); depth -= 1
+        elif r < 0.25 and depth: p.break_if(rng.randrange(256))
+        else: p.instrs.append(random_ins(rng, rng.choice(ops)))
+    for _ in range(depth): p.end_loop()
+    return p.program()
+
+@pytest.mark.parametrize('seed', range(200))
+def test_random_program_round_trip(seed):
+    rng = random.Random(seed)
+    prog = random_program(rng)
+    o = prog.to_orch()
+    back = MepProgram.from_orch(o)
+    assert back.to_orch().bytecode == o.bytecode and back.to_orch().pool == o.pool
+    assert [(i.opcode, i.args) for i in back.instrs] == [(i.opcode, i.args) for i in prog.instrs]
+    assert len(listing(back, o.bytecode).splitlines()) == len(back.instrs) + 1 + len(back.consts)
+
+def test_fuzz_bytes_decode_typed_errors_only():
+    rng = random.Random(1)
+    for k in range(3000):
+        code = bytes(rng.randrange(256) for _ in range(rng.randrange(40)))
+        try: decode_bytecode(code)
+        except MepFormatError as ex: assert ex.offset is not None and 0 <= ex.offset <= len(code), ex
+        pool = bytes(rng.randrange(256) for _ in range(rng.randrange(40)))
+        try: decode_pool(pool, rng.randrange(4))
+        except MepFormatError as ex: assert ex.offset is not None
+
+def _vm_for(code, pool_consts, tmp):
+    nac = NacFile(); nac.orch = Orch(code, len(pool_consts), encode_pool(pool_consts))
+    return MepVM(nac, base_dir=tmp, out=io.StringIO(), max_steps=2000, max_elements=1 << 16)
+
+def test_fuzz_mutated_plans_run_bounded(tmp_path):
+    "Mutations of a real plan either fail to decode (typed, with offset) or run to a typed end within the step limit."
+    base = (Plan().set(5, 'n').set(0, 'i').set(1, 'one').set([2, 3], 'shape').set('x={} y={}', 'f')
+            .tensor('shape', 't', dtype=0, mode=2).loop('n').add('i', 'one', 'i').gt('i', 'one', 'c').break_if('c').end_loop()
+            .format('{} {}', ['i', 't'], 's').write('s').softmax('t', 'p').argmax('p', 'a').ret('i', 'a'))
+    prog = base.program(); o = prog.to_orch()
+    assert _vm_for(o.bytecode, prog.consts, tmp_path).run()[0] == 2
+    rng = random.Random(2)
+    outcomes = {}
+    for k in range(1500):
+        b = bytearray(o.bytecode)
+        for _ in range(rng.randrange(1, 4)): b[rng.randrange(len(b))] = rng.randrange(256)
+        try: vm = _vm_for(bytes(b), prog.consts, tmp_path)
+        except MepFormatError as ex:
+            assert ex.offset is not None; outcomes['format'] = outcomes.get('format', 0) + 1; continue
+        try: vm.run(); outcomes['ok'] = outcomes.get('ok', 0) + 1
+        except NacLabError as ex:
+            assert str(ex).startswith('MEP 0x'), ex                       # names the instruction
+            outcomes[type(ex).__name__] = outcomes.get(type(ex).__name__, 0) + 1
+    assert outcomes.get('format') and outcomes.get('ok') and outcomes.get('MepRunError'), outcomes
+
+def test_step_limit_nested_loops(tmp_path):
+    p = Plan().set(255, 'n').loop('n').loop('n').loop('n').end_loop().end_loop().end_loop().ret('n')
+    prog = p.program()
+    with pytest.raises(MepLimitError, match='step limit 2000'): _vm_for(prog.to_orch().bytecode, prog.consts, tmp_path).run()
+
+def test_every_opcode(tmp_path):
+    "One plan per group of opcodes; expectations computed with numpy/json directly; every opcode runs at least once."
+    from PIL import Image
+    seen = set()
+    class Rec(MepVM):
+        def __getattribute__(self, n):
+            if n.startswith('_') and n[1:] in MEP_NAMES: seen.add(n[1:])
+            return object.__getattribute__(self, n)
+    rgb = np.random.default_rng(0).integers(0, 256, (300, 400, 3), dtype=np.uint8)
+    Image.fromarray(rgb).save(tmp_path / 'img.png')
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    np.save(tmp_path / 'x.npy', x)
+    nac = NacFile(); nac.rsrc = {'r.npy': (tmp_path / 'x.npy').read_bytes(), 'blob': b'\x01\x02'}
+    p = (Plan().prompt('n? ', 'pn', dtype=5).prompt('name? ', 'pt').set('x.npy', 'xp').set('img.png', 'ip').set(4, 'four').set(2, 'two')
+         .set([1, 2], 'pad2').set(-1.0, 'fill').set([4, 3], 'shp').set(0, 'zero').set(1, 'one').set([1, 2], 'ix')
+         .load_npy('x', 'x.npy').load_extern('r.npy', 'r').load_extern('blob', 'blob').load_extern('x.npy', 'fx', res_type=1)
+         .load_dynamic('xp', 'dx').load_dynamic('ip', 'img', file_type=3)
+         .tensor('four', 'ar', dtype=5, mode=1).tensor('shp', 'ones', dtype=0, mode=2).tensor('pn', 'pv', dtype=0)
+         .pad('x', 'pad2', 'fill', 'xpad').reshape('x', 'shp', 'xr').concat(['x', 'x'], 'zero', 'cat')
+         .shape('x', 'sh').dim('x', 'one', 'd1').to_py('ar', 'py').extract('x', 'ix', 'e12')
+         .sub('four', 'two', 'df').mul('four', 'two', 'pr').ne('four', 'two', 'ne').lt('four', 'two', 'lt')
+         .serialize('x', 'js').serialize('py', 'st', format=1).debug('x', 'the x').copy('x', 'xc').halt())
+    nac_out = io.StringIO()
+    p.attach(nac)
+    vm = Rec(nac, base_dir=tmp_path, out=nac_out)
+    assert vm.run(prompts=['3 5', 'Ada']) == []
+    c = {n: vm.ctx[vm_slot] for n, vm_slot in p.slots.items() if vm_slot in vm.ctx}
+    assert np.array_equal(c['x'], x) and np.array_equal(c['r'], x) and np.array_equal(c['fx'], x) and np.array_equal(c['dx'], x)
+    assert c['blob'] == b'\x01\x02' and c['pt'] == 'Ada' and c['pv'].tolist() == [3.0, 5.0] and c['pn'].dtype == np.int64
+    assert c['img'].shape == (1, 3, 224, 224) and c['img'].dtype == np.float32
+    # independent ImageNet preprocessing of the centre pixel: resize 300x400 -> 256x341 bilinear (PIL), crop centre 224
+    ref = np.asarray(Image.fromarray(rgb).resize((341, 256), Image.BILINEAR), np.float32)[16:240, 58:282] / 255.0
+    ref = (ref - [0.485, 0.456, 0.406]) / [0.229, 0.224, 0.225]
+    assert np.allclose(c['img'][0].transpose(1, 2, 0), ref, atol=1e-5)
+    assert c['ar'].tolist() == [0, 1, 2, 3] and c['ones'].shape == (4, 3)
+    assert np.array_equal(c['xpad'], np.pad(x, [(0, 0), (1, 2)], constant_values=-1.0))
+    assert np.array_equal(c['xr'], x.reshape(4, 3)) and c['cat'].shape == (6, 4)
+    assert c['sh'] == [3, 4] and c['d1'] == 4 and c['py'] == [0, 1, 2, 3] and c['e12'] == 6.0
+    assert (c['df'], c['pr'], c['ne'], c['lt']) == (2, 8, True, False)
+    assert json.loads(c['js']) == x.tolist() and c['st'] == '[0, 1, 2, 3]'
+    assert nac_out.getvalue() == '[debug] the x: array float32[3, 4]\n'
+    # analysis and control flow
+    q = (Plan().set(3, 'k').set(1.0, 't').set(0, 'all').set(2, 'n').set(0, 'i').set(1, 'one').set(True, 'T')
+         .topk('x', 'k', 'ti', 'tv').sample('x', 't', 'k', 's').softmax('x', 'sm').argmax('x', 'am')
+         .loop('n').add('i', 'one', 'i').eq('i', 'n', 'done').break_if('done').end_loop().format('<{}>', ['i'], 'msg')
+         .branch_if('T', 'end').write('msg').label('end').write('msg', mode=1).ret('i', 'ti', 'tv', 's', 'sm', 'am'))
+    nac2 = NacFile(); q.attach(nac2)
+    out2 = io.StringIO()
+    i, ti, tv, smp, sm, am = Rec(nac2, base_dir=tmp_path, out=out2).run({q.slot('x'): x}, seed=4)
+    assert i == 2 and out2.getvalue() == '<2>'
+    assert ti.tolist() == [[3, 2, 1]] * 3 and np.array_equal(tv, x[:, ::-1][:, :3]) and am.tolist() == [3, 3, 3]
+    assert np.allclose(sm, np.exp(x - x.max(1, keepdims=True)) / np.exp(x - x.max(1, keepdims=True)).sum(1, keepdims=True))
+    # ANALYSIS_SAMPLE on the last row, top-3 (ids 3, 2, 1), temperature 1, one PCG64(4) draw through the inverse CDF
+    row = x[-1, [3, 2, 1]].astype(np.float64); pr = np.exp(row - row.max()); pr /= pr.sum()
+    u = np.random.Generator(np.random.PCG64(4)).random()
+    assert smp == [3, 2, 1][int(np.searchsorted(np.cumsum(pr), u, side='right'))]
+    missing = {n for n, _ in MEP_OPCODES.values()} - seen - {'RES_LOAD_MODEL', 'MODEL_RUN_STATIC', 'PREPROC_ENCODE', 'PREPROC_DECODE', 'PREPROC_GET_ID'}
+    assert not missing, missing          # the excluded ones run in test_reference_plan_cli and test_tokenizer_opcodes
+
+def _mlp_file(tmp_path):
+    import torch
+    from nac_lab.nac.zoo import build_model, example_inputs
+    from nac_lab.nac.compile import compile as nac_compile
+    m = build_model('mlp'); x = example_inputs('mlp', 2, seed=9)[0]
+    nm = nac_compile(m, (x,), dynamic_shapes=({0: torch.export.Dim.AUTO},))
+    nm.nac.orch = Orch(REF_CODE, 2, REF_POOL)
+    nm.save(tmp_path / 'mlp_mep.nac'); np.save(tmp_path / 'mlp_x.npy', x.numpy())
+    with torch.no_grad(): return m(x).numpy()
+
+def test_reference_plan_cli(tmp_path):
+    ref = _mlp_file(tmp_path)
+    rc, out, err = run_cli('run', tmp_path / 'mlp_mep.nac', '--orchestrated', '-o', tmp_path / 'y.npz')
+    assert (rc, err) == (0, ''), err
+    assert np.allclose(np.load(tmp_path / 'y.npz')['output0'], ref, atol=1e-5)
+    rc, out, err = run_cli('inspect', tmp_path / 'mlp_mep.nac', '--orch', '--json')
+    assert rc == 0 and json.loads(out)['orch'][2].startswith('0004  11 00 02 01 00')
+    # an output name without .npz gets it appended (as np.savez does), so the plan's own .nac is never replaced
+    before = (tmp_path / 'mlp_mep.nac').read_bytes()
+    rc, out, err = run_cli('run', tmp_path / 'mlp_mep.nac', '--orchestrated', '-o', tmp_path / 'mlp_mep.nac')
+    assert rc == 0 and (tmp_path / 'mlp_mep.nac.npz').is_file() and (tmp_path / 'mlp_mep.nac').read_bytes() == before
+
+def test_plan_paths_confined(tmp_path):
+    _mlp_file(tmp_path)
+    nac = read_nac(tmp_path / 'mlp_mep.nac')
+    for bad, msg in [('../mlp_x.npy', 'leaves the folder'), ('/tmp/x.npy', 'is absolute')]:
+        Plan().load_model(0, 'mlp_mep.nac').load_npy('x', bad).ret('x').attach(nac)
+        nac.save(tmp_path / 'bad.nac')
+        rc, out, err = run_cli('run', tmp_path / 'bad.nac', '--orchestrated')
+        assert rc == 1 and msg in err and 'RES_LOAD_DATAFILE' in err, err
+
+def test_malformed_orch_in_file(tmp_path):
+    nac = NacFile(); nac.orch = Orch(bytes.fromhex('10000000fe02'), 1, encode_pool(['m.nac']))
+    nac.save(tmp_path / 'm.nac')
+    rc, out, err = run_cli('run', tmp_path / 'm.nac', '--orchestrated')
+    assert rc == 1 and 'offset 0x6' in err and 'EXEC_RETURN' in err, err
+
+def test_tokenizer_opcodes(tmp_path):
+    from nac_lab.nac.tisa import attach_tokenizer
+    vocab = {'[UNK]': 0, 'hello': 1, 'world': 2, '!': 3, '[EOS]': 4}
+    j = {'added_tokens': [{'id': 4, 'content': '[EOS]', 'special': True, 'normalized': False}],
+         'normalizer': {'type': 'Lowercase'}, 'pre_tokenizer': {'type': 'BertPreTokenizer'},
+         'model': {'type': 'WordPiece', 'unk_token': '[UNK]', 'continuing_subword_prefix': '##', 'vocab': vocab},
+         'decoder': {'type': 'WordPiece', 'prefix': '##', 'cleanup': True}}
+    nac = NacFile(); attach_tokenizer(nac, json.dumps(j))
+    p = (Plan().load_model(0, 't.nac').set('Hello World!', 's').encode(0, 's', 'ids').token_id(0, '[EOS]', 'eos')
+         .decode(0, 'ids', 'back').ret('ids', 'eos', 'back'))
+    p.attach(nac); nac.save(tmp_path / 't.nac')
+    ids, eos, back = MepVM(tmp_path / 't.nac').run()
+    assert ids.tolist() == [[1, 2, 3]] and eos == 4 and back == 'hello world!'
+
+def test_size_limits_before_allocation(tmp_path):
+    "Broadcasts, concatenations and text conversions that would blow up are refused before numpy allocates."
+    col, long = np.zeros((1 << 16, 1), np.float32), np.zeros(1 << 21, np.float32)
+    cases = [(Plan().add('x', 'xt', 'y'), col, 'exceeds the limit'),
+             (Plan().eq('x', 'xt', 'y'), col, 'exceeds the limit'),
+             (Plan().set(0, 'z').concat(['x'] * 200, 'z', 'y'), col, 'exceeds the limit'),
+             (Plan().write('x'), long, 'too large to turn into text'),
+             (Plan().serialize('x', 'j'), long, 'too large to turn into text')]
+    for p, x, msg in cases:
+        sx, st = p.slot('x'), p.slot('xt')
+        nac = NacFile(); nac.orch = p.program().to_orch()
+        vm = MepVM(nac, base_dir=tmp_path, out=io.StringIO(), max_elements=1 << 22)
+        with pytest.raises(MepLimitError, match=msg): vm.run({sx: x, st: x.T})
