@@ -74,19 +74,16 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument('-o', '--out', default='tour_out', help='folder for files the tour writes')
     t.set_defaults(func=_tour_cmd)
     d = sub.add_parser('docs', help='build the documentation site offline into _docs/ (and README.md from nbs/index.ipynb)')
-    d.add_argument('-o', '--out', default=None, help='output folder (default: _docs)')
-    d.add_argument('--readme-only', action='store_true', help='only regenerate README.md')
+    from nac_lab.docs import add_docs_arguments
+    add_docs_arguments(d)
     d.set_defaults(func=_docs_cmd)
     for m in area_clis():
         if hasattr(m, 'register'): m.register(sub)
     return p
 
 def _docs_cmd(args):
-    from nac_lab.docs import build_docs, write_readme
-    print(f'README written: {write_readme()}')
-    if not args.readme_only:
-        out = build_docs(out=args.out)
-        print(f'site written: {out}/index.html ({len(list(out.glob("*.html")))} pages)')
+    from nac_lab.docs import docs_command
+    return docs_command(args)
 
 def _split_debug(argv:list) -> tuple:
     "Remove `--debug` from anywhere before a `--` separator; return `(argv, debug)`."
