@@ -7,7 +7,7 @@
   all 7 roundings x WRAP/SAT) and against the reference for the rest (SAT_ZERO, SAT_SYM, WRAP_SM, unsigned);
 * from_float against exact rational arithmetic (and apytypes' RND_INF/WRAP from_float).
 """
-import itertools
+import itertools, math
 import numpy as np
 import pytest
 from nac_lab.fxp.types import (QFormat, ROUNDING, OVERFLOW, cast, from_float, to_float, ModeError, RawRangeError,
@@ -163,3 +163,21 @@ def test_to_float_roundtrip_and_errors():
     with pytest.raises(RawRangeError, match='NaN'): from_float([np.nan], f)
     with pytest.raises(ModeError, match='unknown overflow'): cast([1], f, f, overflow='CLAMP')
     with pytest.raises(QFormatError): QFormat(-3, 2)
+
+
+def test_to_float_rounding_modes():
+    rng = np.random.default_rng(13)
+    for fmt in (QFormat(62, 10), QFormat(120, 60), QFormat(8, 4)):
+        raws = [fmt.min_raw, fmt.max_raw, 0, 1, -1] + [int(rng.integers(0, 2**62)) * (fmt.max_raw - fmt.min_raw) // 2**62 + fmt.min_raw for _ in range(3000)]
+        raws += [((1 << 53) + 1) << 3, -(((1 << 53) + 1) << 3), (1 << 54) + 2, -((1 << 54) + 2)]     # ties at 53 bits
+        raws = [v for v in raws if fmt.min_raw <= v <= fmt.max_raw]
+        arr = np.array(raws, dtype=fmt.dtype)
+        for r in ROUNDING:
+            got = to_float(arr, fmt, r)
+            want = []
+            for v in raws:
+                sh = max(abs(v).bit_length() - 53, 0)
+                want.append(math.ldexp(float(ref_round(v, sh, r)), sh - fmt.frac_bits))
+            assert got.tolist() == want, (str(fmt), r)
+        if not fmt.wide:   # the default is numpy's own nearest-even conversion
+            assert to_float(arr, fmt).tolist() == np.ldexp(arr.astype(np.float64), -fmt.frac_bits).tolist()
