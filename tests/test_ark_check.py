@@ -4,7 +4,8 @@ import json, random
 import pytest
 from nac_lab.core import data_path
 from nac_lab.cli import run_cli
-from nac_lab.ark.format import read_ark, ark_text, parse_model, tp_mlp, ArkBuilder
+from nac_lab.ark.format import read_ark, ark_text, parse_model
+from nac_lab.ark.check import tp_mlp, ArkBuilder
 from nac_lab.ark.check import check_model, check_ranks, Diagnostic
 
 

@@ -7,7 +7,8 @@ import pytest
 import torch, torch.nn.functional as F
 from nac_lab.core import data_path
 from nac_lab.cli import run_cli
-from nac_lab.ark.format import ArkBuilder, read_ark, ark_text, tp_mlp
+from nac_lab.ark.format import read_ark, ark_text
+from nac_lab.ark.check import ArkBuilder, tp_mlp
 from nac_lab.ark.exec import ArkExecutor, ArkExecError, resize, tensor_view
 
 

@@ -7,7 +7,8 @@ import pytest
 from nac_lab.binio import NacLabError
 from nac_lab.core import data_path
 from nac_lab.cli import run_cli
-from nac_lab.ark.format import (ArkFormatError, read_ark, ark_text, write_ark, parse_model, parse_text, fmt_double, tp_mlp, ArkBuilder)
+from nac_lab.ark.format import (ArkFormatError, read_ark, ark_text, write_ark, parse_model, parse_text, fmt_double)
+from nac_lab.ark.check import tp_mlp
 
 REAL = sorted(data_path('ark').glob('*.json'))
 
