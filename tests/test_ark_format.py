@@ -159,3 +159,12 @@ def test_fast_path_agrees_on_tagged_generated_models_and_mutations():
                 try: return ('ok', ark_text(f()))
                 except ArkFormatError as ex: return ('err', str(ex))
             assert res(lambda: read_ark(t)) == res(lambda: parse_model(parse_text(t), t))
+
+
+def test_fast_path_mixed_tensor_arrays_fall_back():
+    text = ark_text(tp_mlp(0)[0])
+    lines = text.split('\n')
+    k = next(i for i, l in enumerate(lines) if l.lstrip().startswith('{"Id":') and l.endswith(','))
+    for junk in ('          {"x": 1},', '          7,', '          "s",', '          [1],'):
+        t = '\n'.join(lines[:k + 1] + [junk] + lines[k + 1:])
+        with pytest.raises(ArkFormatError, match=re.escape('ReadTensors[1]')): read_ark(t)
