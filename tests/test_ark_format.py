@@ -1,0 +1,170 @@
+"""ARK model files: byte-identical rewrite of every real file, era conversion, the fast and general readers
+agree, typed errors with JSON paths under seeded fuzzing, nlohmann's number format."""
+import json, math, random, re
+from pathlib import Path
+import numpy as np
+import pytest
+from nac_lab.binio import NacLabError
+from nac_lab.core import data_path
+from nac_lab.cli import run_cli
+from nac_lab.ark.format import (ArkFormatError, read_ark, ark_text, write_ark, parse_model, parse_text, fmt_double)
+from nac_lab.ark.check import tp_mlp
+
+REAL = sorted(data_path('ark').glob('*.json'))
+
+
+def test_real_files_present_and_documented():
+    assert len(REAL) == 6
+    src = (data_path('ark') / 'SOURCES.md').read_text()
+    for f in REAL:
+        commit = re.search(r'_([0-9a-f]{8})_', f.name)[1]
+        assert commit in src and f.name in src
+    assert 'MIT License' in src and 'Copyright (c) Microsoft Corporation.' in src
+
+
+@pytest.mark.parametrize('f', REAL, ids=lambda p: p.name)
+def test_real_file_rewrites_byte_identical(f, tmp_path):
+    raw = f.read_bytes()
+    assert ark_text(read_ark(f)).encode() == raw
+    rc, out, err = run_cli('ark', 'rewrite', f, '-o', tmp_path / 'o.json')
+    assert rc == 0 and 'identical to' in out and (tmp_path / 'o.json').read_bytes() == raw
+
+
+@pytest.mark.parametrize('f', REAL, ids=lambda p: p.name)
+def test_fast_and_general_readers_agree(f):
+    text = f.read_text()
+    a, b = read_ark(text), parse_model(parse_text(text), text)
+    assert ark_text(a) == ark_text(b) == text
+    assert a.style == b.style
+
+
+def test_era_conversion_of_real_files():
+    op = (data_path('ark') / 'tutorial_model_877b0e63_op.json').read_text()
+    m = read_ark(op)
+    as_ops = ark_text(m, 'ops')
+    assert '"Ops": [' in as_ops and '"Op": {' not in as_ops
+    assert ark_text(read_ark(as_ops), 'op') == op
+    # the dense Ops file has a node with 3 ops: it cannot be written in the Op era, and the CLI says why
+    rc, out, err = run_cli('ark', 'rewrite', data_path('ark') / 'tutorial_model_e3cc6e32_ops_dense.json', '-o', '/nonexistent-dir/x.json', '--era', 'op')
+    assert rc == 1 and 'Nodes[0]: has 3 ops' in err
+
+
+def test_generated_models_round_trip_both_eras():
+    for r in (0, 1):
+        m, _ = tp_mlp(r)
+        for era in ('ops', 'op'):
+            t = ark_text(m, era)
+            assert ark_text(read_ark(t)) == t
+
+
+def _flip_value(obj, rng):
+    "Replace one random leaf (or container) of a JSON tree by a value of another type; return its path."
+    path, cur = [], obj
+    while isinstance(cur, (dict, list)) and cur and rng.random() < 0.85:
+        k = rng.choice(list(cur)) if isinstance(cur, dict) else rng.randrange(len(cur))
+        parent, cur = cur, cur[k]
+        path.append(k)
+    if not path: return None
+    parent[path[-1]] = rng.choice(['x', -1, 2 ** 70, 1.5, None, True, [], {}, [[1]], {'INT': 1}])
+    return path
+
+
+def test_fuzz_values_typed_errors_with_paths():
+    rng = random.Random(1234)
+    base = json.loads((data_path('ark') / 'tutorial_model_877b0e63_op.json').read_text())
+    n_err = 0
+    for _ in range(300):
+        d = json.loads(json.dumps(base))
+        if _flip_value(d, rng) is None: continue
+        try: read_ark(json.dumps(d))
+        except ArkFormatError as ex:
+            n_err += 1
+            assert str(ex).startswith('ARK: ') and ex.msg
+        except NacLabError: n_err += 1
+    assert n_err > 100
+
+
+def test_fuzz_bytes_never_crash():
+    rng = random.Random(99)
+    raw = bytearray((data_path('ark') / 'tutorial_model_e3cc6e32_ops_dense.json').read_bytes())
+    for _ in range(300):
+        b = bytearray(raw)
+        for _ in range(rng.randint(1, 4)):
+            b[rng.randrange(len(b))] = rng.randrange(256)
+        try: read_ark(bytes(b))
+        except NacLabError: pass
+
+
+def test_errors_name_the_json_path():
+    d = json.loads((data_path('ark') / 'tutorial_model_e3cc6e32_ops_dense.json').read_text())
+    d['Nodes'][2]['Ops'][1]['ReadTensors'][0]['Strides'] = [1, 'a']
+    with pytest.raises(ArkFormatError, match=re.escape('Nodes[2].Ops[1].ReadTensors[0].Strides[1]: expected an integer, got a string')): read_ark(json.dumps(d))
+    d = json.loads((data_path('ark') / 'tutorial_model_877b0e63_op.json').read_text())
+    d['Nodes'][4]['Op']['Args'] = {'Axis': {'FOO': 1}}
+    with pytest.raises(ArkFormatError, match=re.escape("Nodes[4].Op.Args.Axis: unknown argument type 'FOO'")): read_ark(json.dumps(d))
+    d['Nodes'][4]['Op']['Args'] = {'Axis': {'INT': 2 ** 31}}
+    with pytest.raises(ArkFormatError, match=re.escape('Nodes[4].Op.Args.Axis.INT: 2147483648 is outside')): read_ark(json.dumps(d))
+    d['Nodes'][4]['Op']['Args'] = {'F': {'FLOAT': 1e39}}
+    with pytest.raises(ArkFormatError, match='not a finite float32'): read_ark(json.dumps(d))
+    d['Nodes'][4]['Op']['ReadTensors'][0]['DataType'] = 'FP64'
+    with pytest.raises(ArkFormatError, match=re.escape("Nodes[4].Op.ReadTensors[0].DataType: unknown data type 'FP64'")): read_ark(json.dumps(d))
+
+
+def test_mixed_eras_refused():
+    d = json.loads((data_path('ark') / 'tutorial_model_877b0e63_op.json').read_text())
+    d['Nodes'][1]['Ops'] = [d['Nodes'][1].pop('Op')]
+    with pytest.raises(ArkFormatError, match=re.escape("Nodes[1]: uses 'Ops' while earlier nodes use 'Op'")): read_ark(json.dumps(d))
+
+
+def test_float32_printing_matches_nlohmann_rules():
+    "Shortest round-trip digits of the float32 widened to double; nlohmann switches to exponents outside 1e-4 <= |x| < 1e15."
+    g = np.random.default_rng(7)
+    vals = np.concatenate([g.standard_normal(500), 10.0 ** g.uniform(-30, 30, 500)]).astype(np.float32)
+    for v in vals:
+        x = float(v)
+        s = fmt_double(x)
+        assert float(s) == x                              # round trip
+        digits = re.sub(r'e.*$', '', s).replace('-', '').replace('.', '').lstrip('0').rstrip('0')
+        assert len(digits) <= len(repr(abs(x)).split('e')[0].replace('.', '').lstrip('0').rstrip('0'))   # no longer than Python's shortest
+        ax = abs(x)
+        if 1e-4 <= ax < 1e15 or ax == 0: assert 'e' not in s and '.' in s
+        else: assert re.fullmatch(r'-?\d(\.\d+)?e[+-]\d{2,3}', s), s
+
+
+def test_writer_atomic_and_refuses_input(tmp_path):
+    p = tmp_path / 'm.json'; p.write_text(ark_text(tp_mlp(0)[0]))
+    m = read_ark(p)
+    with pytest.raises(NacLabError, match='also an input'): write_ark(m, p)
+    assert p.read_text() == ark_text(tp_mlp(0)[0])
+    write_ark(m, tmp_path / 'o.json', era='ops')
+    assert read_ark(tmp_path / 'o.json').style.era == 'ops'
+    assert not list(tmp_path.glob('.*tmp'))
+
+
+def test_fast_path_agrees_on_tagged_generated_models_and_mutations():
+    from nac_lab.bench.ark import gen_rank
+    rng = random.Random(3)
+    for r in (0, 1):
+        text = ark_text(gen_rank(r, 120))
+        a, b = read_ark(text), parse_model(parse_text(text), text)
+        assert ark_text(a) == ark_text(b) == text
+        lines = text.split('\n')
+        tl = [k for k, l in enumerate(lines) if l.lstrip().startswith('{"Id":')]
+        for _ in range(20):                       # damage one tensor line: both readers must give the same answer
+            ls = list(lines); k = rng.choice(tl)
+            ls[k] = rng.choice([ls[k].replace('[[', '[[-3000000000,', 1), ls[k].replace('"Rank":-1', '"Rank":"x"'), ls[k].replace(']}', '],"Zz":1}', 1),
+                                ls[k].replace('"Shape":[', '"Shape":[true,', 1), ls[k].replace('FP32', 'FP31')])
+            t = '\n'.join(ls)
+            def res(f):
+                try: return ('ok', ark_text(f()))
+                except ArkFormatError as ex: return ('err', str(ex))
+            assert res(lambda: read_ark(t)) == res(lambda: parse_model(parse_text(t), t))
+
+
+def test_fast_path_mixed_tensor_arrays_fall_back():
+    text = ark_text(tp_mlp(0)[0])
+    lines = text.split('\n')
+    k = next(i for i, l in enumerate(lines) if l.lstrip().startswith('{"Id":') and l.endswith(','))
+    for junk in ('          {"x": 1},', '          7,', '          "s",', '          [1],'):
+        t = '\n'.join(lines[:k + 1] + [junk] + lines[k + 1:])
+        with pytest.raises(ArkFormatError, match=re.escape('ReadTensors[1]')): read_ark(t)
