@@ -1,5 +1,5 @@
 # The two commands of the README are `make tour` and `make test`; both install what is missing first.
-.PHONY: install tour test docs export clean-nbs
+.PHONY: install tour test docs export lab lint clean-nbs
 
 install:
 	@bash tools/bootstrap.sh
@@ -17,3 +17,7 @@ docs: install
 
 export: install
 	@.venv/bin/nbdev_export && .venv/bin/nbdev_clean && .venv/bin/nac-lab docs --readme-only
+
+lab: install
+	@echo "JupyterLab on http://127.0.0.1:8888/lab (the notebooks in nbs/; Ctrl-C stops it)"
+	@.venv/bin/jupyter lab --no-browser --ip=127.0.0.1 --port=8888 --notebook-dir=nbs

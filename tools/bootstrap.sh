@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything nac_lab needs, idempotently: system packages (graphviz; chromium and iverilog with --test),
-# a virtual environment in .venv, torch==2.13.0 (the local CPU wheel where present; never a newer CUDA build),
+# a virtual environment in .venv, torch==2.13.0 as a CPU build (a local wheel where pip is configured with one,
+# else PyTorch's CPU index; never a CUDA build),
 # and nac_lab itself in editable mode with its dev extras. Fast when everything is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,10 +32,17 @@ PY=${PYTHON:-python3}
 stamp=.venv/.nac_lab-installed
 want=$(cat settings.ini setup.py pyproject.toml constraints.txt | sha256sum | cut -c1-16)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! .venv/bin/python -c "import nac_lab, torch, nbdev, nbval" 2>/dev/null; then
-  echo "bootstrap: installing Python packages into .venv"
+  echo "bootstrap: installing Python packages into .venv (the first time takes a few minutes and about 2 GB)"
+  q=-q; [ -t 1 ] && q=""            # on a terminal, show pip's own progress; in CI and logs, stay quiet
   .venv/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v -e "is ignored" -e "^$" || true
-  .venv/bin/python -m pip install -q -c constraints.txt "torch==2.13.0" 2>&1 | grep -v "is ignored" || true
-  .venv/bin/python -m pip install -q -c constraints.txt -e ".[dev]" 2>&1 | grep -v "is ignored" || true
+  # torch: the CPU build. A plain `pip install torch` on Linux x86-64 brings a CUDA build (gigabytes of
+  # GPU libraries), so unless a local torch wheel is configured for pip (find-links), ask PyTorch's CPU index.
+  if .venv/bin/python -m pip install -q --no-index --no-deps -c constraints.txt "torch==2.13.0" >/dev/null 2>&1; then
+    .venv/bin/python -m pip install $q -c constraints.txt "torch==2.13.0" 2>&1 | grep -v "is ignored" || true
+  else
+    .venv/bin/python -m pip install $q -c constraints.txt --index-url https://download.pytorch.org/whl/cpu "torch==2.13.0" 2>&1 | grep -v "is ignored" || true
+  fi
+  .venv/bin/python -m pip install $q -c constraints.txt -e ".[dev]" 2>&1 | grep -v "is ignored" || true
   .venv/bin/python -c "import nac_lab, torch, nbdev, nbval; assert torch.__version__.startswith('2.13.0'), torch.__version__"
   echo "$want" > "$stamp"
 fi
