@@ -21,3 +21,6 @@ export: install
 lab: install
 	@echo "JupyterLab on http://127.0.0.1:8888/lab (the notebooks in nbs/; Ctrl-C stops it)"
 	@.venv/bin/jupyter lab --no-browser --ip=127.0.0.1 --port=8888 --notebook-dir=nbs
+
+lint: install
+	@.venv/bin/ruff check nac_lab tests conftest.py tools

@@ -102,7 +102,7 @@ def run(n:int=100_000, reps:int=3) -> dict:
                                               'floor_lex': lambda: token_texts(text), 'floor_ast': lambda: _replay(calls),
                                               'parse_check': lambda: check(text=text, name='bench.nem', base_dir=base)},
                       pairs=reps, warmup=0, clock=time.process_time, collect=True, rewarm=False)
-    del calls
+    calls = None                       # free the replay list before the remaining runs
     res['lex'] = count / cs['parse'].median_a
     for k, c in cs.items(): res[k] = count / c.median_b
     res['comparisons'] = cs
