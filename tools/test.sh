@@ -10,7 +10,7 @@ n=${NAC_LAB_TEST_WORKERS:-2}
 rc=$?
 if [ $rc -eq 5 ]; then echo "test: pytest collected no tests, which is a failure here" >&2; exit 1; fi
 if [ $rc -ne 0 ] || [ $# -ne 0 ] || [ "${NAC_LAB_SECOND_PASS:-1}" = 0 ]; then exit $rc; fi
-fuzz=(tests/test_*fuzz*.py tests/test_trillim_files.py)
+fuzz=(tests/test_*fuzz*.py tests/test_trillim_files.py tests/test_hostile_inputs.py)
 top=$(mktemp -d "${TMPDIR:-/tmp}/nac_lab_basetemp.XXXXXX") || exit 1
 long="$top/$(printf 'a_deliberately_long_basetemp_%s/' 1 2 3 4 5)x"
 mkdir -p "$(dirname "$long")" || exit 1
