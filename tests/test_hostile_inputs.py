@@ -102,6 +102,9 @@ def test_fifo_shard_is_refused(cwd):
     with pytest.raises(ManifestError, match='not a regular file'): build_manifest('m')
     os.mkfifo('fifo')
     with pytest.raises(FormatError, match='not a regular file'): read_tensors('fifo')
+    for argv in (('trillim', 'decode', 'fifo'), ('trillim', 'quantize', 'm', '--manifest', 'fifo', '-o', 'q')):
+        rc, out, err = run_cli(*argv)
+        assert rc == 1 and 'not a regular file' in err, (argv, err)
 
 def test_control_characters_are_escaped(cwd):
     tiny_checkpoint('m', layers=1, vocab=64)
@@ -220,3 +223,9 @@ def test_irv2_layers_bounded_and_strict(cwd):
     ir['config']['num_hidden_layers'] = 2**31 - 1
     Path('big.json').write_text(json.dumps(ir))
     with pytest.raises(IrError, match='exceeds 4096'): load_ir('big.json')
+
+def test_irv2_fifo_weights(cwd):
+    base = build_ir(data_path('irv2', 'configs', 'tiny-llama.json'), ctx=8)
+    save_ir(base, 'ir.json'); os.mkfifo('w.safetensors')
+    rc, out, err = run_cli('irv2', 'run', 'ir.json', 'w.safetensors', '--tokens', '1,2', '--steps', '1', '--cache', 'cache')
+    assert rc == 1 and 'not a regular file' in err, err
