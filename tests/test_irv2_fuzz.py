@@ -86,7 +86,7 @@ def test_ir_tree_mutations(tir, base_tokens):
     rng = random.Random('irv2-fuzz-tree')
     every = list(paths(tir))[1:]
     stats = {'rejected': 0, 'accepted': 0}
-    for k in range(800):
+    for k in range(400):
         ir = copy.deepcopy(tir)
         for _ in range(rng.randint(1, 2)):
             p, _ = rng.choice(every)
@@ -99,14 +99,14 @@ def test_ir_tree_mutations(tir, base_tokens):
             stats['rejected'] += 1
         else:
             check_accepted(ir, base_tokens); stats['accepted'] += 1
-    assert stats['rejected'] > 200 and stats['accepted'] > 20, stats
+    assert stats['rejected'] > 100 and stats['accepted'] > 10, stats
 
 def test_config_mutations(base_tokens):
     base = json.loads(Path(data_path('irv2', 'configs', 'tiny-llama.json')).read_text())
     rng = random.Random('irv2-fuzz-config')
     keys = sorted(base) + ['head_dim', 'n_embd', 'rope_parameters', 'text_config', 'sliding_window', 'qkv_bias']
     accepted = 0
-    for k in range(600):
+    for k in range(400):
         c = dict(base)
         for _ in range(rng.randint(1, 3)): c[rng.choice(keys)] = copy.deepcopy(rng.choice(HOSTILE))
         ctx = rng.choice([None, 8, 16])
@@ -117,14 +117,14 @@ def test_config_mutations(base_tokens):
         assert out['config']['context_length'] <= 2**31 - 1 and out['config']['num_hidden_layers'] <= 4096
         if out['config']['context_length'] <= 4096 and out['config']['dtype'] == 'fp32':
             check_accepted(out, base_tokens)
-    assert accepted > 20
+    assert accepted > 10
 
 def test_ir_text_mutations(tmp_path, tir):
     text = json.dumps(tir, indent=1).encode()
     rng = random.Random('irv2-fuzz-text')
     old = os.getcwd(); os.chdir(tmp_path)
     try:
-        for k in range(300):
+        for k in range(200):
             b = bytearray(text)
             for _ in range(rng.randint(1, 3)):
                 p = rng.randrange(len(b))
@@ -144,7 +144,7 @@ def test_cli_writes_only_the_output(tmp_path, tir):
         base = json.loads(Path(data_path('irv2', 'configs', 'tiny-llama.json')).read_text())
         rng = random.Random('irv2-fuzz-cli')
         def snap(): return {str(p): p.read_bytes() for p in sorted(Path('.').rglob('*')) if p.is_file() and p.name not in ('out.json', 'out.c')}
-        for k in range(40):
+        for k in range(20):
             c = dict(base); c[rng.choice(sorted(base))] = rng.choice(HOSTILE)
             Path('cfg.json').write_text(json.dumps(c))
             ir = copy.deepcopy(tir)

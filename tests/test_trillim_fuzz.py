@@ -100,7 +100,7 @@ def _use_lora(b):
     return L
 
 READERS = {'manifest': _use_manifest, 'tensors': _use_tensors, 'rope': _use_rope, 'lora': _use_lora}
-CASES = 500
+CASES = 400
 
 @pytest.mark.filterwarnings('ignore::RuntimeWarning')
 @pytest.mark.parametrize('kind', sorted(READERS))
@@ -126,7 +126,7 @@ QWEN = dict(model_type='qwen2', architectures=['Qwen2ForCausalLM'], hidden_size=
 def test_config_value_mutations():
     rng = random.Random('trillim-fuzz-config')
     keys, accepted = sorted(QWEN), 0
-    for k in range(1500):
+    for k in range(1000):
         c = dict(QWEN)
         for _ in range(rng.randint(1, 3)): c[rng.choice(keys)] = rng.choice(HOSTILE_VALUES)
         out = guarded(lambda: arch_from_hf(c), f'config case {k}: {c!r}', mem_base=4 << 20, traced=k % 4 == 0)
@@ -139,13 +139,13 @@ def test_config_value_mutations():
         back = parse_config_args(args)
         assert config_args(back) == args and back.tie_word_embeddings is out.tie_word_embeddings
         assert isinstance(out.tie_word_embeddings, bool) and isinstance(out.has_qkv_bias, bool)
-    assert 0 < accepted < 1500
+    assert 0 < accepted < 1000
 
 def test_config_vector_mutations():
     good = config_args(arch_from_hf(QWEN))
     rng = random.Random('trillim-fuzz-vector')
     tokens = ['0', '1', '-1', '128', '1e5', 'nan', 'inf', '', ' ', '9' * 5000, '0x10', '٣', '1_0', '+1', '2.5']
-    for k in range(1500):
+    for k in range(1000):
         v = list(good)
         for _ in range(rng.randint(1, 3)):
             op = rng.randrange(3)
@@ -173,7 +173,7 @@ def test_request_stream_mutations(engine):
     model, cfg = engine
     good = ['3', '1', '0.7', '5', '0.9', '1.1', '4', '3', '1', '2', '3']
     rng = random.Random('trillim-fuzz-requests')
-    for k in range(300):
+    for k in range(200):
         v = list(good) + (['2', '0', '0.0', '0', '1.0', '1.0', '0', '2', '5', '6'] if rng.random() < 0.5 else [])
         for _ in range(rng.randint(1, 4)):
             op = rng.randrange(3)
@@ -198,7 +198,7 @@ def test_quantize_writes_only_its_output(tmp_path):
         base = json.loads(Path('m/config.json').read_text())
         rng = random.Random('trillim-fuzz-quantize')
         def snap(): return {str(p): p.read_bytes() for p in sorted(Path('.').rglob('*')) if p.is_file() and p.parts[0] != 'out'}
-        for k in range(25):
+        for k in range(15):
             c = dict(base)
             for _ in range(rng.randint(1, 2)): c[rng.choice(sorted(base))] = rng.choice(HOSTILE_VALUES)
             Path('m/config.json').write_text(json.dumps(c))
