@@ -14,6 +14,16 @@ import pytest
 from nac_lab.docs import split_directives  # the one parser of nbdev's `#| name: value` cell directives
 
 ROOT = Path(__file__).parent
+
+# Property tests draw the same examples on every run, on every machine and in every worker: hypothesis derives them
+# from each test's source instead of a fresh random seed, and keeps no example database between runs.
+try:
+    from hypothesis import settings as _hypothesis_settings
+    _hypothesis_settings.register_profile('nac_lab', derandomize=True, database=None, print_blob=True)
+    _hypothesis_settings.load_profile('nac_lab')
+except ImportError:   # hypothesis is a test-only dependency
+    pass
+
 def _tst_flags() -> set:
     cfg = configparser.ConfigParser(delimiters=['='])
     cfg.read(ROOT / 'settings.ini')

@@ -99,9 +99,10 @@ def test_manifest_prequantized_scales(cwd):
     tiny_checkpoint('m', arch='bitnet', layers=1)
     from safetensors.torch import load_file
     t = load_file('m/model.safetensors')
+    g = torch.Generator().manual_seed(5)
     for k in list(t):
         if k.startswith('model.layers.') and t[k].dim() == 2:
-            t[k] = torch.randint(-1, 2, tuple(t[k].shape), dtype=torch.int8)
+            t[k] = torch.randint(-1, 2, tuple(t[k].shape), dtype=torch.int8, generator=g)
             if 'k_proj' not in k: t[k + '_scale'] = torch.tensor([2.0])
     save_file(t, 'm/model.safetensors')
     m = build_manifest('m')
@@ -155,14 +156,36 @@ def test_manifest_refusals(cwd):
 
 @pytest.fixture(scope='module')
 def files(tmp_path_factory):
+    # built with relative paths from inside the temporary folder: the manifest's shard table (and so every blob and
+    # every offset below) is the same whatever folder or path length pytest picks (--basetemp, xdist worker, ...)
     d = tmp_path_factory.mktemp('files')
-    tiny_checkpoint(d/'m', arch='bitnet', layers=1, vocab=64, max_pos=16, shards=2)
-    tiny_adapter(d/'a', d/'m', r=2, targets=('q_proj', 'up_proj'))
-    cfg = load_hf_config(d/'m')
-    m = build_manifest(d/'m', d/'a', cfg)
-    p = quantize(m, cfg, d/'m')
-    return {'manifest': (read_manifest, write_manifest(m)), 'tensors': (read_tensors, p['tensors'].read_bytes()),
-            'rope': (read_rope, p['rope'].read_bytes()), 'lora': (read_lora, p['lora'].read_bytes())}
+    old = os.getcwd(); os.chdir(d)
+    try:
+        tiny_checkpoint('m', arch='bitnet', layers=1, vocab=64, max_pos=16, shards=2)
+        tiny_adapter('a', 'm', r=2, targets=('q_proj', 'up_proj'))
+        cfg = load_hf_config('m')
+        m = build_manifest('m', 'a', cfg)
+        p = quantize(m, cfg, 'm')
+        return {'manifest': (read_manifest, write_manifest(m)), 'tensors': (read_tensors, p['tensors'].read_bytes()),
+                'rope': (read_rope, p['rope'].read_bytes()), 'lora': (read_lora, p['lora'].read_bytes())}
+    finally: os.chdir(old)
+
+def lora_start(blob) -> int:
+    "Where the optional LoRA block of a manifest starts, from the byte layout of §6 / RULINGS Trillim 1 (own parse)."
+    ns, pos = struct.unpack_from('<H', blob, 0)[0], 2
+    for _ in range(ns): pos += 2 + struct.unpack_from('<H', blob, pos)[0]
+    return pos + 4 + 55 * struct.unpack_from('<I', blob, pos)[0]
+
+def valid_prefixes(kind, blob) -> set:
+    "The proper prefixes of `blob` that are themselves valid files: a manifest cut right before its LoRA block."
+    return {lora_start(blob)} if kind == 'manifest' else set()
+
+def cut_points(blob, kind) -> list:
+    "Deterministic cut positions: the first 400 bytes, about 300 evenly spread ones, the last 64, and +-3 around each valid prefix."
+    n = len(blob)
+    cuts = set(range(min(n, 400))) | set(range(0, n, max(1, n // 300))) | set(range(max(0, n - 64), n))
+    for v in valid_prefixes(kind, blob): cuts |= set(range(max(0, v - 3), min(n, v + 4)))
+    return sorted(cuts)
 
 KINDS = ['manifest', 'tensors', 'rope', 'lora']
 
@@ -170,9 +193,23 @@ KINDS = ['manifest', 'tensors', 'rope', 'lora']
 def test_every_truncation_is_rejected(files, kind):
     reader, blob = files[kind]
     reader(blob)
-    cuts = sorted(set(range(0, min(len(blob), 400))) | set(random.Random(1).sample(range(len(blob)), min(len(blob), 300))))
-    for n in cuts:
+    ok = valid_prefixes(kind, blob)
+    assert all(0 < v < len(blob) for v in ok)
+    for n in cut_points(blob, kind):
+        if n in ok:
+            got = reader(blob[:n])                 # a manifest without its LoRA block: the same shards and entries
+            assert got.lora is None and write_manifest(got) == blob[:n]
+            assert got.shards == reader(blob).shards and got.entries == reader(blob).entries
+            continue
         with pytest.raises(FormatError): reader(blob[:n])
+
+def test_cut_points_are_deterministic(files):
+    # the same cuts on every run, and the manifest's one valid prefix is among them
+    _, blob = files['manifest']
+    assert cut_points(blob, 'manifest') == cut_points(bytes(blob), 'manifest')
+    v = lora_start(blob)
+    assert v in cut_points(blob, 'manifest') and blob[v:v + 8] == struct.pack('<II', 1, 7)
+    assert read_manifest(blob).lora is not None and read_manifest(blob[:v]).lora is None
 
 @pytest.mark.parametrize('kind', KINDS)
 def test_random_damage_is_typed(files, kind):
