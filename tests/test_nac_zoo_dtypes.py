@@ -69,3 +69,19 @@ def test_mixed_precision_keeps_each_dtype(tmp_path):
     assert [o.dtype for o in out] == [r.dtype for r in ref] == [torch.float16, torch.float32]
     torch.testing.assert_close(out[1], ref[1], rtol=0, atol=1e-6)
     torch.testing.assert_close(out[0], ref[0], rtol=0, atol=0)            # same kernels, same inputs: same bits
+
+
+@pytest.mark.parametrize('quant', ['fp16', 'int8_channel', 'block_fp8'])
+@pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float16], ids=['bf16', 'fp16'])
+def test_quantization_leaves_half_precision_weights_alone(quant, dtype, tmp_path):
+    "A quantization method applies to float32 weights; a half-precision model keeps its weights and runs (issues 12, 19)."
+    m = build_model('mlp').to(dtype)
+    xs = _cast(example_inputs('mlp', 2), dtype)
+    p = nac_compile(m, xs, quant=quant).save(tmp_path / 'q.nac')
+    back = read_nac(p)
+    assert int(back.quant_method) == 0 and all(t.dtype == CODES[dtype] for t in back.tensors.values())
+    with torch.no_grad(): ref = m(*xs)
+    out = load(p).run(*xs)[0]
+    assert out.dtype == dtype
+    err = float((out.float() - ref.float()).abs().max()) / max(float(ref.float().abs().max()), 1e-6)
+    assert err <= REL[dtype]
