@@ -215,3 +215,44 @@ def test_external_quant_metadata_values(tmp_path):
                 want = tuple(t.orig_shape) if QuantMethod(t.quant) == QuantMethod.BLOCK_FP8 else t.shape
                 assert dequantize(t, back.quant_method).shape == want, (name, d)
     assert seen['rejected'] > 500 and seen['accepted'] > 50, seen
+
+
+# ---- the command line on mutated files (issue 13): typed errors only, bounded time and memory, no stray writes ----
+
+CLI_CASES = 120
+
+
+@pytest.mark.filterwarnings('ignore::RuntimeWarning')
+@pytest.mark.parametrize('name', ['quant0', 'quant3', 'sysops', 'example'])
+def test_cli_on_mutated_files(name, tmp_path, monkeypatch):
+    """`inspect`, `run`, `schedule check` and `rewrite` on seeded mutants: exit code 0 or 1 (never 3, an internal
+    error), one line on stderr for a failure, no case longer than 10 s, a memory limit of 64 MiB for any single
+    result (`NAC_LAB_MAX_BYTES`), and nothing written except the requested output."""
+    from nac_lab.cli import run_cli
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv('NAC_LAB_MAX_BYTES', str(64 << 20))
+    np.save(tmp_path / 'x.npy', np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32))
+    rng = random.Random(f'nac-cli-fuzz-{name}')
+    allowed = {'m.nac', 'x.npy', 'out.nac', 'out.safetensors'}
+    old = signal.signal(signal.SIGALRM, _alarm)
+    codes = {0: 0, 1: 0}
+    try:
+        for k in range(CLI_CASES):
+            raw = mutate(SEEDS[name], rng) if k else SEEDS[name]
+            (tmp_path / 'm.nac').write_bytes(raw)
+            cmd = [('inspect', 'm.nac', '--ops'), ('run', 'm.nac', '-i', 'x=x.npy'), ('schedule', 'check', 'm.nac'),
+                   ('rewrite', 'm.nac', 'out.nac')][k % 4]
+            signal.alarm(10)
+            try: rc, out, err = run_cli(*cmd)
+            except Hang: pytest.fail(f'{name} case {k} {cmd[0]}: no answer within 10 s')
+            finally: signal.alarm(0)
+            assert rc in (0, 1), f'{name} case {k} {cmd}: exit {rc}: {err} (mutant {raw.hex()})'
+            if err: assert err.count('\n') == 1 and err.startswith('nac-lab: error: '), (name, k, err)   # schedule check: rc 1, report on stdout
+            codes[rc] += 1
+            stray = {p.name for p in tmp_path.iterdir()} - allowed
+            assert not stray, f'{name} case {k} {cmd[0]} wrote {stray}'
+            assert (tmp_path / 'm.nac').read_bytes() == raw                 # the input is never touched
+            for f in ('out.nac', 'out.safetensors'): (tmp_path / f).unlink(missing_ok=True)
+    finally:
+        signal.signal(signal.SIGALRM, old)
+    assert codes[1] > CLI_CASES // 8 and codes[0] > 0, codes

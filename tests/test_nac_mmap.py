@@ -44,6 +44,13 @@ def brute_readers(ops):
     return [[i for i in range(n) if ops[i].A != 2 and any(d and i + d == v for d in ops[i].D)] for v in range(n)]
 
 
+def brute_next(ops, v):
+    "The first instruction after v that is not a parameter load (RULINGS 10: FORWARD skips parameter loads)."
+    k = v + 1
+    while k < len(ops) and ops[k].A == 2 and ops[k].B == 1: k += 1
+    return k
+
+
 def brute_live(ops, sizes):
     n = len(ops); rd = brute_readers(ops); out = []
     for t in range(n):
@@ -51,8 +58,8 @@ def brute_live(ops, sizes):
         for v in range(n):
             ins = ops[v]
             if ins.A == 3: continue
-            if ins.A == 2 and ins.B == 1:
-                if rd[v] and rd[v][0] <= t <= rd[v][-1]: tot += sizes[v]
+            if ins.A == 2 and ins.B == 1:           # RULINGS 10: preloaded on the tick before its load instruction at the latest
+                if rd[v] and max(v - 1, 0) <= t <= rd[v][-1]: tot += sizes[v]
             elif v <= t <= (rd[v][-1] if rd[v] else v): tot += sizes[v]
         out.append(tot)
     return out
@@ -91,9 +98,9 @@ def test_commands_match_definitions(seed):
     for v in range(n):
         if kinds[v] == 'output' or not rd[v]: continue
         if kinds[v] == 'param':
-            exp[(A.PRELOAD, v)] = max(0, rd[v][0] - 3)
-        elif rd[v] == [v + 1]:
-            exp[(A.FORWARD, v + 1)] = v; continue
+            if v: exp[(A.PRELOAD, v)] = max(0, v - 3)           # before the load instruction; a load at 0 loads itself
+        elif rd[v] == [brute_next(ops, v)]:
+            exp[(A.FORWARD, rd[v][0])] = v; continue
         else: exp[(A.SAVE_RESULT, v)] = v
         if rd[v][-1] + 1 < n: exp[(A.FREE, v)] = rd[v][-1] + 1
     assert got == exp
@@ -109,8 +116,8 @@ def test_capacity_is_respected_or_refused(seed, ahead, extra):
     assert rep.valid and rep.peak_bytes <= lb + extra
     pre = {c.target: c.tick for c in commands_of(recs) if c.action == A.PRELOAD}
     rd = brute_readers(ops)
-    assert all(rd[p][0] - ahead <= t <= rd[p][0] for p, t in pre.items())   # delayed, never dropped
-    assert set(pre) == {v for v in range(len(ops)) if kinds[v] == 'param' and rd[v]}
+    assert all(p - max(ahead, 1) <= t <= p - 1 for p, t in pre.items())   # delayed, never dropped, always before the load
+    assert set(pre) == {v for v in range(1, len(ops)) if kinds[v] == 'param' and rd[v]}
     if lb > 0:
         with pytest.raises(ScheduleError, match='below'):
             build_schedule(ops, sizes=sizes, capacity=lb - 1)
@@ -217,10 +224,10 @@ def test_read_nac_check_mmap_is_strict_and_opt_in(tmp_path):
 
 def test_more_than_255_commands_at_a_tick_survive_the_file():
     nac, _ = demo_nac(schedule=False)
-    ops = [Instruction.param(k + 1) for k in range(300)] + [Instruction(240, 1, [], [-300 + k for k in range(300)])]
-    recs = build_schedule(ops, preload_ahead=1)
-    assert [len(r.commands) for r in recs] == [255, 45]
-    assert sorted(c.target for c in commands_of(recs)) == list(range(300))
+    ops = [Instruction.user_input()] + [Instruction.param(k + 1) for k in range(300)] + [Instruction(240, 1, [], [-300 + k for k in range(300)])]
+    recs = build_schedule(ops, preload_ahead=400)             # every PRELOAD at tick 0 (before its load instruction)
+    assert [(r.tick, len(r.commands)) for r in recs] == [(0, 255), (0, 45)]
+    assert sorted(c.target for c in commands_of(recs)) == list(range(1, 301))
 
 
 class _RawCmd:
@@ -292,17 +299,42 @@ def test_cli_check_lists_hand_corrupted_commands_precisely(tmp_path):
     rc, vs, d = check('fwd.nac', [(c + 1, (9).to_bytes(2, 'little'))])
     assert rc == 1 and vs == [(7, 'FORWARD', 9), (8, 'EXEC', 7)]
     assert d['violations'][0]['offset'] == c and 'next instruction 8' in d['violations'][0]['why']
-    # PRELOAD -> 6 (W2, at tick 6) rewritten as PRELOAD -> 5 (relu, an op): static error, then W2 is read without a preload
-    c = at[6, 40, 6]
+    # PRELOAD -> 6 (W2, at tick 5: just in time, RULINGS 10) rewritten as PRELOAD -> 5 (relu, an op): static error,
+    # then W2 is read without a preload
+    c = at[5, 40, 6]
     rc, vs, d = check('pre.nac', [(c + 1, (5).to_bytes(2, 'little'))])
-    assert rc == 1 and vs == [(6, "PRELOAD", 5), (7, "EXEC", 6), (8, "FREE", 6)]
+    assert rc == 1 and vs == [(5, "PRELOAD", 5), (7, "EXEC", 6), (8, "FREE", 6)]
     assert 'must be an <INPUT B=1>' in d['violations'][0]['why']
     # FREE -> 0 moved from tick 9 to tick 8 (x's last reader): the record at tick 9 holds only that FREE
     rec = at[9, 20, 0] - 3
     rc, vs, d = check('free.nac', [(rec, (8).to_bytes(2, 'little'))])
     assert rc == 1 and (8, 'FREE', 0) in vs and 'FREE belongs on tick 9' in d['violations'][vs.index((8, 'FREE', 0))]['why']
-    # the untouched file with a capacity below the 4480 B peak (tick 7: x 64 + relu 256 + W2 4096 + y 64)
+    # the untouched file with a capacity below the 4672 B peak (RULINGS 10: weights arrive the tick before their load):
+    # tick 2: W1 4096 + b1 256 (preloaded for instruction 3) + x 64 + x@W1 256; tick 5: W2 4096 (preloaded for
+    # instruction 6) + x 64 + the value forwarded into 5 (256) + relu 256; tick 7: x 64 + relu 256 + W2 4096 + y 64 = 4480
+    rc, vs, d = check('ok.nac', [], '--capacity', '4671')
+    assert rc == 1 and vs == [(2, 'CAPACITY', None), (5, 'CAPACITY', None)] and d['peak_bytes'] == 4672
     rc, vs, d = check('ok.nac', [], '--capacity', '4479')
-    assert rc == 1 and vs == [(7, 'CAPACITY', None)] and d['peak_bytes'] == 4480
-    rc, vs, d = check('ok.nac', [], '--capacity', '4480')
+    assert rc == 1 and (7, 'CAPACITY', None) in vs
+    rc, vs, d = check('ok.nac', [], '--capacity', '4672')
     assert rc == 0 and vs == []
+
+
+def test_files_laid_out_the_old_way_still_schedule_and_run():
+    """A stream with every parameter load at the top (the layout before RULINGS 10's revision) still schedules,
+    simulates valid at the lower bound of its own order and runs to the same outputs as the just-in-time layout."""
+    import torch
+    from nac_lab.nac.mmap import apply_order
+    from nac_lab.nac.run import Interpreter
+    nac, sizes = demo_nac()
+    order = [1, 3, 6, 0, 2, 4, 5, 7, 8, 9]                       # W1, b1, W2 first, then the rest in source order
+    old = NacFile(**{k: getattr(nac, k) for k in ('n_inputs', 'n_outputs', 'd_model', 'cmap', 'constants', 'perm', 'param_names', 'tensors')})
+    old.ops = apply_order(nac, order); old.input_names = {3: 'x'}
+    osz = [sizes[o] for o in order]
+    old.mmap = build_schedule(old, sizes=osz)
+    assert all(c.tick < c.target for c in commands_of(old.mmap) if c.action == A.PRELOAD)
+    rep = simulate(old, sizes=osz)
+    assert rep.valid and rep.peak_bytes == rep.lower_bound == max(brute_live(old.ops, osz))
+    x = torch.randn(3, 16, generator=torch.Generator().manual_seed(0))
+    back = read_nac(write_nac(old))
+    torch.testing.assert_close(Interpreter(back).run(x)[0], Interpreter(nac).run(x)[0], rtol=0, atol=0)

@@ -33,6 +33,29 @@ def test_compiler_schedule_is_valid(zoo):
     assert coupled_check(m, *xs).ok
 
 
+def test_parameter_loads_are_just_in_time(zoo):
+    """RULINGS 10: every <INPUT B=1> sits right before its first reader (only other parameter loads between them),
+    every PRELOAD comes at a tick before its load instruction, each parameter is preloaded once, and the schedule's
+    peak equals the lower bound."""
+    name, m, xs, sz = zoo
+    ops = m.nac.ops
+    readers = {}
+    for i, ins in enumerate(ops):
+        if ins.A == 2: continue
+        for d in set(ins.D if ins.A != 7 else []):
+            if d < 0: readers.setdefault(i + d, []).append(i)
+    params = [i for i, ins in enumerate(ops) if ins.A == 2 and ins.B == 1]
+    assert params
+    for p in params:
+        first = min(readers[p])
+        assert p < first and all(ops[k].A == 2 and ops[k].B == 1 for k in range(p + 1, first)), (name, p, first)
+    pre = [c for c in commands_of(m.nac.mmap) if c.action == A.PRELOAD]
+    assert all(c.tick < c.target for c in pre), (name, [c for c in pre if c.tick >= c.target][:3])
+    assert sorted(c.target for c in pre) == [p for p in params if p > 0]
+    rep = simulate(m.nac, sizes=sz)
+    assert rep.valid and rep.peak_bytes == rep.lower_bound, (name, rep.peak_bytes, rep.lower_bound)
+
+
 def test_compiler_sizes_match_a_real_run(zoo):
     """The sizes compile() derives from the exported graph's metadata are the bytes the interpreter really
     produces at the example batch (parameters: stored size, which is float32 here)."""
