@@ -304,7 +304,7 @@ def first_of_tuples(steps: list) -> None:
         s.fn = _tuple_first(s.fn)
 
 # %% ../../nbs/19_nac_run.ipynb #1b08b612
-from .guard import to_meta, value_bytes, check_bytes, max_bytes, escape
+from .guard import to_meta, value_bytes, check_bytes, max_bytes
 
 def _meta_value(v):
     if isinstance(v, torch.device): return torch.device('meta')
