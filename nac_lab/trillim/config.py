@@ -13,9 +13,9 @@ from ..config import config_field, show_value
 from ..fileio import read_json
 
 # %% auto #0
-__all__ = ['ALIGN', 'MAX_EOS', 'ARCH_INFO', 'END_TOKENS', 'LIMITS', 'MAX_ROPE_BYTES', 'CONFIG_FIELDS', 'TrillimError',
-           'ConfigError', 'ArchType', 'ActivationType', 'align_up', 'ArchInfo', 'ArchConfig', 'eos_from_tokenizer',
-           'arch_from_hf', 'check_arch', 'load_hf_config', 'config_args', 'parse_config_args']
+__all__ = ['ALIGN', 'MAX_EOS', 'MAX_THREADS', 'ARCH_INFO', 'END_TOKENS', 'LIMITS', 'MAX_ROPE_BYTES', 'CONFIG_FIELDS',
+           'TrillimError', 'ConfigError', 'ArchType', 'ActivationType', 'align_up', 'ArchInfo', 'ArchConfig',
+           'eos_from_tokenizer', 'arch_from_hf', 'check_arch', 'load_hf_config', 'config_args', 'parse_config_args']
 
 # %% ../../nbs/40_trillim_config.ipynb #12efb223
 class TrillimError(NacLabError):
@@ -44,6 +44,7 @@ def align_up(n:int, a:int=ALIGN) -> int:
 
 # %% ../../nbs/40_trillim_config.ipynb #9c4f9c69
 MAX_EOS = 8
+MAX_THREADS = 1024      # a sane ceiling for the engine's thread count (0: the engine picks)
 
 @dataclass(frozen=True)
 class ArchInfo:
@@ -241,7 +242,7 @@ def parse_config_args(args) -> ArchConfig:
         if v[name] <= 0: raise bad(name, 'must be positive')
     if v['arch_type'] not in (1, 2): raise bad('arch_type', 'must be 1 (BITNET) or 2 (LLAMA)')
     if v['activation'] not in (0, 1): raise bad('activation', 'must be 0 (RELU_SQR) or 1 (SILU)')
-    if v['num_threads'] < 0: raise bad('num_threads', 'must be >= 0')
+    if not 0 <= v['num_threads'] <= MAX_THREADS: raise bad('num_threads', f'must be 0..{MAX_THREADS} (0: the engine picks)')
     for name in ('norm_eps', 'rope_theta'):
         if not math.isfinite(v[name]) or v[name] <= 0: raise bad(name, 'must be a positive finite number')
     if v['head_dim'] % 2: raise bad('head_dim', 'must be even')
