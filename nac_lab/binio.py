@@ -4,7 +4,7 @@
 
 # %% ../nbs/00_binio.ipynb #9994091b
 from __future__ import annotations
-import json, mmap, os, struct
+import json, mmap, os, re, struct
 from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
@@ -12,9 +12,9 @@ import numpy as np
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['ST_MAX_HEADER', 'NacLabError', 'FormatError', 'TruncatedError', 'BadMagicError', 'BadValueError', 'LimitError',
-           'Reader', 'map_file', 'StEntry', 'safetensors_header_len', 'safetensors_header', 'WriteError', 'Writer',
-           'hexdump']
+__all__ = ['CONTROL_RE', 'ST_MAX_HEADER', 'NacLabError', 'FormatError', 'TruncatedError', 'BadMagicError', 'BadValueError',
+           'LimitError', 'printable', 'Reader', 'map_file', 'StEntry', 'safetensors_header_len', 'safetensors_header',
+           'WriteError', 'Writer', 'hexdump']
 
 # %% ../nbs/00_binio.ipynb #2b22e8b3
 class NacLabError(Exception):
@@ -44,6 +44,18 @@ class BadValueError(FormatError):
 
 class LimitError(FormatError):
     "A count or length read from the input is larger than the remaining bytes can hold."
+
+# %% ../nbs/00_binio.ipynb #26ecbdec
+CONTROL_RE = re.compile('[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\u200e\u200f]')
+
+def _escape_char(m) -> str:
+    o = ord(m[0])
+    return f'\\x{o:02x}' if o < 0x100 else f'\\u{o:04x}'
+
+def printable(s) -> str:
+    "`s` as text with control, line-separator and bidi-override characters written as escapes (`\\x1b`, `\\u2028`): safe to print on one line."
+    s = str(s)
+    return CONTROL_RE.sub(_escape_char, s) if CONTROL_RE.search(s) else s
 
 # %% ../nbs/00_binio.ipynb #3015bbe1
 _STRUCTS: dict[str, struct.Struct] = {}

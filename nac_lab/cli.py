@@ -8,7 +8,7 @@ import argparse, difflib, importlib, io, os, pkgutil, re, sys, time, traceback
 from contextlib import redirect_stdout, redirect_stderr
 from pathlib import Path
 import nac_lab
-from .binio import NacLabError
+from .binio import NacLabError, printable
 
 # %% auto #0
 __all__ = ['TOUR_RANK', 'area_clis', 'version', 'CliParser', 'build_parser', 'main', 'dispatch', 'console_main', 'tour',
@@ -120,13 +120,13 @@ def dispatch(args) -> int:
     except (NacLabError, OSError) as ex:
         if getattr(args, 'debug', False): raise
         msg = str(ex) if isinstance(ex, NacLabError) else f'{ex.strerror or ex}: {ex.filename}' if getattr(ex, 'filename', None) else str(ex)
-        print(f'nac-lab: error: {msg}', file=sys.stderr)
+        print('nac-lab: error: ' + '\n'.join(printable(line) for line in msg.split('\n')), file=sys.stderr)   # inert text, line by line
         return 1
     except KeyboardInterrupt:
         print('nac-lab: interrupted', file=sys.stderr); return 130
     except Exception as ex:
         if getattr(args, 'debug', False): raise
-        print(f'nac-lab: internal error: {type(ex).__name__}: {ex} (run with --debug for the traceback)', file=sys.stderr)
+        print(f'nac-lab: internal error: {type(ex).__name__}: {printable(ex)} (run with --debug for the traceback)', file=sys.stderr)
         return 3
 
 def console_main():

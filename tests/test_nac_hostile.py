@@ -160,7 +160,7 @@ def test_control_characters_are_escaped_in_tables_and_errors(tmp_path):
             assert ch not in out and ch not in err, (cmd, ch)
         assert err.count('\n') <= 1
     rc, out, err = run_cli('inspect', str(f), '--ops')
-    assert '\\x1b[2J\\n\\u202e' in out
+    assert '\\x1b[2J\\x0a\\u202e' in out
 
 
 def test_tiny_bandwidth_gives_finite_stalls_or_an_error(tmp_path):

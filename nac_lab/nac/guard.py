@@ -7,21 +7,15 @@ from __future__ import annotations
 import os, re
 from pathlib import Path
 import numpy as np
-from ..binio import NacLabError, LimitError, WriteError
+from ..binio import NacLabError, LimitError, WriteError, printable
 from ..fileio import atomic_write, check_output, same_file
 
 # %% auto #0
-__all__ = ['MAX_RANK', 'MAX_BYTES_ENV', 'escape', 'in_file', 'shape_problem', 'MemoryLimitError', 'physical_memory', 'max_bytes',
+__all__ = ['escape', 'MAX_RANK', 'MAX_BYTES_ENV', 'in_file', 'shape_problem', 'MemoryLimitError', 'physical_memory', 'max_bytes',
            'value_bytes', 'to_meta', 'check_bytes', 'companion', 'check_nac_outputs', 'save_nac_files']
 
 # %% ../../nbs/24_nac_guard.ipynb #7499bf15
-_CTRL = re.compile('[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]')
-
-def escape(s) -> str:
-    "`s` as text with every control (and bidi) character written as a Python escape, so it prints on one inert line."
-    s = str(s)
-    if not _CTRL.search(s): return s
-    return _CTRL.sub(lambda m: m.group().encode('unicode_escape').decode('ascii'), s)
+escape = printable      # the foundation's one escaper for untrusted text (nac_lab.binio)
 
 def in_file(ex, path):
     "The same `FormatError` (same class, section, offset) with file `path` named after its format."

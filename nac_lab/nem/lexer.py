@@ -5,22 +5,12 @@
 # %% ../../nbs/30_nem_lexer.ipynb #ae15423e
 from __future__ import annotations
 import re
-from ..binio import NacLabError
+from ..binio import NacLabError, CONTROL_RE, printable
 
 # %% auto #0
-__all__ = ['INT_MAX', 'MAX_SOURCE_CHARS', 'MAX_LINE_CHARS', 'printable', 'NemError', 'caret_lines', 'NemSyntaxError', 'tokenize']
+__all__ = ['INT_MAX', 'MAX_SOURCE_CHARS', 'MAX_LINE_CHARS', 'NemError', 'caret_lines', 'NemSyntaxError', 'tokenize']
 
 # %% ../../nbs/30_nem_lexer.ipynb #0e85a8d4
-_CONTROL_RE = re.compile('[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\u200e\u200f]')
-
-def _escape(m) -> str:
-    o = ord(m[0])
-    return f'\\x{o:02x}' if o < 0x100 else f'\\u{o:04x}'
-
-def printable(s:str) -> str:
-    "`s` with control, line-separator and bidi-override characters written as escapes (`\\x1b`, `\\u2028`): safe to print on one line."
-    return _CONTROL_RE.sub(_escape, s) if _CONTROL_RE.search(s) else s
-
 class NemError(NacLabError):
     "Root of the NEM front end's errors; the message is made `printable`."
     def __init__(self, msg='', *args): super().__init__(printable(str(msg)), *args)
@@ -28,7 +18,7 @@ class NemError(NacLabError):
 def caret_lines(src_line:str, col:int, width:int=100) -> str:
     "The source line (made `printable`) and a caret under column `col` (1-based), indented 4; a line longer than `width` is cut to a window around the column, `…` marking the cuts."
     src = src_line.replace('\t', ' ').rstrip('\r'); c = max(0, col - 1)
-    if _CONTROL_RE.search(src): c, src = len(printable(src[:c])), printable(src)
+    if CONTROL_RE.search(src): c, src = len(printable(src[:c])), printable(src)
     if len(src) > width:
         start = max(0, min(c - width // 2, len(src) - width))
         cut = src[start:start + width]
