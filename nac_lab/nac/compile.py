@@ -270,3 +270,10 @@ def compile(module: torch.nn.Module, example_args, *, dynamic_shapes=None, quant
 def load(path, *, device=None) -> NacModel:
     "Read a `.nac` file (weights internal, or in the `.safetensors` beside it) as a runnable `NacModel`."
     return NacModel(read_nac(path), device=device)
+
+# %% ../../nbs/18_nac_compile.ipynb #3eefaab9
+def _call(self:NacModel, *inputs, **named):
+    "Run like the source module: the output itself when there is one, else the tuple of outputs."
+    out = self.run(*inputs, **named)
+    return out[0] if len(out) == 1 else out
+NacModel.__call__ = _call

@@ -52,15 +52,19 @@ def _flat_args(args):
     return out
 
 def export_graph(module: torch.nn.Module, example_args: tuple, dynamic_shapes=None) -> NacGraph:
-    "Export `module` (eval mode) with torch.export and wrap the result as a `NacGraph`."
-    with warnings.catch_warnings():   # torch-internal deprecation and tracing chatter is not the user's business
-        warnings.simplefilter('ignore', FutureWarning); warnings.simplefilter('ignore', UserWarning)
-        return _export_graph(module, example_args, dynamic_shapes)
+    "Export `module` in eval mode with torch.export and wrap the result as a `NacGraph`; the module's own train/eval flags are restored."
+    modes = [(m, m.training) for m in module.modules()]
+    module.eval()
+    try:
+        with warnings.catch_warnings():   # torch-internal deprecation and tracing chatter is not the user's business
+            warnings.simplefilter('ignore', FutureWarning); warnings.simplefilter('ignore', UserWarning)
+            return _export_graph(module, example_args, dynamic_shapes)
+    finally:
+        for m, was_training in modes: m.training = was_training
 
 def _export_graph(module, example_args, dynamic_shapes):
     from torch.export import export
     from torch.export.graph_signature import InputKind, OutputKind
-    module = module.eval()
     name = type(module).__name__
     try:
         ep = export(module, tuple(example_args), dynamic_shapes=dynamic_shapes).run_decompositions({})
