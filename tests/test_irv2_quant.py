@@ -84,7 +84,8 @@ def ref_q4_k(x):
     inv_s = F(F(63) / ms) if ms > 0 else F(0); inv_m = F(F(63) / mm) if mm > 0 else F(0)
     q = [0] * 12; ls_all, lm_all = [], []
     for j in range(8):
-        ls = min(63, nint(F(inv_s * scs[j])) % 256); lm = min(63, nint(F(inv_m * mns[j])) % 256)   # uint8_t then MIN; ls_all.append(ls); lm_all.append(lm)
+        ls = min(63, nint(F(inv_s * scs[j])) % 256); lm = min(63, nint(F(inv_m * mns[j])) % 256)   # uint8_t, then MIN
+        ls_all.append(ls); lm_all.append(lm)
         if j < 4: q[j] = ls; q[j+4] = lm
         else: q[j+4] = (ls & 15) | ((lm & 15) << 4); q[j-4] |= (ls >> 4) << 6; q[j] |= (lm >> 4) << 6
     d = np.float16(F(ms / F(63))); dmin = np.float16(F(mm / F(63)))
