@@ -115,3 +115,9 @@ def test_gguf_to_safetensors_runs_in_the_irv2_runtime(tiny, tmp_path):
         got = rt.prefill(prompt); want = TorchReference(ir['config'], ref_w).forward(prompt).numpy()
         assert np.abs(got - want).max() < 1e-4, k
         rt.close()
+
+def test_config_defaults_when_optional_keys_are_absent(tmp_path):
+    w = _writer(tmp_path / 'm.gguf'); w.add_tensor('token_embd.weight', np.zeros((8, 32), np.float32)); _finish(w)
+    c = gguf_config(open_gguf(tmp_path / 'm.gguf'))
+    assert c['vocab_size'] == 8 and c['num_key_value_heads'] == 2 and c['rope_theta'] == 10000.0   # embedding rows; = heads; llama.cpp default
+    assert c['tie_word_embeddings'] is True and c['hidden_size'] == 32 and 'head_dim' not in c
