@@ -7,7 +7,7 @@ __all__ = ['ARCHS', 'GGUF_NAMES', 'GGUFError', 'hf_name', 'gguf_name', 'permute_
            'gguf_metadata', 'gguf_config', 'gguf_tensor', 'read_gguf', 'write_gguf', 'tiny_llama',
            'gguf_to_safetensors']
 
-# %% ../../nbs/57_irv2_gguf.ipynb #c1653704
+# %% ../../nbs/57_irv2_gguf.ipynb #1222eeef
 import json, os, shutil, struct, tempfile
 from pathlib import Path
 import numpy as np
@@ -15,7 +15,7 @@ from ..binio import NacLabError, FormatError, TruncatedError, BadMagicError, Bad
 from ..fileio import atomic_write
 from .quant import dequantize, quantize, QuantError, BLOCKS
 
-# %% ../../nbs/57_irv2_gguf.ipynb #bdfd69c0
+# %% ../../nbs/57_irv2_gguf.ipynb #f4e262d5
 class GGUFError(BadValueError):
     "A GGUF file that nac_lab cannot use: unsupported architecture, tensor, type or inconsistent metadata."
 
@@ -46,7 +46,7 @@ def gguf_name(hf:str) -> str:
     if hf.startswith('model.layers.'): return f'blk.{p[2]}.{inv[".".join(p[3:-1])]}.{p[-1]}'
     return f'{inv[".".join(p[:-1])]}.{p[-1]}'
 
-# %% ../../nbs/57_irv2_gguf.ipynb #71d553bd
+# %% ../../nbs/57_irv2_gguf.ipynb #f09ac84c
 def permute_qk(w, n_head:int) -> np.ndarray:
     "HF q/k projection rows -> llama.cpp order (per head: halves interleaved into adjacent pairs)."
     w = np.asarray(w); return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
@@ -55,7 +55,7 @@ def unpermute_qk(w, n_head:int) -> np.ndarray:
     "Inverse of `permute_qk`: llama.cpp q/k rows back to HF order."
     w = np.asarray(w); return w.reshape(n_head, w.shape[0] // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
-# %% ../../nbs/57_irv2_gguf.ipynb #ab3ed037
+# %% ../../nbs/57_irv2_gguf.ipynb #c002fd04
 _SCALAR = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}   # GGUF value type -> bytes
 _STRING, _ARRAY = 8, 9
 
@@ -127,7 +127,7 @@ def open_gguf(path):
             raise TruncatedError(f'tensor {t.name!r} needs bytes up to {t.data_offset + t.n_bytes}, file has {size}', fmt='GGUF', offset=t.data_offset)
     return r
 
-# %% ../../nbs/57_irv2_gguf.ipynb #a2187c87
+# %% ../../nbs/57_irv2_gguf.ipynb #65b921f6
 def gguf_metadata(reader) -> dict:
     "All metadata key/values of an open reader as plain Python values (arrays as lists)."
     out = {}
@@ -169,7 +169,7 @@ def gguf_config(reader) -> dict:
     if arch == 'qwen2': cfg['qkv_bias'] = 'blk.0.attn_q.bias' in names
     return cfg
 
-# %% ../../nbs/57_irv2_gguf.ipynb #41a89399
+# %% ../../nbs/57_irv2_gguf.ipynb #18e8b3af
 def gguf_tensor(reader, t, cfg:dict) -> tuple[str, np.ndarray]:
     "(HF name, float32 array in HF layout) of reader tensor `t`."
     name = hf_name(t.name); kind = t.tensor_type.name
@@ -193,7 +193,7 @@ def read_gguf(path) -> tuple[dict, dict]:
         name, w = gguf_tensor(r, t, cfg); out[name] = w
     return cfg, out
 
-# %% ../../nbs/57_irv2_gguf.ipynb #9c5cd41d
+# %% ../../nbs/57_irv2_gguf.ipynb #dc7894de
 def write_gguf(path, cfg:dict, tensors:dict, kinds:dict|None=None, default:str='F32') -> Path:
     "Write HF config `cfg` and HF-named `tensors` as GGUF file `path`; `kinds[name]` picks each tensor's GGML kind."
     import gguf
@@ -219,7 +219,7 @@ def write_gguf(path, cfg:dict, tensors:dict, kinds:dict|None=None, default:str='
             with open(tmp, 'rb') as src: shutil.copyfileobj(src, f)
         return atomic_write(path, copy, what='GGUF file')
 
-# %% ../../nbs/57_irv2_gguf.ipynb #ed4cc44e
+# %% ../../nbs/57_irv2_gguf.ipynb #4d275573
 def tiny_llama(seed:int=0, hidden:int=256, layers:int=2, heads:int=4, kv_heads:int=2, inter:int=512, vocab:int=64, tie:bool=False):
     "A random-weight tiny Llama: (HF config, {HF name: float32 array})."
     rng = np.random.default_rng(seed); hd = hidden // heads
@@ -237,12 +237,19 @@ def tiny_llama(seed:int=0, hidden:int=256, layers:int=2, heads:int=4, kv_heads:i
                   p + 'mlp.gate_proj.weight': g(inter, hidden), p + 'mlp.up_proj.weight': g(inter, hidden), p + 'mlp.down_proj.weight': g(hidden, inter)})
     return cfg, t
 
-# %% ../../nbs/57_irv2_gguf.ipynb #5d9fad6e
+# %% ../../nbs/57_irv2_gguf.ipynb #98684162
 def gguf_to_safetensors(path, out, config_out=None) -> dict:
-    "Convert GGUF `path` into float32 safetensors `out` (HF names); returns the HF-style config (also to `config_out`)."
-    from safetensors.numpy import save
-    cfg, tensors = read_gguf(path)
-    blob = save({k: np.ascontiguousarray(v) for k, v in tensors.items()}, metadata={'nac_lab.config': json.dumps(cfg, sort_keys=True)})
-    atomic_write(out, blob, inputs=[path], what='safetensors output')
+    "Convert GGUF `path` into float32 safetensors `out` (HF names), one tensor at a time; returns the HF-style config."
+    r = open_gguf(path); cfg = gguf_config(r)
+    items = [(hf_name(t.name), t, [int(d) for d in reversed(list(t.shape))]) for t in r.tensors]
+    head, pos = {'__metadata__': {'nac_lab.config': json.dumps(cfg, sort_keys=True)}}, 0
+    for name, t, shape in sorted(items, key=lambda i: i[0]):
+        n = 4 * int(np.prod(shape, dtype=np.int64)); head[name] = {'dtype': 'F32', 'shape': shape, 'data_offsets': [pos, pos + n]}; pos += n
+    hj = json.dumps(head, separators=(',', ':')).encode(); hj += b' ' * (-len(hj) % 8)
+    def fill(f):
+        f.write(struct.pack('<Q', len(hj))); f.write(hj)
+        for name, t, shape in sorted(items, key=lambda i: i[0]):
+            f.write(np.ascontiguousarray(gguf_tensor(r, t, cfg)[1], dtype='<f4').tobytes())
+    atomic_write(out, fill, inputs=[path], what='safetensors output')
     if config_out is not None: atomic_write(config_out, json.dumps(cfg, indent=1, sort_keys=True) + '\n', inputs=[path, out], what='config output')
     return cfg
