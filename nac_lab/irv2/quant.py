@@ -5,11 +5,11 @@
 # %% auto #0
 __all__ = ['BLOCKS', 'F32', 'QuantError', 'block_info', 'nbytes', 'quantize', 'dequantize', 'f32_to_bf16', 'bf16_to_f32']
 
-# %% ../../nbs/56_irv2_quant.ipynb #83316011
+# %% ../../nbs/56_irv2_quant.ipynb #3921b903
 import numpy as np
 from ..binio import BadValueError
 
-# %% ../../nbs/56_irv2_quant.ipynb #f399e6b2
+# %% ../../nbs/56_irv2_quant.ipynb #a2e30276
 class QuantError(BadValueError):
     "Raw GGML data or an array that does not fit the layout of a quantization kind."
 
@@ -27,7 +27,7 @@ def nbytes(kind:str, n:int) -> int:
     if n < 0 or n % be: raise QuantError(f'{n} elements is not a whole number of {be}-element blocks', fmt=f'GGML {kind}')
     return n // be * bb
 
-# %% ../../nbs/56_irv2_quant.ipynb #212bef7f
+# %% ../../nbs/56_irv2_quant.ipynb #6a6fd937
 F32 = np.float32
 
 def _round_away(v):
@@ -48,13 +48,13 @@ def _rows(x, kind):
     if not np.isfinite(a).all(): raise QuantError(f'cannot quantize non-finite values (first at flat index {int(np.argmin(np.isfinite(a)))})', fmt=f'GGML {kind}')
     return a.reshape(-1, be)
 
-# %% ../../nbs/56_irv2_quant.ipynb #0fbbbc0a
+# %% ../../nbs/56_irv2_quant.ipynb #160ab765
 def _roundf(v):
     "C `roundf` exactly: floor(|v|) plus one when the fraction is at least one half, with v's sign."
     a = np.abs(v); f = np.floor(a)
     return (np.sign(v) * (f + (a - f >= F32(0.5)))).astype(F32)
 
-# %% ../../nbs/56_irv2_quant.ipynb #79bd5d6e
+# %% ../../nbs/56_irv2_quant.ipynb #4c6ceee9
 def _q8_0(b):
     d = np.abs(b).max(axis=1, keepdims=True) / F32(127)
     with np.errstate(divide='ignore'): inv = np.where(d == 0, F32(0), F32(1) / d).astype(F32)
@@ -65,7 +65,7 @@ def _dq8_0(r):
     d = r[:, :2].copy().view(np.float16).astype(F32)
     return r[:, 2:].view(np.int8).astype(F32) * d
 
-# %% ../../nbs/56_irv2_quant.ipynb #20c06049
+# %% ../../nbs/56_irv2_quant.ipynb #1fae49c6
 def _qx_search(x, nmax):
     "Vectorised `make_qx_quants` with weights x² over rows of `x`; returns (scale, L in 0..2*nmax-1)."
     n = x.shape[1]; rows = np.arange(x.shape[0])
@@ -92,7 +92,7 @@ def _qx_search(x, nmax):
     L = np.where(zero[:, None], -nmax, L); scale = np.where(zero, F32(0), scale).astype(F32)
     return scale, (L + nmax).astype(np.int32)
 
-# %% ../../nbs/56_irv2_quant.ipynb #2699946f
+# %% ../../nbs/56_irv2_quant.ipynb #6d398c7f
 def _q6_k(b):
     nb = len(b); x = b.reshape(nb * 16, 16)
     sc, L = _qx_search(x, 32); sc = sc.reshape(nb, 16); L = L.reshape(nb, 256)
@@ -120,7 +120,7 @@ def _dq6_k(r):
     q = ((lo | (hi << 4)).astype(np.int16) - 32).reshape(nb, 16, 16).astype(F32)
     return ((d * sc)[:, :, None] * q).reshape(nb, 256)
 
-# %% ../../nbs/56_irv2_quant.ipynb #8bce51d5
+# %% ../../nbs/56_irv2_quant.ipynb #b61f3982
 def _qkx2_search(x, w, nmax=15, rmin=-1.0, rdelta=0.1, nstep=20):
     "Vectorised `make_qkx2_quants` (squared error) over rows of `x`; returns (scale, offset >= 0, L)."
     n = x.shape[1]; N = len(x)
@@ -156,7 +156,7 @@ def _qkx2_search(x, w, nmax=15, rmin=-1.0, rdelta=0.1, nstep=20):
     L = np.where(flat[:, None], 0, L); scale = np.where(flat, F32(0), scale); off = np.where(flat, mn, off)
     return scale.astype(F32), (-off).astype(F32), L
 
-# %% ../../nbs/56_irv2_quant.ipynb #3c5eee9d
+# %% ../../nbs/56_irv2_quant.ipynb #d9101652
 def _q4_k(b):
     nb = len(b); x = b.reshape(nb * 8, 32)
     s2 = np.zeros(len(x), F32)
@@ -189,7 +189,7 @@ def _dq4_k(r):
     q = (q & 15).reshape(nb, 8, 32).astype(F32)
     return ((d * sc)[:, :, None] * q - (dmin * m)[:, :, None]).reshape(nb, 256)
 
-# %% ../../nbs/56_irv2_quant.ipynb #bdbdbc20
+# %% ../../nbs/56_irv2_quant.ipynb #5575ac28
 _Q = {'Q8_0': (_q8_0, _dq8_0), 'Q6_K': (_q6_k, _dq6_k), 'Q4_K': (_q4_k, _dq4_k)}
 
 def quantize(x, kind:str) -> np.ndarray:
@@ -213,7 +213,7 @@ def dequantize(raw, kind:str, shape) -> np.ndarray:
     with np.errstate(invalid='ignore', over='ignore'):     # inf/NaN scales decode to inf/NaN, as in GGML
         return _Q[kind][1](r.reshape(-1, BLOCKS[kind][1])).reshape(shape)
 
-# %% ../../nbs/56_irv2_quant.ipynb #5ab2ecac
+# %% ../../nbs/56_irv2_quant.ipynb #4eaf3c99
 def f32_to_bf16(x) -> np.ndarray:
     "float32 -> bf16 bit patterns (uint16), round to nearest even, NaN stays NaN."
     u = np.asarray(x, F32).view(np.uint32).astype(np.uint64)
