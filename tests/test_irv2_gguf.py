@@ -1,0 +1,123 @@
+"""GGUF reading (nac_lab.irv2.gguf): decoding against the gguf package's own decoder, the Q/K permutation against
+RoPE semantics, architectures and dtypes we refuse, corrupted and truncated files, and the end-to-end path
+GGUF -> safetensors -> generated C runtime against the PyTorch reference on the source weights."""
+import json
+import numpy as np, pytest
+import gguf, gguf.quants as gq
+from nac_lab.binio import NacLabError, TruncatedError, LimitError
+from nac_lab.irv2.gguf import (read_gguf, write_gguf, tiny_llama, open_gguf, gguf_config, gguf_tensor, gguf_to_safetensors,
+                               permute_qk, unpermute_qk, GGUFError, hf_name)
+from nac_lab.irv2.quant import quantize, dequantize
+
+KINDS = ['Q8_0', 'Q4_K', 'Q6_K', 'F16', 'BF16', 'F32']
+
+@pytest.fixture(scope='module')
+def tiny(tmp_path_factory):
+    d = tmp_path_factory.mktemp('gguf'); cfg, src = tiny_llama(seed=3)
+    mats = sorted(n for n in src if src[n].ndim == 2)
+    kinds = {n: KINDS[i % len(KINDS)] for i, n in enumerate(mats)}
+    return d, cfg, src, kinds, write_gguf(d / 'mixed.gguf', cfg, src, kinds)
+
+def test_decode_matches_gguf_package(tiny):
+    d, cfg, src, kinds, path = tiny
+    r = open_gguf(path); c = gguf_config(r)
+    for t in r.tensors:
+        name, ours = gguf_tensor(r, t, c)
+        theirs = gq.dequantize(t.data, t.tensor_type).astype(np.float32)     # their decoder, their shape handling
+        if '.attn_q.' in t.name: theirs = unpermute_qk(theirs, cfg['num_attention_heads'])
+        if '.attn_k.' in t.name: theirs = unpermute_qk(theirs, cfg['num_key_value_heads'])
+        assert theirs.shape == src[name].shape and np.array_equal(ours.view(np.uint32), theirs.view(np.uint32)), t.name
+        k = kinds.get(name, 'F32')
+        assert np.array_equal(ours, dequantize(quantize(src[name], k), k, src[name].shape)), name
+        if k in ('F32',): assert np.array_equal(ours, src[name])
+
+def test_file_is_memory_mapped(tiny):
+    r = open_gguf(tiny[4]); assert isinstance(r.data, np.memmap)
+
+def _rope_half(x, pos, theta=10000.0):
+    d = x.shape[-1]; inv = theta ** (-np.arange(0, d, 2) / d); a = pos * inv
+    x1, x2 = x[..., :d // 2], x[..., d // 2:]
+    return np.concatenate([x1 * np.cos(a) - x2 * np.sin(a), x2 * np.cos(a) + x1 * np.sin(a)], -1)
+
+def _rope_adjacent(x, pos, theta=10000.0):
+    d = x.shape[-1]; inv = theta ** (-np.arange(0, d, 2) / d); a = pos * inv
+    e, o = x[..., 0::2], x[..., 1::2]; y = np.empty_like(x)
+    y[..., 0::2] = e * np.cos(a) - o * np.sin(a); y[..., 1::2] = o * np.cos(a) + e * np.sin(a)
+    return y
+
+def test_qk_permutation_turns_half_rope_into_adjacent_rope():
+    rng = np.random.default_rng(0); heads, hd, emb = 3, 8, 5
+    w = rng.normal(size=(heads * hd, emb)); x = rng.normal(size=emb)
+    hf = _rope_half((w @ x).reshape(heads, hd), 7)                       # HF: rotate halves
+    gg = _rope_adjacent((permute_qk(w, heads) @ x).reshape(heads, hd), 7)  # llama.cpp: rotate adjacent pairs
+    q_dot_hf = hf @ hf.T; q_dot_gg = gg @ gg.T                           # attention scores agree
+    assert np.allclose(q_dot_hf, q_dot_gg)
+    assert np.allclose(unpermute_qk(permute_qk(w, heads), heads), w)
+
+def test_tied_embeddings_and_qwen2(tmp_path):
+    cfg, src = tiny_llama(seed=1, tie=True, layers=1)
+    write_gguf(tmp_path / 't.gguf', cfg, src)
+    c, t = read_gguf(tmp_path / 't.gguf')
+    assert c['tie_word_embeddings'] is True and 'lm_head.weight' not in t
+    cfg.update(model_type='qwen2'); rng = np.random.default_rng(2)
+    for p in ('q', 'k', 'v'): src[f'model.layers.0.self_attn.{p}_proj.bias'] = rng.normal(size=src[f'model.layers.0.self_attn.{p}_proj.weight'].shape[0]).astype(np.float32)
+    write_gguf(tmp_path / 'q.gguf', cfg, src)
+    c, t = read_gguf(tmp_path / 'q.gguf')
+    assert c['model_type'] == 'qwen2' and c['qkv_bias'] is True
+    for n in src: assert np.array_equal(t[n], src[n]), n                  # qwen2: no permutation
+
+def _writer(path, arch='llama'):
+    w = gguf.GGUFWriter(path, arch)
+    for f, v in (('add_block_count', 1), ('add_context_length', 16), ('add_embedding_length', 32), ('add_feed_forward_length', 64),
+                 ('add_head_count', 2)): getattr(w, f)(v)
+    return w
+
+def _finish(w):
+    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+
+def test_unsupported_architecture_and_dtype(tmp_path):
+    w = _writer(tmp_path / 'a.gguf', 'gpt2'); w.add_tensor('token_embd.weight', np.zeros((8, 32), np.float32)); _finish(w)
+    with pytest.raises(GGUFError, match="unsupported architecture 'gpt2'"): read_gguf(tmp_path / 'a.gguf')
+    w = _writer(tmp_path / 'b.gguf'); w.add_tensor('token_embd.weight', np.zeros((8, 176), np.uint8), raw_dtype=gguf.GGMLQuantizationType.Q5_K); _finish(w)
+    with pytest.raises(GGUFError, match="type Q5_K, not one of"): read_gguf(tmp_path / 'b.gguf')
+    w = _writer(tmp_path / 'c.gguf'); w.add_tensor('token_embd.weight', np.zeros((8, 32), np.float32))
+    w.add_tensor('rope_freqs.weight', np.ones(8, np.float32)); _finish(w)
+    with pytest.raises(GGUFError, match='RoPE scaling'): read_gguf(tmp_path / 'c.gguf')
+    w = _writer(tmp_path / 'd.gguf'); w.add_tensor('token_embd.weight', np.zeros((8, 32), np.float32))
+    w.add_tensor('blk.0.attn_qkv.weight', np.zeros((8, 32), np.float32)); _finish(w)
+    with pytest.raises(GGUFError, match="'blk.0.attn_qkv.weight' has no HF equivalent"): read_gguf(tmp_path / 'd.gguf')
+
+def test_truncated_and_corrupted_files_give_typed_errors(tiny, tmp_path):
+    data = tiny[4].read_bytes(); rng = np.random.default_rng(11); p = tmp_path / 'x.gguf'
+    cuts = sorted(set(rng.integers(0, len(data), 60).tolist()) | {0, 3, 23, 24, 100})
+    for n in cuts:
+        p.write_bytes(data[:n])
+        with pytest.raises((TruncatedError, LimitError)): read_gguf(p)      # found by the scan, with an offset
+    head = 4096                                                           # header, metadata and tensor table live here
+    for i in range(150):
+        b = bytearray(data); k = int(rng.integers(1, 4))
+        for _ in range(k): b[int(rng.integers(0, head))] = int(rng.integers(0, 256))
+        p.write_bytes(bytes(b))
+        try: read_gguf(p)
+        except NacLabError: pass                                          # any other exception fails the test
+
+def test_gguf_to_safetensors_runs_in_the_irv2_runtime(tiny, tmp_path):
+    from nac_lab.irv2.build import build_ir
+    from nac_lab.irv2.run import Runtime, TorchReference
+    d, cfg, src, kinds, path = tiny
+    ir = None
+    for k, gg in (('F32', write_gguf(tmp_path / 'f32.gguf', cfg, src)), ('mixed', path)):
+        c = gguf_to_safetensors(gg, tmp_path / f'{k}.safetensors', tmp_path / f'{k}.json')
+        ir = ir or build_ir(json.loads((tmp_path / f'{k}.json').read_text()), ctx=32)
+        rt = Runtime(ir, tmp_path / f'{k}.safetensors', cache=tmp_path / 'cache')
+        ref_w = src if k == 'F32' else {n: dequantize(quantize(a, kinds.get(n, 'F32')), kinds.get(n, 'F32'), a.shape) for n, a in src.items()}
+        prompt = [int(t) for t in np.random.default_rng(5).integers(0, cfg['vocab_size'], 8)]
+        got = rt.prefill(prompt); want = TorchReference(ir['config'], ref_w).forward(prompt).numpy()
+        assert np.abs(got - want).max() < 1e-4, k
+        rt.close()
+
+def test_config_defaults_when_optional_keys_are_absent(tmp_path):
+    w = _writer(tmp_path / 'm.gguf'); w.add_tensor('token_embd.weight', np.zeros((8, 32), np.float32)); _finish(w)
+    c = gguf_config(open_gguf(tmp_path / 'm.gguf'))
+    assert c['vocab_size'] == 8 and c['num_key_value_heads'] == 2 and c['rope_theta'] == 10000.0   # embedding rows; = heads; llama.cpp default
+    assert c['tie_word_embeddings'] is True and c['hidden_size'] == 32 and 'head_dim' not in c
