@@ -47,7 +47,9 @@ def test_q8_0_quantize_matches_gguf(scale):
 # --- scalar float32 transcription of GGML's reference quantizers (one element at a time, as the C code) ---
 def nint(v): return int(np.rint(F(v)))
 
-def ref_qkx2(x, w, nmax=15, rmin=F(-1), rdelta=F(0.1), nstep=20):
+RMIN, RDELTA = F(-1), F(0.1)                      # the reference search's float32 defaults
+
+def ref_qkx2(x, w, nmax=15, rmin=RMIN, rdelta=RDELTA, nstep=20):
     n = len(x); mn = x[0]; mx = x[0]; sw = w[0]; sx = F(sw * x[0])
     for i in range(1, n):
         mn = min(mn, x[i]); mx = max(mx, x[i]); sw = F(sw + w[i]); sx = F(sx + F(w[i] * x[i]))
