@@ -104,7 +104,7 @@ def _page_name(nb: Path) -> str:
 def test_one_page_per_notebook(site):
     nbs = sorted((ROOT / 'nbs').glob('*.ipynb'))
     assert len(nbs) >= 5
-    want = {_page_name(nb) for nb in nbs} | {'api.html'}
+    want = {_page_name(nb) for nb in nbs} | {'api_index.html'}
     got = {p.name for p in site.glob('*.html')}
     assert want <= got, f'missing pages: {sorted(want - got)}'
     for name in want:
@@ -173,7 +173,7 @@ def test_code_hides_directives_and_nbval_markers(site):
 
 def test_api_index_lists_every_public_name(site):
     import ast
-    page = (site / 'api.html').read_text()
+    page = (site / 'api_index.html').read_text()
     for f in sorted((ROOT / 'nac_lab').rglob('*.py')):
         rel = f.relative_to(ROOT).with_suffix('')
         if any(x.startswith('_') and x != '__init__' for x in rel.parts): continue
