@@ -211,3 +211,15 @@ def test_enum_page_and_toc_in_chromium(site, tmp_path):
     for m in SysOp:
         assert re.search(rf'<td><code>{m.name}</code></td>\s*<td><code>{int(m)}</code></td>', sec), m.name
     assert 'object at 0x' not in dom
+    # a dataclass shows its fields with their types and defaults, an enum default as Enum.NAME
+    import dataclasses
+    from nac_lab.nac.format import DataTensor
+    sec = dom[dom.index('<h3 id="DataTensor">'):]
+    text = re.sub(r'<[^>]+>', '', sec[:sec.index('<h3 ', 10)])
+    assert '@dataclass' in text and 'class DataTensor:' in text, text[:500]
+    for f in dataclasses.fields(DataTensor): assert re.search(rf'^\s*{f.name}: ', text, re.M), f.name
+    assert 'quant: QuantMethod = QuantMethod.NONE' in text
+    # the description's inline markdown is rendered, and the page links to its notebook
+    desc = re.search(r'<p class="nl-desc">(.*?)</p>', dom, re.S).group(1)
+    assert '`' not in desc and '<code>' in desc, desc
+    assert re.search(r'<p class="nl-src">Source: <a href="[^"]*/nbs/10_nac_format.ipynb">', dom)
