@@ -81,7 +81,7 @@ def test_nothing_written_outside_the_output_folder(built):
     assert _tree(box['tmp']) == [], 'temporary files left behind'
     assert _tree(box['home']) == [], 'files written into HOME'
     assert _tree(out.parent.parent) == ['site', 'site/_docs'] + [f'site/_docs/{p}' for p in _tree(out)]
-    assert all(p.suffix == '.html' for p in out.iterdir())
+    assert {p.name for p in out.iterdir() if p.suffix != '.html'} == {'search.js', 'search_index.js'}
 
 
 def test_pages_follow_the_umask(built):
@@ -104,7 +104,7 @@ def _page_name(nb: Path) -> str:
 def test_one_page_per_notebook(site):
     nbs = sorted((ROOT / 'nbs').glob('*.ipynb'))
     assert len(nbs) >= 5
-    want = {_page_name(nb) for nb in nbs}
+    want = {_page_name(nb) for nb in nbs} | {'api_index.html'}
     got = {p.name for p in site.glob('*.html')}
     assert want <= got, f'missing pages: {sorted(want - got)}'
     for name in want:
@@ -114,6 +114,7 @@ def test_one_page_per_notebook(site):
 
 
 def _dom(url: str, tmp_path) -> str:
+    "The DOM of `url` after its scripts ran, as headless Chromium sees it (no network)." 
     cmd = [CHROMIUM, '--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
            '--disable-background-networking', '--disable-component-update', '--disable-sync',
            f'--user-data-dir={tmp_path / "profile"}', '--virtual-time-budget=3000', '--dump-dom', url]
@@ -134,3 +135,91 @@ def test_site_renders_in_chromium(site, tmp_path):
 
 def test_readme_matches_index_notebook():
     assert (ROOT / 'README.md').read_text() == readme_text(ROOT), 'README.md is stale: run `make export`'
+
+
+def _nb_number(name: str):
+    m = re.match(r'(\d+)', name)
+    return int(m.group(1)) if m else None
+
+
+def test_sidebar_grouped_by_area(site):
+    "Every numbered notebook sits under the area its number falls in (ranges of issue #20), sorted by file name."
+    ranges = [(0, 7, 'Foundation'), (10, 14, 'NAC container'), (15, 24, 'NAC compiler and runtime'), (25, 28, 'MMAP'),
+              (30, 39, 'NEM'), (40, 46, 'Trillim'), (50, 55, 'IR v2'), (59, 66, 'Fixed point'), (70, 75, 'ARK')]
+    side = (site / 'binio.html').read_text()
+    side = side[side.index('<nav class="nl-side"'):]
+    side = side[:side.index('</nav>')]
+    groups, order = {}, re.findall(r'<div class="nl-group">([^<]+)</div>|<a href="([^"]+)"', side)
+    area = None
+    for g, href in order:
+        if g: area = g; continue
+        groups.setdefault(area, []).append(href)
+    for nb in sorted((ROOT / 'nbs').glob('[0-9]*.ipynb')):
+        n = _nb_number(nb.name)
+        want = next((a for lo, hi, a in ranges if lo <= n <= hi), None)
+        if want: assert _page_name(nb) in groups.get(want, []), (nb.name, want)
+    for area, hrefs in groups.items():
+        if area is None: continue
+        names = [next(nb.name for nb in (ROOT / 'nbs').glob('*.ipynb') if _page_name(nb) == h) for h in hrefs]
+        assert names == sorted(names), area
+
+
+def test_code_hides_directives_and_nbval_markers(site):
+    for p in site.glob('*.html'):
+        code = ''.join(re.findall(r'<div class="highlight[^"]*"><pre>(.*?)</pre>', p.read_text(), re.S))
+        text = re.sub(r'<[^>]+>', '', code)
+        assert not re.search(r'^\s*#\|', text, re.M) and not re.search(r'^\s*#\s*NBVAL_', text, re.M), p.name
+
+
+def test_api_index_lists_every_public_name(site):
+    import ast
+    page = (site / 'api_index.html').read_text()
+    for f in sorted((ROOT / 'nac_lab').rglob('*.py')):
+        rel = f.relative_to(ROOT).with_suffix('')
+        if any(x.startswith('_') and x != '__init__' for x in rel.parts): continue
+        tree = ast.parse(f.read_text())
+        names = next((ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
+                      and any(getattr(t, 'id', None) == '__all__' for t in n.targets)), [])
+        mod = '.'.join(rel.parts).removesuffix('.__init__')
+        if names: assert f'id="{mod}"' in page, mod
+        for name in names: assert f'<code>{name}</code>' in page, (mod, name)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason='Chromium is not installed')
+def test_search_finds_a_symbol_in_chromium(site, tmp_path):
+    "Opening a page with ?q= types the query into the search box (an input event); the results link to the symbol."
+    dom = _dom((site / 'index.html').as_uri() + '?q=SysOp', tmp_path)
+    res = re.search(r'<div id="nl-results"[^>]*>(.*?)</div>\s*<a href="index.html"', dom, re.S)
+    assert res, 'no results box'
+    assert 'href="nac_format.html#SysOp"' in res.group(1), res.group(1)[:2000]
+    dom = _dom((site / 'index.html').as_uri() + '?q=zzqqxx%20nothing', tmp_path)
+    assert 'No results for' in dom
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason='Chromium is not installed')
+def test_enum_page_and_toc_in_chromium(site, tmp_path):
+    from nac_lab.nac.format import SysOp
+    dom = _dom((site / 'nac_format.html').as_uri(), tmp_path)
+    toc = re.search(r'<nav class="nl-toc"[^>]*>(.*?)</nav>', dom, re.S)
+    assert toc, 'no table of contents'
+    heads = re.findall(r'<h([23]) id="([^"]+)"', dom)
+    assert heads and re.findall(r'href="#([^"]+)"', toc.group(1)) == [i for _, i in heads]
+    sec = dom[dom.index('<h3 id="SysOp">'):]
+    sec = sec[:sec.index('<h3 ', 10)]
+    text = re.sub(r'<[^>]+>', '', sec)
+    assert 'SysOp(*args' not in text and 'class SysOp(IntEnum):' in text, text[:500]
+    for m in SysOp:
+        assert re.search(rf'<td><code>{m.name}</code></td>\s*<td><code>{int(m)}</code></td>', sec), m.name
+    assert 'object at 0x' not in dom
+    # a dataclass shows its fields with their types and defaults, an enum default as Enum.NAME
+    import dataclasses
+    from nac_lab.nac.format import DataTensor
+    sec = dom[dom.index('<h3 id="DataTensor">'):]
+    text = re.sub(r'<[^>]+>', '', sec[:sec.index('<h3 ', 10)])
+    assert '@dataclass' in text and 'class DataTensor:' in text, text[:500]
+    for f in dataclasses.fields(DataTensor): assert re.search(rf'^\s*{f.name}: ', text, re.M), f.name
+    assert 'quant: QuantMethod = QuantMethod.NONE' in text
+    # the description's inline markdown is rendered, and the page links to its notebook
+    desc = re.search(r'<p class="nl-desc">(.*?)</p>', dom, re.S).group(1)
+    assert '`' not in desc and '<code>' in desc, desc
+    assert re.search(r'<p class="nl-src">Source: <a href="[^"]*/nbs/10_nac_format.ipynb">', dom)
