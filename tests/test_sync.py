@@ -41,3 +41,16 @@ def test_tool_changes_nothing(copy, tool):
     new = sorted(set(_files(copy)) - set(files))
     assert not changed and not [n for n in new if n.startswith(('nac_lab/', 'nbs/'))], \
         f'{tool} would change {changed + new}: run `make export` and commit'
+
+
+def test_no_notebook_exports_during_the_tests():
+    "A cell calling `nbdev_export()` would rewrite `nac_lab/` in place while other test workers import it: it must be `eval: false`."
+    import json
+    from nac_lab.docs import split_directives
+    bad = []
+    for nb in sorted((ROOT / 'nbs').glob('*.ipynb')):
+        for i, c in enumerate(json.loads(nb.read_text())['cells']):
+            src = ''.join(c['source'])
+            if c['cell_type'] == 'code' and 'nbdev_export(' in src and split_directives(src)[0].get('eval', '').lower() != 'false':
+                bad.append(f'{nb.name} cell {i}')
+    assert not bad, bad
