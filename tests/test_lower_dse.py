@@ -44,7 +44,7 @@ def test_lower_cli_errors(files):
     d = files
     rc, out, err = _cli('nem', 'lower', d / 'cnn.nac', '--device', 'npm_lite', '--float', '-o', d / 'o')
     assert rc and '--example' in err
-    rc, out, err = _cli('nem', 'lower', d / 'cnn.nac', '--device', 'npm_lite', '--float', '--example', d / 'c0.npy', '-o', d / 'o')
+    rc, out, err = _cli('nem', 'lower', d / 'cnn.nac', '--device', 'npm_lite', '--float', '--float-type', 'f32', '--example', d / 'c0.npy', '-o', d / 'o')
     assert rc and 'nearest variant on npm_lite' in err and not (d / 'o').exists()
     rc, out, err = _cli('nem', 'lower', d / 'cnn.nac', '--device', 'npm_pro_x1', '--float', '--example', d / 'c0.npy', '-o', d / 'o', '--report')
     assert not rc and 'L7_conv2d' in out

@@ -73,5 +73,21 @@ def test_errors(mixed):
     x = np.zeros((1, 3, 21, 19), np.float32)
     with pytest.raises(LowerError, match='unknown device'): lower(mixed, 'npm_nope', mode='int8', calib=[x])
     with pytest.raises(LowerError, match='calibration'): lower(mixed, 'npm_lite', mode='int8')
-    with pytest.raises(LowerError, match='nearest variant on npm_pro'): lower(mixed, 'npm_pro', mode='float', example=(x,))
+    with pytest.raises(LowerError, match='nearest variant on npm_pro'): lower(mixed, 'npm_pro', mode='f32', example=(x,))
     with pytest.raises(LowerError, match="mode must be"): lower(mixed, 'npm_lite', mode='int4', calib=[x])
+
+@pytest.mark.parametrize('device,elem,tol', [('npm_mid', 'bf16', 0.03), ('npm_lite', 'f16', 0.005)])
+def test_half_float_paths(mixed, device, elem, tol):
+    "Devices without f32 variants get bf16 (or f16) programs: tiling changes no bit, and the error against float32 stays within the type's precision."
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((1, 3, 21, 19)).astype(np.float32)
+    outs = []
+    for t in ('search', 1, 'naive'):
+        low = lower(mixed, device, mode='float', example=(x,), tiling=t)
+        assert low.elem == elem and not low.check().errors
+        outs.append(low.run_raw(*low.quantize_inputs(x).values()))
+    for o in outs[1:]:
+        for k in o: np.testing.assert_array_equal(o[k], outs[0][k])
+    yf = mixed.run(torch.from_numpy(x))[0].numpy()
+    y = low.run(x)[0]
+    assert np.abs(y - yf).max() <= tol * np.abs(yf).max()
