@@ -91,3 +91,17 @@ def test_half_float_paths(mixed, device, elem, tol):
     yf = mixed.run(torch.from_numpy(x))[0].numpy()
     y = low.run(x)[0]
     assert np.abs(y - yf).max() <= tol * np.abs(yf).max()
+
+def test_mobilenet_int8_and_float():
+    "Depthwise convs, hardswish/hardsigmoid (as add/clamp/mul), squeeze-excite's per-channel scale (a depthwise 1x1 conv)."
+    m = nac_compile(zoo.build_model('mobilenet'), (torch.zeros(1, 3, 32, 32),))
+    rng = np.random.default_rng(8)
+    cal = [rng.standard_normal((1, 3, 32, 32)).astype(np.float32) for _ in range(2)]
+    low = lower(m, 'npm_lite', mode='int8', calib=cal)
+    assert not low.check().errors
+    assert {'add_c', 'clamp', 'mul_c', 'bmul'} <= {l.op for l in low.graph.layers}
+    _exact(m, low, (1, 3, 32, 32), 9, n=1)
+    x = rng.standard_normal((1, 3, 32, 32)).astype(np.float32)
+    lf = lower(m, 'npm_pro_x1', mode='float', example=(x,))
+    assert not lf.check().errors
+    np.testing.assert_allclose(lf.run(x)[0], m.run(torch.from_numpy(x))[0].numpy(), atol=1e-4, rtol=0)
