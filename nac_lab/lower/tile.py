@@ -30,7 +30,6 @@ class Device:
 # %% ../../nbs/69_lower_tile.ipynb #b7427eea
 def resolve_device(dev) -> Device:
     "A shipped device name (npm_lite, npm_mid, npm_pro, npm_pro_x1) or a .nem file defining one device."
-    import re
     from nac_lab.nem.check import check
     p = Path(dev) if str(dev).endswith('.nem') else Path(data_path('nem', 'devices', f'{dev}.nem'))
     if not p.is_file(): raise LowerError(f'unknown device {dev!r}: not a shipped device name (npm_lite, npm_mid, npm_pro, npm_pro_x1) and not a .nem file')
