@@ -11,8 +11,8 @@ import nac_lab
 from .binio import NacLabError, printable
 
 # %% auto #0
-__all__ = ['TOUR_RANK', 'area_clis', 'version', 'CliParser', 'build_parser', 'main', 'dispatch', 'console_main', 'tour',
-           'run_cli']
+__all__ = ['TOUR_RANK', 'area_clis', 'command_group', 'version', 'CliParser', 'build_parser', 'main', 'dispatch', 'console_main',
+           'tour', 'run_cli']
 
 # %% ../nbs/03_cli.ipynb #2c152370
 def area_clis() -> list:
@@ -25,6 +25,12 @@ def area_clis() -> list:
             if sub.name == 'cli' or sub.name.startswith('cli_'):
                 mods.append(importlib.import_module(f'nac_lab.{info.name}.{sub.name}'))
     return mods
+
+def command_group(sub, name:str):
+    "The sub-parser action of command group `name` (`nem`, `irv2`, …): a `cli_*` module adds its commands to the group that its area's `cli` module made (`cli` registers first: modules load in name order)."
+    group = sub.choices.get(name)
+    if group is None: raise KeyError(f'no command group {name!r}: its area cli module must register it first')
+    return next(a for a in group._actions if isinstance(a, argparse._SubParsersAction))
 
 # %% ../nbs/03_cli.ipynb #4496be36
 def version() -> str:

@@ -22,28 +22,11 @@ from nac_lab.irv2.build import build_ir, read_config, validate_ir, load_ir
 from nac_lab.irv2.codegen import emit_c
 from nac_lab.irv2.maps import Irv2Error
 
-class Hang(Exception): pass
-def _alarm(*_): raise Hang()
+from fuzzguard import Hang, alarm_handler, guarded as _guarded  # noqa: F401 (alarm_handler: an autouse fixture)
 
-@pytest.fixture(autouse=True)
-def alarm_handler():
-    old = signal.signal(signal.SIGALRM, _alarm)
-    yield
-    signal.signal(signal.SIGALRM, old)
-
-def guarded(fn, what, limit_s=10, mem_base=16 << 20, per_byte=200, size=0, traced=True):
-    "Run `fn()` under the alarm and (optionally) tracemalloc; return its result or the typed error it raised."
-    if traced: tracemalloc.start()
-    signal.alarm(limit_s)
-    try: return fn()
-    except NacLabError as ex: return ex
-    except Hang: pytest.fail(f'{what}: no answer within {limit_s} s')
-    except Exception as ex: pytest.fail(f'{what}: {type(ex).__name__}: {ex}')
-    finally:
-        signal.alarm(0)
-        if traced:
-            _, peak = tracemalloc.get_traced_memory(); tracemalloc.stop()
-            assert peak < mem_base + per_byte * size, f'{what}: peak {peak} bytes for a {size}-byte input'
+def guarded(fn, what, **kw):
+    "`fuzzguard.guarded` with this suite's bounds (10 s, 16 << 20 bytes plus 200 per input byte)."
+    return _guarded(fn, what, **{'limit_s': 10, 'mem_base': 16 << 20, **kw})
 
 HOSTILE = [None, True, False, 0, -1, 1, 2, 3.0, 2.5, 1e308, float('inf'), 2**31 - 1, 2**31, 2**40, 2**64, 'false', 'x',
            'llama */ int x; /*', '\x00\n#define A', '??/', [], [1], {}, {'dim': 0}, [[[[]]]], 'é' * 40, 64, 16]

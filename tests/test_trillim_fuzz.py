@@ -23,8 +23,7 @@ from nac_lab.trillim.manifest import tiny_checkpoint, tiny_adapter, build_manife
 from nac_lab.trillim.files import quantize, read_tensors, read_rope, read_lora
 from nac_lab.trillim.engine import load_model, serve, read_request, _Lines, RequestError
 
-class Hang(Exception): pass
-def _alarm(*_): raise Hang()
+from fuzzguard import Hang, alarm_handler, guarded as _guarded  # noqa: F401 (alarm_handler: an autouse fixture)
 
 INTERESTING = [0, 1, 2, 7, 0x7F, 0x80, 0xFF, 0x7FFF, 0xFFFF, 0x10000, 0x7FFFFFFF, 0xFFFFFFFF, 2**63 - 1, 2**64 - 1]
 
@@ -45,25 +44,9 @@ def mutate(data: bytes, rng: random.Random) -> bytes:
         else: b[p:p] = b[p:p + rng.randint(1, 64)]
     return bytes(b)
 
-def guarded(fn, what, limit_s=5, mem_base=1 << 20, per_byte=200, size=0, traced=True):
-    "Run `fn()` under the alarm and (optionally) tracemalloc; return its result or the typed error it raised."
-    if traced: tracemalloc.start()
-    signal.alarm(limit_s)
-    try: return fn()
-    except NacLabError as ex: return ex
-    except Hang: pytest.fail(f'{what}: no answer within {limit_s} s')
-    except Exception as ex: pytest.fail(f'{what}: {type(ex).__name__}: {ex}')
-    finally:
-        signal.alarm(0)
-        if traced:
-            _, peak = tracemalloc.get_traced_memory(); tracemalloc.stop()
-            assert peak < mem_base + per_byte * size, f'{what}: peak {peak} bytes for a {size}-byte input'
-
-@pytest.fixture(autouse=True)
-def alarm_handler():
-    old = signal.signal(signal.SIGALRM, _alarm)
-    yield
-    signal.signal(signal.SIGALRM, old)
+def guarded(fn, what, **kw):
+    "`fuzzguard.guarded` with this suite's bounds (5 s, 1 << 20 bytes plus 200 per input byte)."
+    return _guarded(fn, what, **{'limit_s': 5, 'mem_base': 1 << 20, **kw})
 
 @pytest.fixture(scope='module')
 def blobs(tmp_path_factory):

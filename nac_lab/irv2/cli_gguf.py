@@ -6,17 +6,12 @@
 from __future__ import annotations
 import argparse, json
 from pathlib import Path
+from ..cli import command_group
 
 # %% auto #0
 __all__ = ['register']
 
 # %% ../../nbs/58_irv2_cli_gguf.ipynb #33283757
-def _irv2_subparsers(sub):
-    p = sub.choices.get('irv2') or sub.add_parser('irv2', help='IR v2')
-    for a in p._actions:
-        if isinstance(a, argparse._SubParsersAction): return a
-    return p.add_subparsers(dest='irv2_command', metavar='SUBCOMMAND', required=True)
-
 def _info(args):
     from nac_lab.irv2.gguf import open_gguf, gguf_config, hf_name
     r = open_gguf(args.file); cfg = gguf_config(r)
@@ -34,7 +29,7 @@ def _convert(args):
 
 def register(sub):
     "Add `nac-lab irv2 gguf-info` and `nac-lab irv2 gguf-convert` to the `irv2` command group."
-    s = _irv2_subparsers(sub)
+    s = command_group(sub, 'irv2')
     i = s.add_parser('gguf-info', help='GGUF file: config from its metadata, and its tensors')
     i.add_argument('file'); i.set_defaults(func=_info)
     c = s.add_parser('gguf-convert', help='GGUF file -> float32 safetensors with HF names (and config JSON)')

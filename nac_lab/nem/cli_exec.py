@@ -7,20 +7,15 @@ from __future__ import annotations
 import argparse, io, json, sys
 from pathlib import Path
 from ..binio import NacLabError
+from ..cli import command_group
 
 # %% auto #0
 __all__ = ['TOUR_RANK', 'register', 'format_summary', 'tour']
 
 # %% ../../nbs/39b_nem_cli_exec.ipynb #8f5fd352
-def _nem_subparsers(sub):
-    p = sub.choices.get('nem') or sub.add_parser('nem', help='NEM (NeuPro-M execution model)')
-    for a in p._actions:
-        if isinstance(a, argparse._SubParsersAction): return a
-    return p.add_subparsers(dest='nem_command', metavar='NEM_COMMAND')
-
 def register(sub):
     "Add `nac-lab nem run` and `nac-lab nem sim` to the `nem` command group."
-    s = _nem_subparsers(sub)
+    s = command_group(sub, 'nem')
     r = s.add_parser('run', help='execute a NEM program bit for bit on input arrays')
     r.add_argument('file'); r.add_argument('--device', help='target device: a name visible to the program, or a .nem file')
     r.add_argument('--input', action='append', default=[], metavar='BUF=X.npy', help='fill buffer BUF from offset 0 with the bytes of X.npy')

@@ -7,22 +7,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 from ..binio import NacLabError
+from ..cli import command_group
 
 # %% auto #0
 __all__ = ['register', 'register_sweep']
 
-# %% ../../nbs/69b_lower_cli.ipynb #ad798a3b
-def _nem_subparsers(sub):
-    "The `nem` group's sub-parser action (created if this module registers first)."
-    p = sub.choices.get('nem') or sub.add_parser('nem', help='NEM (NeuPro-M execution model)')
-    for a in p._actions:
-        if isinstance(a, argparse._SubParsersAction): return a
-    return p.add_subparsers(dest='nem_command', metavar='NEM_COMMAND')
-
 # %% ../../nbs/69b_lower_cli.ipynb #ee1a3326
 def register(sub):
     "Add `nac-lab nem lower` and `nac-lab nem sweep` to the `nem` command group."
-    s = _nem_subparsers(sub)
+    s = command_group(sub, 'nem')
     p = s.add_parser('lower', help='lower a .nac model to a tiled NEM program for a device (int8 or float)')
     p.add_argument('model', help='the .nac file')
     p.add_argument('--device', required=True, help='a shipped device name (npm_lite, npm_mid, npm_pro, npm_pro_x1) or a .nem file')
