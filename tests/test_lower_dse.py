@@ -1,5 +1,5 @@
 "`nac-lab nem sweep` on a local Dask cluster of 2 workers, and `nac-lab nem lower` end to end."
-import contextlib, csv, io, json
+import contextlib, csv, io, json, re
 import numpy as np, pytest, torch
 from nac_lab.cli import main
 from nac_lab.nac.compile import compile as nac_compile
@@ -47,7 +47,7 @@ def test_lower_cli_errors(files):
     rc, out, err = _cli('nem', 'lower', d / 'cnn.nac', '--device', 'npm_lite', '--float', '--float-type', 'f32', '--example', d / 'c0.npy', '-o', d / 'o')
     assert rc and 'nearest variant on npm_lite' in err and not (d / 'o').exists()
     rc, out, err = _cli('nem', 'lower', d / 'cnn.nac', '--device', 'npm_pro_x1', '--float', '--example', d / 'c0.npy', '-o', d / 'o', '--report')
-    assert not rc and 'L7_conv2d' in out
+    assert not rc and re.search(r'L\d+_conv2d', out)
     io_ = json.loads((d / 'o' / 'io.json').read_text())
     assert 'quant' not in io_['inputs']['x'] and io_['inputs']['x']['dtype'] == 'float32'
     rc, out, err = _cli('nem', 'lower', d / 'cnn.nac', '--device', 'npm_lite', '--int8', '--calib', d / 'c0.npy', '-o', d / 'c0.npy')

@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = []
 
-# %% ../../nbs/69e_lower_pkg.ipynb #0e211836
+# %% ../../nbs/69e_lower_pkg.ipynb #9e02a888
 _LAZY = dict(lower='nac_lab.lower.api', Lowered='nac_lab.lower.api', LowerError='nac_lab.lower.graph',
              import_nac='nac_lab.lower.graph', reference_int8='nac_lab.lower.quant', sweep='nac_lab.lower.dse')
 
