@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 import graphviz
 from .binio import NacLabError
+from .fileio import atomic_write
 
 # %% auto #0
 __all__ = ['render', 'pipeline_graph']
@@ -24,7 +25,7 @@ def render(g:graphviz.Digraph, path=None):
     fmt = path.suffix.lstrip('.').lower()
     if fmt not in ('svg', 'png', 'pdf'): raise NacLabError(f'cannot render a graph to {path.name!r}: use .svg, .png or .pdf')
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(g.pipe(format=fmt))
+    atomic_write(path, g.pipe(format=fmt), what='graph')
     return path
 
 # %% ../nbs/02_viz.ipynb #534642be

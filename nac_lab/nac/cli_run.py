@@ -6,6 +6,7 @@
 from __future__ import annotations
 from pathlib import Path
 from ..binio import NacLabError
+from ..fileio import atomic_write
 
 # %% auto #0
 __all__ = ['TOUR_RANK', 'CliInputError', 'parse_inputs', 'positional', 'cmd_run', 'cmd_zoo_list', 'cmd_zoo_build', 'register',
@@ -70,8 +71,9 @@ def cmd_run(args):
     if args.output:
         dest = Path(args.output)
         if dest.suffix != '.npz': dest = dest.with_name(dest.name + '.npz')   # what np.savez would write anyway
-        try: np.savez(dest, **{f'output{k}': _to_numpy(t) for k, t in enumerate(outs)})
-        except OSError as ex: raise CliInputError(f'--output {args.output}: cannot write: {ex.strerror or ex}') from None
+        arrays = {f'output{k}': _to_numpy(t) for k, t in enumerate(outs)}
+        src = Path(args.file)
+        atomic_write(dest, lambda f: np.savez(f, **arrays), inputs=[src, src.with_suffix('.safetensors')], what='--output')
         print(f'wrote {dest}')
     if args.profile:
         prof = m.profile(*pos, **ins)
