@@ -105,3 +105,19 @@ def test_mobilenet_int8_and_float():
     lf = lower(m, 'npm_pro_x1', mode='float', example=(x,))
     assert not lf.check().errors
     np.testing.assert_allclose(lf.run(x)[0], m.run(torch.from_numpy(x))[0].numpy(), atol=1e-4, rtol=0)
+
+
+def test_input_names_from_the_file_never_reach_the_program():
+    "A NAC input name is text from the file: one that is not a plain NEM identifier becomes `in<k>`, so it cannot add statements."
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(8, 4), nn.ReLU()).eval()
+    x = torch.randn(1, 8)
+    nm = nac_compile(m, (x,))
+    evil = 'x\nbuffer EVIL : DDR (size=1)\n#'
+    nm.nac.input_names[0] = evil
+    L = lower(nm, 'npm_pro_x1', mode='float', example=[x])
+    assert 'EVIL' not in L.program and evil not in L.io['inputs']
+    assert list(L.io['inputs']) == ['in0'] and L.io['inputs']['in0']['buffer'] == 'in0'
+    assert not L.check().errors
+    (y,) = L.run(x.numpy())
+    np.testing.assert_allclose(np.asarray(y).reshape(1, 4), m(x).detach().numpy(), atol=1e-4)

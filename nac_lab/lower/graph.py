@@ -4,13 +4,14 @@
 
 # %% ../../nbs/66_lower_import.ipynb #9df011b9
 from __future__ import annotations
+import re
 from dataclasses import dataclass, field
 import numpy as np
 import torch
 from ..binio import NacLabError
 
 # %% auto #0
-__all__ = ['UNARY', 'BINARY', 'PASS', 'LowerError', 'Layer', 'LayerGraph', 'import_nac']
+__all__ = ['UNARY', 'BINARY', 'PASS', 'LowerError', 'Layer', 'LayerGraph', 'nem_input_name', 'import_nac']
 
 # %% ../../nbs/66_lower_import.ipynb #4cc974a1
 class LowerError(NacLabError, ValueError):
@@ -43,6 +44,13 @@ BINARY = {'nac.add': 'add', 'nac.mul': 'mul', 'nac.sub': 'sub'}
 PASS = ('nac.dropout', 'nac.clone', 'nac.contiguous', 'nac.pass')
 
 # %% ../../nbs/66_lower_import.ipynb #f3db3785
+_NEM_NAME = re.compile(r'[A-Za-z_][A-Za-z0-9_]{0,62}')
+_OURS = re.compile(r'L\d+_\w*|in\d+|ACT_L2')          # names the emitter gives its own buffers
+
+def nem_input_name(name, k:int) -> str:
+    "The NEM buffer name of model input `k`: its own name when that is a plain identifier, else `in<k>` (a name read from the file never reaches the emitted program unchecked)."
+    return name if isinstance(name, str) and _NEM_NAME.fullmatch(name) and not _OURS.fullmatch(name) else f'in{k}'
+
 def _args(s):
     "The step's arguments by parameter name ({name: ('ref', j) | ('const', v) | ('list', ...)})."
     from nac_lab.nac.ops import op_by_name
@@ -80,7 +88,7 @@ def import_nac(model, *example) -> LayerGraph:
     for s in it.steps[:it.n_run]:
         where = f'instruction {s.index} ({s.name})'
         if s.kind == 'input':
-            n = it.slots[s.target][1]; names[s.index] = n; g.inputs[n] = tuple(vals[s.index].shape); continue
+            n = nem_input_name(it.slots[s.target][1], len(g.inputs)); names[s.index] = n; g.inputs[n] = tuple(vals[s.index].shape); continue
         if s.kind == 'param': names[s.index] = ('param', s.target); continue
         if s.kind == 'output':
             g.outputs = [ref(a, where) for a in s.args]; break
