@@ -197,17 +197,24 @@ def _as(x, fmt:QFormat):
     if fmt.wide: return x if x.dtype == object else x.astype(object)
     return x.astype(np.int64) if x.dtype != np.int64 else x
 
-_BLOCK = 1 << 16     # int64 values per block of the fused check + shift (512 KiB: stays in the core's cache)
+_BLOCK = 1 << 17     # int64 values per block of the fused check + cast (1 MiB: each pass over a block stays in cache)
 
-def _checked_trn_shift(raw:np.ndarray, src:QFormat, s:int) -> np.ndarray:
-    "`raw >> s` for a large int64 array, range-checked block by block (the min/max and the shift read each block while it is in cache); a bad block hands over to `as_raw`, which names the first bad index."
-    x, lo, hi = raw.reshape(-1), src.min_raw, src.max_raw
-    y = np.empty_like(x)
-    mn, mx, rs = np.minimum.reduce, np.maximum.reduce, np.right_shift
+def _fused_cast(raw:np.ndarray, src:QFormat, dst:QFormat, s:int, r:str, o:str) -> np.ndarray:
+    "A narrowing int64 cast (`s` fraction bits dropped) done block by block, so every pass, range check included, reads a block still in cache; a bad block hands over to `as_raw`, which names the first bad index."
+    x, y = raw.reshape(-1), np.empty(raw.size, np.int64)
+    on_y = r == 'TRN' and s < src.word_bits + (not src.signed)   # then x is in range exactly when x >> s is in the shifted range
+    lo, hi = (src.min_raw >> s, src.max_raw >> s) if on_y else (src.min_raw, src.max_raw)
+    clip = {'SAT': (dst.min_raw, dst.max_raw), 'SAT_SYM': (-dst.max_raw if dst.signed else 0, dst.max_raw)}.get(o)
+    clo, chi = (np.int64(v) for v in clip) if clip else (None, None)
+    mn, mx, h = np.minimum.reduce, np.maximum.reduce, (1 << (s - 1)) - (r == 'RND_MIN_INF')
     for i in range(0, x.size, _BLOCK):
-        xb = x[i:i + _BLOCK]
-        if mn(xb) < lo or mx(xb) > hi: as_raw(raw, src)      # raises RawRangeError
-        rs(xb, s, out=y[i:i + _BLOCK])
+        xb, yb = x[i:i + _BLOCK], y[i:i + _BLOCK]
+        if r == 'TRN': np.right_shift(xb, s, out=yb)
+        if mn(yb if on_y else xb) < lo or mx(yb if on_y else xb) > hi: as_raw(raw, src)      # raises RawRangeError
+        if r in ('RND', 'RND_MIN_INF'): np.add(xb, h, out=yb); np.right_shift(yb, s, out=yb)
+        elif r != 'TRN': yb[...] = _round_shift_i64(xb, s, r)
+        if clip: np.clip(yb, clo, chi, out=yb)
+        else: overflow_adjust(yb, dst, o, None, inplace=True)
     return y
 
 def cast(raw, src:QFormat, dst:QFormat, rounding:str='TRN', overflow:str='WRAP', check:bool=True) -> np.ndarray:
@@ -215,9 +222,9 @@ def cast(raw, src:QFormat, dst:QFormat, rounding:str='TRN', overflow:str='WRAP',
     r, o = _mode(rounding, ROUNDING, 'rounding'), _mode(overflow, OVERFLOW, 'overflow')
     if o == 'WRAP_SM' and not dst.signed: raise ModeError(f'WRAP_SM needs a signed target format, not {dst}')
     d = dst.frac_bits - src.frac_bits
-    if (check and r == 'TRN' and d < 0 and isinstance(raw, np.ndarray) and raw.dtype == np.int64 and raw.size >= 4 * _BLOCK
-            and not dst.wide and src.word_bits + 2 <= 63 and -d <= 60):   # the int64 path below, fused
-        return _as(overflow_adjust(_checked_trn_shift(raw, src, -d), dst, o, None, inplace=True), dst).reshape(raw.shape)
+    if (check and d < 0 and isinstance(raw, np.ndarray) and raw.dtype == np.int64 and raw.size >= 4 * _BLOCK and not dst.wide
+            and src.word_bits + 2 <= 63 and -d <= 60 and (o != 'WRAP_SM' or r == 'TRN')):   # the int64 path below, fused
+        return _fused_cast(raw, src, dst, -d, r, o).reshape(raw.shape)
     x = as_raw(raw, src) if check else np.asarray(raw, dtype=src.dtype)
     shape, x = x.shape, x.reshape(-1)
     if x.dtype == np.int64 and (dst.wide or src.word_bits + max(d, 0) + 2 > 63 or -d > 60): x = x.astype(object)
