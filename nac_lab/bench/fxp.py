@@ -12,20 +12,12 @@ from fastcore.imports import in_notebook
 from ..fxp.types import QFormat, cast
 from ..fxp.requant import requantize, quantize_multiplier
 from ..fxp.ops import mac_matmul
+from .timing import keep_freed_memory
 
 # %% auto #0
-__all__ = ['keep_freed_memory', 'interleaved', 'np_round', 'np_overflow', 'np_requant', 'bench_casts', 'bench_requant',
-           'bench_mac', 'report', 'main']
+__all__ = ['interleaved', 'np_round', 'np_overflow', 'np_requant', 'bench_casts', 'bench_requant', 'bench_mac', 'report', 'main']
 
 # %% ../../nbs/65_fxp_bench.ipynb #91698c1b
-def keep_freed_memory():
-    "Ask glibc to keep freed blocks (no mmap/trim for big arrays), so repeated 8 MB allocations do not page-fault; False elsewhere."
-    try:
-        import ctypes
-        libc = ctypes.CDLL('libc.so.6')
-        return bool(libc.mallopt(-3, 1 << 30) and libc.mallopt(-1, 1 << 30))   # M_MMAP_THRESHOLD, M_TRIM_THRESHOLD
-    except (OSError, AttributeError): return False
-
 def interleaved(fns:dict, rounds:int=15, clock=time.process_time) -> dict:
     "Median and quartiles (seconds of `clock`) of each function in `fns`, timed in rotating order over `rounds` rounds after a warm-up."
     names = list(fns)

@@ -9,15 +9,23 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 # %% auto #0
-__all__ = ['CLOCKS', 'pin_threads', 'ort_session_options', 'Comparison', 'summarize', 'compare_many', 'compare', 'format_table',
-           'print_table']
+__all__ = ['CLOCKS', 'keep_freed_memory', 'pin_threads', 'ort_session_options', 'Comparison', 'summarize', 'compare_many',
+           'compare', 'format_table', 'print_table']
 
 # %% ../../nbs/07_bench_timing.ipynb #036be536
 _ENV_THREADS = ('OMP_NUM_THREADS', 'OPENBLAS_NUM_THREADS', 'MKL_NUM_THREADS')
 
+def keep_freed_memory() -> bool:
+    "Ask glibc to keep freed blocks (fixed mmap threshold, no trimming), so repeated large allocations do not page-fault; False where it cannot."
+    try:
+        import ctypes
+        libc = ctypes.CDLL('libc.so.6')
+        return bool(libc.mallopt(-3, 1 << 30) and libc.mallopt(-1, 1 << 30))   # M_MMAP_THRESHOLD, M_TRIM_THRESHOLD
+    except (OSError, AttributeError): return False
+
 def pin_threads(n:int=1, torch:bool|None=None) -> dict:
-    "Pin PyTorch, loaded BLAS/OpenMP pools and later-loaded ones (environment) to `n` threads; returns what was set."
-    done = {}
+    "Pin PyTorch, loaded BLAS/OpenMP pools and later-loaded ones (environment) to `n` threads, and keep freed memory; returns what was set."
+    done = {'malloc': 'kept' if keep_freed_memory() else 'default'}
     for k in _ENV_THREADS: os.environ[k] = str(n)
     done['env'] = ','.join(_ENV_THREADS)
     if torch or (torch is None and 'torch' in sys.modules):
