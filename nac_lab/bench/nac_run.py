@@ -61,7 +61,7 @@ def _runtimes(name, m, nm, x, b, baselines, folder, threads, notes, cache):
 
 # %% ../../nbs/21_nac_bench_run.ipynb #85e984a7
 def bench(models=None, batches=(1, 8), runs: int = 30, threads: int | None = 1, optimize: bool = True, out=sys.stdout,
-          baselines=BASELINES, warmup: int = 5, clock: str | None = None) -> list:
+          baselines=BASELINES, warmup: int = 5, clock: str | None = None, best_of: int = 3) -> list:
     "Benchmark zoo `models` (default all) against eager and `baselines`; prints one table per batch size and returns the rows as dicts."
     from nac_lab.bench.timing import pin_threads, compare_many, summarize, CLOCKS
     clock = clock or ('cpu' if threads == 1 else 'wall')
@@ -86,7 +86,7 @@ def bench(models=None, batches=(1, 8), runs: int = 30, threads: int | None = 1, 
                 def eager():
                     with torch.no_grad(): return m(*x)
                 fns = _runtimes(name, m, nm, x, b, baselines, Path(tmp), threads or 1, notes, cache)
-                cs = compare_many(eager, fns, pairs=runs, warmup=warmup, clock=CLOCKS[clock], number=None)
+                cs = compare_many(eager, fns, pairs=runs, warmup=warmup, clock=CLOCKS[clock], number=None, best_of=best_of)
                 row[f'cmp_b{b}'] = cs
                 row[f'eager_b{b}'], row[f'nac_b{b}'], row[f'ratio_b{b}'] = cs['nac'].median_a, cs['nac'].median_b, cs['nac'].ratio
                 for k in baselines:
@@ -96,17 +96,17 @@ def bench(models=None, batches=(1, 8), runs: int = 30, threads: int | None = 1, 
                 if f'compile_s_b{b}' in cache: row[f'inductor_s_b{b}'] = cache[f'compile_s_b{b}']
             rows.append(row)
             if sys.stderr.isatty(): print(f'  {name}: done', file=sys.stderr, flush=True)
-    report(rows, batches, baselines, runs, threads, pinned, notes, out, clock)
+    report(rows, batches, baselines, runs, threads, pinned, notes, out, clock, best_of)
     return rows
 
 # %% ../../nbs/21_nac_bench_run.ipynb #2372824f
 def _r(c) -> str: return f'{c.ratio:5.2f} [{c.iqr_lo:4.2f}-{c.iqr_hi:4.2f}]' if c is not None else f'{"-":>17}'
 
-def report(rows, batches, baselines, runs, threads, pinned, notes, out=sys.stdout, clock='wall'):
+def report(rows, batches, baselines, runs, threads, pinned, notes, out=sys.stdout, clock='wall', best_of=1):
     "Print the tables of `bench` rows."
     cols = ['eager'] + ['nac'] + list(baselines)
     short = {'onnxruntime': 'ort', 'compile': 'compile'}
-    print(f'{runs} interleaved rounds per batch, {clock} clock, threads: {threads or "torch default"} ({", ".join(f"{k}={v}" for k, v in pinned.items())}); '
+    print(f'{runs} interleaved rounds per batch{f" (best of {best_of} passes each)" if best_of > 1 else ""}, {clock} clock, threads: {threads or "torch default"} ({", ".join(f"{k}={v}" for k, v in pinned.items())}); '
           'ratio = NAC / other runtime, ratio of medians [quartiles of per-round ratios]', file=out)
     for b in batches:
         print(f'\nbatch {b}', file=out)
@@ -141,13 +141,14 @@ def main(argv=None):
     p.add_argument('--threads', type=int, default=1, help='threads for every runtime (default 1: the steadiest numbers on a busy machine); 0 leaves the defaults')
     p.add_argument('--baselines', nargs='*', default=list(BASELINES), choices=list(BASELINES), help='runtimes besides eager (default: all)')
     p.add_argument('--clock', choices=['cpu', 'wall'], help='cpu: process CPU time (default with one thread: time spent descheduled by other work is not counted); wall: elapsed time (default otherwise)')
+    p.add_argument('--best-of', type=int, default=3, help='passes per round; each round keeps every runtime\'s fastest (default 3: steadier ratios on a shared machine)')
     p.add_argument('--json', help='also write every row, with the raw samples, to this JSON file')
     p.add_argument('--no-optimize', action='store_true', help='compile without the optimizer passes: measures pure dispatch overhead')
     a = p.parse_args(argv)
     if a.threads:
         from nac_lab.bench.timing import pin_threads
         pin_threads(a.threads)                 # before torch and numpy load their thread pools
-    rows = bench(a.models, tuple(a.batches), a.runs, a.threads or None, not a.no_optimize, baselines=tuple(a.baselines), clock=a.clock)
+    rows = bench(a.models, tuple(a.batches), a.runs, a.threads or None, not a.no_optimize, baselines=tuple(a.baselines), clock=a.clock, best_of=a.best_of)
     if a.json:
         import json
         from nac_lab.fileio import atomic_write

@@ -116,9 +116,11 @@ def _calibrate(f, min_time, clock) -> int:
     return max(1, min(1000, math.ceil(min_time / dt))) if dt > 0 else 1000
 
 def compare_many(baseline_fn:Callable, candidates:dict, pairs:int=30, warmup:int=3, number:int|None=1,
-                 clock:Callable=time.perf_counter, collect:bool=False, rewarm:bool=True, min_time:float=1e-3) -> dict:
-    "Time `baseline_fn` and every `candidates[name]` interleaved in `pairs` rounds; returns `{name: Comparison}` against the baseline."
-    if pairs < 1 or (number is not None and number < 1) or warmup < 0: raise ValueError('pairs and number must be >= 1, warmup >= 0')
+                 clock:Callable=time.perf_counter, collect:bool=False, rewarm:bool=True, min_time:float=1e-3,
+                 best_of:int=1) -> dict:
+    "Time `baseline_fn` and every `candidates[name]` interleaved in `pairs` rounds (each keeping the best of `best_of` passes); returns `{name: Comparison}` against the baseline."
+    if pairs < 1 or (number is not None and number < 1) or warmup < 0 or best_of < 1:
+        raise ValueError('pairs, number and best_of must be >= 1, warmup >= 0')
     fns = [baseline_fn] + list(candidates.values())
     for _ in range(warmup):
         for f in fns:
@@ -129,9 +131,12 @@ def compare_many(baseline_fn:Callable, candidates:dict, pairs:int=30, warmup:int
     times = [[] for _ in fns]
     for i in range(pairs):
         if collect: gc.collect()
-        for k in range(len(fns)):
-            j = (i + k) % len(fns)
-            times[j].append(_sample(fns[j], ns[j], clock, rewarm))
+        best = [math.inf] * len(fns)
+        for _ in range(best_of):
+            for k in range(len(fns)):
+                j = (i + k) % len(fns)
+                best[j] = min(best[j], _sample(fns[j], ns[j], clock, rewarm))
+        for j, t in enumerate(best): times[j].append(t)
     return {name: summarize(times[0], times[j + 1]) for j, name in enumerate(candidates)}
 
 CLOCKS = {'wall': time.perf_counter, 'cpu': time.process_time}
