@@ -60,8 +60,8 @@ def _runtimes(name, m, nm, x, b, baselines, folder, threads, notes, cache):
     return fns
 
 # %% ../../nbs/21_nac_bench_run.ipynb #85e984a7
-def bench(models=None, batches=(1, 8), runs: int = 30, threads: int | None = 1, optimize: bool = True, out=sys.stdout,
-          baselines=BASELINES, warmup: int = 5, clock: str | None = None, best_of: int = 3) -> list:
+def bench(models=None, batches=(1, 8), runs: int = 20, threads: int | None = 1, optimize: bool = True, out=sys.stdout,
+          baselines=BASELINES, warmup: int = 5, clock: str | None = None, best_of: int = 5) -> list:
     "Benchmark zoo `models` (default all) against eager and `baselines`; prints one table per batch size and returns the rows as dicts."
     from nac_lab.bench.timing import pin_threads, compare_many, summarize, CLOCKS
     clock = clock or ('cpu' if threads == 1 else 'wall')
@@ -137,11 +137,11 @@ def main(argv=None):
     p = argparse.ArgumentParser(prog='python -m nac_lab.bench.nac_run', description=__doc__)
     p.add_argument('--models', nargs='*', help='zoo models (default: all)')
     p.add_argument('--batches', nargs='*', type=int, default=[1, 8])
-    p.add_argument('--runs', type=int, default=30, help='interleaved rounds per batch size (>= 20 recommended)')
+    p.add_argument('--runs', type=int, default=20, help='interleaved rounds per batch size (>= 20 recommended)')
     p.add_argument('--threads', type=int, default=1, help='threads for every runtime (default 1: the steadiest numbers on a busy machine); 0 leaves the defaults')
     p.add_argument('--baselines', nargs='*', default=list(BASELINES), choices=list(BASELINES), help='runtimes besides eager (default: all)')
     p.add_argument('--clock', choices=['cpu', 'wall'], help='cpu: process CPU time (default with one thread: time spent descheduled by other work is not counted); wall: elapsed time (default otherwise)')
-    p.add_argument('--best-of', type=int, default=3, help='passes per round; each round keeps every runtime\'s fastest (default 3: steadier ratios on a shared machine)')
+    p.add_argument('--best-of', type=int, default=5, help='passes per round; each round keeps every runtime\'s fastest (default 5: steadier ratios on a shared machine)')
     p.add_argument('--json', help='also write every row, with the raw samples, to this JSON file')
     p.add_argument('--no-optimize', action='store_true', help='compile without the optimizer passes: measures pure dispatch overhead')
     a = p.parse_args(argv)
