@@ -154,6 +154,43 @@ def test_dispatch_zero_is_the_old_timing():
         assert r.dispatch == 0 and (r.dstart < 0).all() and (r.wstart < 0).all()
         assert summary(r)['units']['E0.SEQ[0]']['busy'] == 0
 
+def invariants(r):
+    "Schedule invariants of a simulation with dispatch and WDM: readiness, dispatch before start, no instance runs two things at once, work-conserving sequencers."
+    tb, D = r.table, r.dispatch
+    real = np.flatnonzero(tb.kind != 0)
+    ready = {j: max([r.end[d] for d in tb.deps(j)] + [0.0]) for j in real.tolist()}
+    def disjoint(iv):
+        iv = sorted(iv)
+        assert all(a[1] <= b[0] + 1e-9 for a, b in zip(iv, iv[1:])), iv[:5]
+    by = {}
+    for j in real.tolist():
+        assert r.dstart[j] >= ready[j] - 1e-9 and r.start[j] >= r.dstart[j] + D - 1e-9
+        by.setdefault(('seq', int(tb.eng[j]), int(r.dslot[j])), []).append((r.dstart[j], r.dstart[j] + D))
+        by.setdefault(('unit', r.label(j)), []).append((r.start[j], r.end[j]))
+        if r.wstart[j] >= 0:
+            assert r.start[j] <= r.wstart[j] < r.wend[j] <= r.end[j]
+            by.setdefault(('wdm', int(r.wslot[j])), []).append((r.wstart[j], r.wend[j]))
+    for iv in by.values(): disjoint(iv)
+    for j in real.tolist():                    # a task that waited for dispatch found its engine's sequencers busy all along
+        if r.dstart[j] > ready[j] + 1e-9:
+            busy = sorted(v for k, iv in by.items() if k[0] == 'seq' and k[1] == tb.eng[j] for v in iv)
+            t = ready[j]
+            for a, b in busy:
+                if a <= t + 1e-9 and b > t: t = b
+            assert t >= r.dstart[j] - 1e-9, (tb.name(j), ready[j], r.dstart[j])
+
+@pytest.mark.parametrize('D', [1, 3, 17])
+def test_schedule_invariants_with_dispatch(D, tmp_path):
+    "Loops, pins, two engines, tokens across iterations; weight tiles competing for one WDM; the Conv2D+ReLU example with dispatch and WDM."
+    invariants(simulate(dev(eng=2, cstl=4, disp=D) + NESTED.split('program t:\n', 1)[1]))
+    r = simulate(dev(disp=D, wdm=1, ratio=2, dma=3) + LOOP_WEIGHTS)
+    assert int(r.table.wdm.sum()) == 50 and (r.wstart >= 0).sum() == 50
+    invariants(r)
+    d = tmp_path / 'dev.nem'
+    d.write_text(f'include "{data_path("nem", "devices", "npm_mid.nem")}"\ndevice m extends npm_mid {{\n'
+                 f'    unit_characteristics {{ SEQ {{ dispatch_cycles = {D} }} WDM {{ compression_ratio = 3 }} }}\n}}\n')
+    invariants(simulate(data_path('nem', 'examples', 'conv2d_relu_fixed.nem'), device=str(d)))
+
 # --- weight decompression (A5) --------------------------------------------------------------------------
 Q = 'quant=per_tensor(scale=0.5, zero_point=0)'
 def weights(B=8192, extra=''):
@@ -238,19 +275,20 @@ wait(tg)
     tb = build_table(load_program(d + body.replace('gemm.async in x, w out y accum_type=i32', 'matmul.async in x, w out y accum_type=i32')))
     assert not tb.wdm.any()
 
-def test_weight_transfers_in_a_vectorised_loop():
-    "A loop that loads a weight tile per iteration (DDR -> L1, vectorised): every load is a weight transfer; DDR reads T·B/r."
-    T, B = 50, 2048
-    body = f'''buffer WD : DDR (size={T * B})
-buffer L : L1[0] (size={2 * B + 4096 + 8192})
+LOOP_WEIGHTS = f'''buffer WD : DDR (size={50 * 2048})
+buffer L : L1[0] (size={2 * 2048 + 4096 + 8192})
 x = region(L, 0, 4096, elem=i8, shape=[32, 128], layout=MK, {Q})
-loop i in [0..{T - 1}] @max_in_flight(2):
-    let w = region(L, 4096 + (i mod 2) * {B}, {B}, elem=i8, shape=[128, 16], layout=KN, {Q})
-    let y = region(L, {4096 + 2 * B} + (i mod 2) * 512, 512, elem=i8, shape=[32, 16], layout=MN, {Q})
-    tw = transfer.async(dst=w, src=region(WD, i * {B}, {B}))
+loop i in [0..49] @max_in_flight(2):
+    let w = region(L, 4096 + (i mod 2) * 2048, 2048, elem=i8, shape=[128, 16], layout=KN, {Q})
+    let y = region(L, {4096 + 2 * 2048} + (i mod 2) * 512, 512, elem=i8, shape=[32, 16], layout=MN, {Q})
+    tw = transfer.async(dst=w, src=region(WD, i * 2048, 2048))
     tg = gemm.async in x, w out y accum_type=i32 deps=[tw]
 endloop
 '''
+
+def test_weight_transfers_in_a_vectorised_loop():
+    "A loop that loads a weight tile per iteration (DDR -> L1, vectorised): every load is a weight transfer; DDR reads T·B/r."
+    T, B, body = 50, 2048, LOOP_WEIGHTS
     tb = same(dev(wdm=1, ratio=4) + body)
     assert int(tb.wdm.sum()) == T and tb.level_bytes['DDR']['read'] == T * B // 4
     assert not same(dev(wdm=1, ratio=1) + body).wdm.any()
