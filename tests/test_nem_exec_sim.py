@@ -274,6 +274,24 @@ wait(tg)
     assert [tb.name(j) for j in np.flatnonzero(tb.wdm)] == ['t1']            # t2's source is written by tr; t3 loads gemm's A
     tb = build_table(load_program(d + body.replace('gemm.async in x, w out y accum_type=i32', 'matmul.async in x, w out y accum_type=i32')))
     assert not tb.wdm.any()
+    # one arena, reused: its first 8192 bytes hold gemm 1's A (loaded from DDR), later gemm 2's B (a weight tile); only that load is a weight transfer
+    arena = f'''buffer WD : DDR (size=32768)
+buffer L : L1[0] (size=65536)
+a1 = region(L, 0, 8192, elem=i8, shape=[64, 128], layout=MK, {Q})
+w1 = region(L, 8192, 8192, elem=i8, shape=[128, 64], layout=KN, {Q})
+y1 = region(L, 16384, 4096, elem=i8, shape=[64, 64], layout=MN, {Q})
+x2 = region(L, 24576, 8192, elem=i8, shape=[64, 128], layout=MK, {Q})
+w2 = region(L, 0, 8192, elem=i8, shape=[128, 64], layout=KN, {Q})
+ta = transfer.async(dst=a1, src=region(WD, 0, 8192))
+tw1 = transfer.async(dst=w1, src=region(WD, 8192, 8192))
+g1 = gemm.async in a1, w1 out y1 accum_type=i32 deps=[ta, tw1]
+tx = transfer.async(dst=x2, src=region(WD, 16384, 8192))
+tw2 = transfer.async(dst=w2, src=region(WD, 24576, 8192), deps=[g1])
+g2 = gemm.async in x2, w2 out y1 accum_type=i32 deps=[tx, tw2, g1]
+wait(g2)
+'''
+    tb = build_table(load_program(d + arena))
+    assert [tb.name(j) for j in np.flatnonzero(tb.wdm)] == ['tw1', 'tw2']
 
 LOOP_WEIGHTS = f'''buffer WD : DDR (size={50 * 2048})
 buffer L : L1[0] (size={2 * 2048 + 4096 + 8192})
