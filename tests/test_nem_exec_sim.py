@@ -18,7 +18,7 @@ device tdev extends nem_baseline_1_0 {{
         num_engines = {eng}
         l2_size_bytes = 1048576
         device_units {{ sDMA = {sdma} WDM = {wdm} }}
-        per_engine {{ NMU = 1 CSTL = {cstl} DMA = {dma} VPU = 1 SEQ = 1 l1_size_bytes = 524288 }}
+        per_engine {{ NMU = 1 CSTL = {cstl} DMA = {dma} VPU = 1 SEQ = {seq} l1_size_bytes = 524288 }}
     }}
     unit_characteristics {{
         NMU {{ int8_macs = 256 fp16_macs = 128 pipeline_cycles = 8 }}
@@ -32,8 +32,8 @@ device tdev extends nem_baseline_1_0 {{
 }}
 program t:
 '''
-def dev(eng=1, sdma=2, cstl=2, dma=2, l2=1024, tok=64, disp=0, wdm=0, ratio=1, wbpc=1024, ddr=64):
-    return DEV.format(eng=eng, sdma=sdma, cstl=cstl, dma=dma, l2=l2, tok=tok, disp=disp, wdm=wdm, ratio=ratio, wbpc=wbpc, ddr=ddr)
+def dev(eng=1, sdma=2, cstl=2, dma=2, l2=1024, tok=64, disp=0, wdm=0, ratio=1, wbpc=1024, ddr=64, seq=1):
+    return DEV.format(eng=eng, sdma=sdma, cstl=cstl, dma=dma, l2=l2, tok=tok, disp=disp, wdm=wdm, ratio=ratio, wbpc=wbpc, ddr=ddr, seq=seq)
 
 def same(text):
     cr = load_program(text); el = elaborate(cr); tb = build_table(cr)
@@ -146,6 +146,13 @@ def test_dispatch_per_engine_and_on_the_critical_path():
     tr = chrome_trace(r)
     seq = [e for e in tr['traceEvents'] if e['ph'] == 'X' and e['cat'] == 'dispatch']
     assert len(seq) == 16 and {e['dur'] for e in seq} == {D / 1000}
+
+def test_two_sequencers_per_engine():
+    "With SEQ = 2 per engine two dispatches run at once: 12 tasks on 2 CSTLs with D = 10 take 12/2·D + c."
+    r = simulate(dev(disp=10, seq=2) + tiny(12))
+    assert r.total_cycles == 6 * 10 + 5
+    s = summary(r)['units']
+    assert s['E0.SEQ[0]']['busy'] == s['E0.SEQ[1]']['busy'] == 60
 
 def test_dispatch_zero_is_the_old_timing():
     "dispatch_cycles = 0 leaves every start and end as without a sequencer stage (the Conv2D+ReLU example on 4 devices)."
