@@ -59,3 +59,12 @@ def test_zoo_build_progress_only_on_a_terminal(tmp_path):
         assert '\r' + line.replace('<nac>', 'a.nac').replace('<npy>', 'a.input.npy') + '\r\n' in tty, (line, tty)
     assert tty.endswith('\r')                            # and the last bar was erased
     assert want[0].startswith('mlp: ') and (tmp_path / 'a.nac').read_bytes() == (tmp_path / 'b.nac').read_bytes()
+
+def test_fuzz_suites_count_cases_in_verbose_mode():
+    "`pytest -v` on a terminal: a fuzz loop draws its case count past the capture; without -v it draws nothing."
+    cmd = [sys.executable, '-m', 'pytest', '-p', 'no:xdist', 'tests/test_nac_tisa_fuzz.py::test_mutated_manifests', '-k', 'unigram']
+    rc, verbose = _run_on_pty(cmd + ['-v'], _env())
+    assert rc == 0 and 'tisa manifests: 100%' in verbose and '400/400' in verbose, verbose
+    assert '\n\rtisa manifests: ' in verbose.replace('\r\n', '\n')    # on a line of its own, not over the test's name
+    rc, quiet = _run_on_pty(cmd, _env())
+    assert rc == 0 and 'tisa manifests' not in quiet and '1 passed' in quiet, quiet
