@@ -43,3 +43,34 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason=f'`#| {f}` cell (set NAC_LAB_TEST_FLAGS={f} to run it)'))
         if cell.get('execution_count') is None and cell.get('outputs'):
             cell['execution_count'] = 1
+
+
+class _PastCapture:
+    "A text stream to the terminal behind pytest's output capture (the capture is suspended for each write)."
+    def __init__(self, capman): self.capman, self.started = capman, False
+    def write(self, s):
+        import sys
+        with self.capman.global_and_fixture_disabled():
+            if not self.started: sys.stderr.write('\n')     # the bar gets a line of its own, below the test's name
+            self.started = True
+            sys.stderr.write(s); sys.stderr.flush()
+        return len(s)
+    @property
+    def encoding(self):
+        import sys
+        return getattr(sys.__stderr__, 'encoding', None) or 'utf-8'
+
+    def flush(self): pass
+    def isatty(self):
+        import sys
+        with self.capman.global_and_fixture_disabled(): return sys.stderr.isatty()
+
+
+@pytest.fixture
+def fuzz_cases(request):
+    """`fuzz_cases(range(n), what)`: the cases of a fuzz loop; with `pytest -v` on a terminal they are counted by a
+    progress bar drawn past the output capture (`nac_lab.progress`; NAC_LAB_PROGRESS=0/1 overrides the terminal test)."""
+    capman = request.config.pluginmanager.getplugin('capturemanager')
+    if request.config.getoption('verbose') < 1 or capman is None: return lambda items, what: items
+    from nac_lab.progress import track
+    return lambda items, what: track(items, what, unit='case', stream=_PastCapture(capman), leave=True)

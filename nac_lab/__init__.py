@@ -7,10 +7,10 @@ __version__ = "0.1.0"
 __all__ = ['NacLabError', 'FormatError', 'Reader', 'Writer', 'read_nac', 'write_nac', 'NacFile', 'compile', 'load', 'NacModel',
            'build_schedule', 'simulate', 'data_path', 'render']
 
-# %% ../nbs/05_api.ipynb #e36a15c2
+# %% ../nbs/05_api.ipynb #d68fa1f5
 import importlib
 
-# %% ../nbs/05_api.ipynb #6b165288
+# %% ../nbs/05_api.ipynb #3b9406b0
 __doc__ = """nac_lab: a notebook-first toolkit for AI-accelerator and compiler research.
 
 Compile PyTorch modules to NAC (`compile`, `load`, `read_nac`), schedule and simulate their memory
@@ -19,7 +19,7 @@ Compile PyTorch modules to NAC (`compile`, `load`, `read_nac`), schedule and sim
 so `import nac_lab` stays cheap. The command line is `nac-lab --help`.
 """
 
-# %% ../nbs/05_api.ipynb #88abeba8
+# %% ../nbs/05_api.ipynb #2065af06
 _LAZY = {
     # errors and binary I/O (nac_lab.binio)
     'NacLabError': 'nac_lab.binio', 'FormatError': 'nac_lab.binio', 'Reader': 'nac_lab.binio', 'Writer': 'nac_lab.binio',
@@ -42,6 +42,17 @@ def __getattr__(name:str):
 
 def __dir__(): return sorted(set(globals()) | set(_LAZY))
 
-# %% ../nbs/05_api.ipynb #a4758f60
+# %% ../nbs/05_api.ipynb #5dd3d4ab
+from typing import TYPE_CHECKING
+if TYPE_CHECKING:      # read by IDEs and type checkers only; at run time `__getattr__` imports these on first use
+    from nac_lab.binio import NacLabError, FormatError, Reader, Writer
+    from nac_lab.nac.format import read_nac, write_nac, NacFile
+    from nac_lab.nac.compile import compile, load, NacModel
+    from nac_lab.nac.mmap import build_schedule
+    from nac_lab.nac.mmap_sim import simulate
+    from nac_lab.core import data_path
+    from nac_lab.viz import render
+
+# %% ../nbs/05_api.ipynb #d0a1ccb7
 _all_ = ['NacLabError', 'FormatError', 'Reader', 'Writer', 'read_nac', 'write_nac', 'NacFile', 'compile', 'load',
          'NacModel', 'build_schedule', 'simulate', 'data_path', 'render']

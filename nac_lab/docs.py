@@ -569,9 +569,9 @@ def _private_tool_dirs():
                 if v is None: os.environ.pop(k, None)
                 else: os.environ[k] = v
 
-def _tty_progress(stream):
-    def show(i, n, name): print(f'docs: [{i:{len(str(n))}d}/{n}] {name}', file=stream, flush=True)
-    return show
+def _page_progress(bar):
+    "The `progress(i, n, name)` callback of `build_docs` that moves `bar` (page `i` of `n` starts)."
+    return lambda i, n, name: bar.update(i - 1, n, name)
 
 def docs_command(args, stream=None) -> int:
     "Run `nac-lab docs` with parsed `args` (see `add_docs_arguments`)."
@@ -581,7 +581,8 @@ def docs_command(args, stream=None) -> int:
     if args.readme_only or not args.out:
         print(f'README written: {write_readme(root, args.out if args.readme_only else None)}')
     if not args.readme_only:
-        with _private_tool_dirs():
-            out = build_docs(root, out=args.out, progress=_tty_progress(stream) if stream.isatty() else None)
+        from nac_lab.progress import Bar
+        with _private_tool_dirs(), Bar('docs', unit='page', stream=stream) as bar:
+            out = build_docs(root, out=args.out, progress=_page_progress(bar))
         print(f'site written: {out}/index.html ({len(list(out.glob("*.html")))} pages)')
     return 0

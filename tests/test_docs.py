@@ -224,3 +224,74 @@ def test_enum_page_and_toc_in_chromium(site, tmp_path):
     desc = re.search(r'<p class="nl-desc">(.*?)</p>', dom, re.S).group(1)
     assert '`' not in desc and '<code>' in desc, desc
     assert re.search(r'<p class="nl-src">Source: <a href="[^"]*/nbs/10_nac_format.ipynb">', dom)
+
+
+# --- Quarto (`nbdev_docs`, where Quarto is installed): _quarto.yml's sidebar ---------------------------------
+# Quarto cannot run here, so the sidebar is checked against Quarto's documented schema for it (quarto-cli,
+# src/resources/schema/definitions.yml: the `sidebar` property of `base-website` and the definitions it uses),
+# restated as JSON Schema. In words: `contents` is a string, an `{auto: …}` object or a list whose items are a
+# path, a navigation item (a closed object of string fields such as `href` and `text`, with an optional `menu`
+# of further items), a section (a closed object of `section` — a title or null — and `contents`, recursively)
+# or an `{auto: …}` object; a sidebar's `style` is `docked` or `floating`. Objects are closed here even where
+# Quarto's schema leaves the sidebar object open, so that a misspelt key fails the test.
+_STR = {'type': 'string'}
+QUARTO_SIDEBAR = {
+    '$defs': {
+        'navigation-item': {'anyOf': [_STR, {'$ref': '#/$defs/navigation-item-object'}]},
+        'navigation-item-object': {'type': 'object', 'additionalProperties': False, 'properties': {
+            **{k: _STR for k in ('aria-label', 'file', 'href', 'icon', 'id', 'text', 'url', 'rel', 'target')},
+            'menu': {'type': 'array', 'items': {'$ref': '#/$defs/navigation-item'}}}},
+        'contents-auto': {'type': 'object', 'additionalProperties': False, 'required': ['auto'], 'properties': {
+            'auto': {'anyOf': [{'type': 'boolean'}, _STR, {'type': 'array', 'items': _STR}]}}},
+        'section': {'type': 'object', 'additionalProperties': False, 'required': ['section'], 'properties': {
+            'section': {'type': ['string', 'null']}, 'contents': {'$ref': '#/$defs/sidebar-contents'}}},
+        'sidebar-contents': {'anyOf': [_STR, {'$ref': '#/$defs/contents-auto'}, {'type': 'array', 'items': {'anyOf': [
+            {'$ref': '#/$defs/navigation-item'}, {'$ref': '#/$defs/section'}, {'$ref': '#/$defs/contents-auto'}]}}]},
+        'sidebar': {'type': 'object', 'additionalProperties': False, 'properties': {
+            'id': _STR, 'title': {'type': ['string', 'boolean']}, 'logo': _STR, 'logo-alt': _STR, 'logo-href': _STR,
+            'search': {'type': 'boolean'}, 'tools': {'type': 'array', 'items': {'$ref': '#/$defs/navigation-item-object'}},
+            'contents': {'$ref': '#/$defs/sidebar-contents'}, 'style': {'enum': ['docked', 'floating']},
+            'background': _STR, 'foreground': _STR, 'border': {'type': 'boolean'},
+            'alignment': {'enum': ['left', 'right', 'center']}, 'collapse-level': {'type': 'number'},
+            'pinned': {'type': 'boolean'}, 'header': {'anyOf': [_STR, {'type': 'array', 'items': _STR}]},
+            'footer': {'anyOf': [_STR, {'type': 'array', 'items': _STR}]}}},
+    },
+    'anyOf': [{'type': 'boolean'}, {'$ref': '#/$defs/sidebar'}, {'type': 'array', 'items': {'$ref': '#/$defs/sidebar'}}],
+}
+
+
+def _quarto_tool():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location('quarto_sidebar', ROOT / 'tools' / 'quarto_sidebar.py')
+    mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
+    return mod
+
+
+def test_quarto_sidebar_is_grouped_by_area_and_valid():
+    import configparser, jsonschema, yaml
+    from nac_lab.docs import AREAS, area_of
+    text = (ROOT / '_quarto.yml').read_text()
+    assert (ROOT / 'nbs' / '_quarto.yml').resolve() == (ROOT / '_quarto.yml').resolve()
+    q = yaml.safe_load(text)
+    sb = q['website']['sidebar']
+    jsonschema.validate(sb, QUARTO_SIDEBAR)
+    for bad in ({'style': 'side'}, {'contents': [{'sections': 'NEM', 'contents': []}]}, {'contents': [{'text': 1}]},
+                {'contents': [{'section': 'NEM', 'contents': [{'href': 'a.ipynb', 'txt': 'a'}]}]}):
+        with pytest.raises(jsonschema.ValidationError): jsonschema.validate(bad, QUARTO_SIDEBAR)   # the schema bites
+    # nbdev keeps this sidebar (no flat sidebar.yml is written, and none is read)
+    cfg = configparser.ConfigParser(); cfg.read(ROOT / 'settings.ini')
+    assert cfg['DEFAULT']['custom_sidebar'] == 'True' and 'sidebar.yml' not in q.get('metadata-files', [])
+    assert q['project']['type'] == 'website'
+    # home first, then one section per area in the order of AREAS; every notebook exactly once, under its area
+    nbs = sorted(p.name for p in (ROOT / 'nbs').glob('*.ipynb'))
+    assert sb['contents'][0] == {'text': 'Home', 'href': 'index.ipynb'}
+    sections = sb['contents'][1:]
+    order = [a for _, _, a in AREAS]
+    assert [s['section'] for s in sections] == sorted((s['section'] for s in sections), key=order.index)
+    listed = ['index.ipynb'] + [i['href'] for s in sections for i in s['contents']]
+    assert sorted(listed) == nbs, set(listed) ^ set(nbs)
+    for s in sections:
+        for i in s['contents']: assert area_of(i['href'])[1] == s['section'], (i, s['section'])
+    # and it is what tools/quarto_sidebar.py builds from the notebooks now (run it with --write after adding one)
+    tool = _quarto_tool()
+    assert tool.replace_block(text, tool.sidebar()) == text, 'run python tools/quarto_sidebar.py --write'

@@ -65,11 +65,11 @@ def base_tokens(tir):
             words |= set(re.findall(r'[A-Za-z_][A-Za-z0-9_]*', CODE.sub(' ', emit_c(build_ir(data_path('irv2', 'configs', name), ctx=ctx)))))
     return words
 
-def test_ir_tree_mutations(tir, base_tokens):
+def test_ir_tree_mutations(tir, base_tokens, fuzz_cases):
     rng = random.Random('irv2-fuzz-tree')
     every = list(paths(tir))[1:]
     stats = {'rejected': 0, 'accepted': 0}
-    for k in range(400):
+    for k in fuzz_cases(range(400), 'ir v2 trees'):
         ir = copy.deepcopy(tir)
         for _ in range(rng.randint(1, 2)):
             p, _ = rng.choice(every)
@@ -84,12 +84,12 @@ def test_ir_tree_mutations(tir, base_tokens):
             check_accepted(ir, base_tokens); stats['accepted'] += 1
     assert stats['rejected'] > 100 and stats['accepted'] > 10, stats
 
-def test_config_mutations(base_tokens):
+def test_config_mutations(base_tokens, fuzz_cases):
     base = json.loads(Path(data_path('irv2', 'configs', 'tiny-llama.json')).read_text())
     rng = random.Random('irv2-fuzz-config')
     keys = sorted(base) + ['head_dim', 'n_embd', 'rope_parameters', 'text_config', 'sliding_window', 'qkv_bias']
     accepted = 0
-    for k in range(400):
+    for k in fuzz_cases(range(400), 'ir v2 configs'):
         c = dict(base)
         for _ in range(rng.randint(1, 3)): c[rng.choice(keys)] = copy.deepcopy(rng.choice(HOSTILE))
         ctx = rng.choice([None, 8, 16])
@@ -102,12 +102,12 @@ def test_config_mutations(base_tokens):
             check_accepted(out, base_tokens)
     assert accepted > 10
 
-def test_ir_text_mutations(tmp_path, tir):
+def test_ir_text_mutations(tmp_path, tir, fuzz_cases):
     text = json.dumps(tir, indent=1).encode()
     rng = random.Random('irv2-fuzz-text')
     old = os.getcwd(); os.chdir(tmp_path)
     try:
-        for k in range(200):
+        for k in fuzz_cases(range(200), 'ir v2 texts'):
             b = bytearray(text)
             for _ in range(rng.randint(1, 3)):
                 p = rng.randrange(len(b))

@@ -120,14 +120,14 @@ def exercise(raw: bytes):
 
 @pytest.mark.filterwarnings('ignore::RuntimeWarning')       # a mutated scale may overflow float32 on dequantization
 @pytest.mark.parametrize('name', sorted(SEEDS))
-def test_mutations(name):
+def test_mutations(name, fuzz_cases):
     data = SEEDS[name]
     assert exercise(data) == 'accepted'
     rng = random.Random(f'nac-fuzz-{name}')
     old = signal.signal(signal.SIGALRM, _alarm)
     stats = {'rejected': 0, 'accepted': 0}
     try:
-        for k in range(CASES_PER_SEED):
+        for k in fuzz_cases(range(CASES_PER_SEED), f'nac {name}'):
             raw = mutate(data, rng)
             traced = k % 4 == 0                              # tracemalloc on every 4th case (it slows things)
             if traced: tracemalloc.start()

@@ -25,12 +25,12 @@ def texts(rng, n):
     return [''.join(rng.choice(alphabet) for _ in range(rng.randrange(30))) for _ in range(n)]
 
 @pytest.mark.parametrize('src', [BERT, BPE, UNI], ids=['wordpiece', 'bpe', 'unigram'])
-def test_mutated_manifests(src):
+def test_mutated_manifests(src, fuzz_cases):
     good = tisa_compile(src)
     rng = random.Random(3)
     sample = texts(rng, 5)
     kinds = {}
-    for k in range(400):
+    for k in fuzz_cases(range(400), 'tisa manifests'):
         m = bytearray(good.manifest)
         for _ in range(rng.randrange(1, 3)): m[rng.randrange(5, len(m))] = rng.randrange(256)
         try: t = Tisa(bytes(m), good.files)

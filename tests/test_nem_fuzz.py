@@ -353,13 +353,13 @@ def _fuzz_text(rng):
         return src
     return ' '.join(rng.choice(_VOCAB) for _ in range(rng.randrange(1, 400)))
 
-def test_standing_fuzz():
+def test_standing_fuzz(fuzz_cases):
     "400 seeded random texts through parse, check and fmt: only typed errors, each case well under its time alarm, memory growth bounded."
     from nac_lab.nem.fmt import fmt_text
     rng = random.Random(20260413)
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     with time_limit(120):
-        for case in range(400):
+        for case in fuzz_cases(range(400), 'nem texts'):
             src = _fuzz_text(rng)
             try: parse(src, 'z.nem')
             except NemSyntaxError as ex: assert ex.line >= 1 and ex.col >= 1 and not RAW_CONTROL.search(str(ex))

@@ -87,12 +87,12 @@ CASES = 400
 
 @pytest.mark.filterwarnings('ignore::RuntimeWarning')
 @pytest.mark.parametrize('kind', sorted(READERS))
-def test_binary_file_mutations(blobs, kind):
+def test_binary_file_mutations(blobs, kind, fuzz_cases):
     data, use = blobs[kind], READERS[kind]
     assert not isinstance(use(data), NacLabError)
     rng = random.Random(f'trillim-fuzz-{kind}')
     rejected = 0
-    for k in range(CASES):
+    for k in fuzz_cases(range(CASES), f'trillim {kind}'):
         raw = mutate(data, rng)
         out = guarded(lambda: use(raw), f'{kind} case {k}', size=len(raw), traced=k % 4 == 0)
         if isinstance(out, NacLabError):
@@ -106,10 +106,10 @@ QWEN = dict(model_type='qwen2', architectures=['Qwen2ForCausalLM'], hidden_size=
             num_attention_heads=4, num_key_value_heads=2, head_dim=32, vocab_size=1000, max_position_embeddings=64, rms_norm_eps=1e-6,
             rope_theta=1e6, tie_word_embeddings=True, attention_bias=True, eos_token_id=[3, 7], rope_scaling=None)
 
-def test_config_value_mutations():
+def test_config_value_mutations(fuzz_cases):
     rng = random.Random('trillim-fuzz-config')
     keys, accepted = sorted(QWEN), 0
-    for k in range(1000):
+    for k in fuzz_cases(range(1000), 'trillim configs'):
         c = dict(QWEN)
         for _ in range(rng.randint(1, 3)): c[rng.choice(keys)] = rng.choice(HOSTILE_VALUES)
         out = guarded(lambda: arch_from_hf(c), f'config case {k}: {c!r}', mem_base=4 << 20, traced=k % 4 == 0)
@@ -124,11 +124,11 @@ def test_config_value_mutations():
         assert isinstance(out.tie_word_embeddings, bool) and isinstance(out.has_qkv_bias, bool)
     assert 0 < accepted < 1000
 
-def test_config_vector_mutations():
+def test_config_vector_mutations(fuzz_cases):
     good = config_args(arch_from_hf(QWEN))
     rng = random.Random('trillim-fuzz-vector')
     tokens = ['0', '1', '-1', '128', '1e5', 'nan', 'inf', '', ' ', '9' * 5000, '0x10', '٣', '1_0', '+1', '2.5']
-    for k in range(1000):
+    for k in fuzz_cases(range(1000), 'trillim config vectors'):
         v = list(good)
         for _ in range(rng.randint(1, 3)):
             op = rng.randrange(3)
@@ -152,11 +152,11 @@ def engine(tmp_path_factory):
         return load_model('m', cfg), cfg
     finally: os.chdir(old)
 
-def test_request_stream_mutations(engine):
+def test_request_stream_mutations(engine, fuzz_cases):
     model, cfg = engine
     good = ['3', '1', '0.7', '5', '0.9', '1.1', '4', '3', '1', '2', '3']
     rng = random.Random('trillim-fuzz-requests')
-    for k in range(200):
+    for k in fuzz_cases(range(200), 'trillim requests'):
         v = list(good) + (['2', '0', '0.0', '0', '1.0', '1.0', '0', '2', '5', '6'] if rng.random() < 0.5 else [])
         for _ in range(rng.randint(1, 4)):
             op = rng.randrange(3)

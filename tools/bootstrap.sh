@@ -28,22 +28,29 @@ if [ "$mode" = "--test" ] && ! command -v iverilog >/dev/null; then
   apt_install iverilog || echo "bootstrap: iverilog could not be installed; the RTL test will be skipped" >&2
 fi
 
+pip_install() {  # pip_install ARGS... : on a terminal with pip's own progress bars, else quiet (CI, logs)
+  # pip draws its bars only when its standard output is a terminal, so there only stderr goes through the filter
+  # that drops pip's "Location ... is ignored" notes about the configured find-links folder.
+  if [ -t 1 ]; then .venv/bin/python -m pip install "$@" 2> >(grep -v "is ignored" >&2) || true
+  else .venv/bin/python -m pip install -q "$@" 2>&1 | grep -v "is ignored" || true
+  fi
+}
+
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 stamp=.venv/.nac_lab-installed
 want=$(cat settings.ini setup.py pyproject.toml constraints.txt | sha256sum | cut -c1-16)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! .venv/bin/python -c "import nac_lab, torch, nbdev, nbval" 2>/dev/null; then
   echo "bootstrap: installing Python packages into .venv (the first time takes a few minutes and about 2 GB)"
-  q=-q; [ -t 1 ] && q=""            # on a terminal, show pip's own progress; in CI and logs, stay quiet
   .venv/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v -e "is ignored" -e "^$" || true
   # torch: the CPU build. A plain `pip install torch` on Linux x86-64 brings a CUDA build (gigabytes of
   # GPU libraries), so unless a local torch wheel is configured for pip (find-links), ask PyTorch's CPU index.
   if .venv/bin/python -m pip install -q --no-index --no-deps -c constraints.txt "torch==2.13.0" >/dev/null 2>&1; then
-    .venv/bin/python -m pip install $q -c constraints.txt "torch==2.13.0" 2>&1 | grep -v "is ignored" || true
+    pip_install -c constraints.txt "torch==2.13.0"
   else
-    .venv/bin/python -m pip install $q -c constraints.txt --index-url https://download.pytorch.org/whl/cpu "torch==2.13.0" 2>&1 | grep -v "is ignored" || true
+    pip_install -c constraints.txt --index-url https://download.pytorch.org/whl/cpu "torch==2.13.0"
   fi
-  .venv/bin/python -m pip install $q -c constraints.txt -e ".[dev]" 2>&1 | grep -v "is ignored" || true
+  pip_install -c constraints.txt -e ".[dev]"
   .venv/bin/python -c "import nac_lab, torch, nbdev, nbval; assert torch.__version__.startswith('2.13.0'), torch.__version__"
   echo "$want" > "$stamp"
 fi

@@ -8,6 +8,7 @@ import re, time
 from pathlib import Path
 import numpy as np
 from ..fileio import atomic_write
+from ..progress import track
 from ..nem.sim import summary
 from .graph import LowerError
 from .tile import resolve_device
@@ -88,6 +89,7 @@ def sweep(models:dict, devices:list, tilings:list, *, mode='int8', calib=None, e
     try:
         futs = [client.submit(_evaluate_bytes, Path(p).read_bytes(), n, d, t, mode, calib, example, pure=False)
                 for n, p in models.items() for d in dev_texts for t in tilings]
+        for f in track(futs, 'nem sweep', unit='lowering'): f.exception()   # wait for each in turn: the bar counts finished lowerings
         rows = client.gather(futs)
     finally:
         client.close()

@@ -11,6 +11,7 @@ import numpy as np
 from ..core import data_path
 from .graph import LowerError
 from .emit import Emitter, Tiling, Val, conv_l1, nem_shape, emit_program
+from ..progress import track
 
 # %% auto #0
 __all__ = ['Device', 'resolve_device', 'check_legal', 'layer_program', 'simulate_text', 'choose_tilings', 'layer_report',
@@ -106,7 +107,7 @@ def choose_tilings(g, dev, elem, qp, ql, policy='search') -> tuple:
     overlap). search: every candidate band height with one and two slots that fits, timed by the NEM simulator on a
     one-layer program; the fastest wins (ties: fewer bands). An int: that band height everywhere. costs: layer -> {(th, slots): cycles}."""
     chosen, naive, costs = {}, {}, {}
-    for l in g.layers:
+    for l in track(g.layers, 'tile search', unit='layer'):
         if l.op != 'conv2d': continue
         src = g.inputs.get(l.inputs[0]) or g.layer(l.inputs[0]).shape
         xs, ys = nem_shape(src), nem_shape(l.shape)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from ..binio import NacLabError
 from ..fileio import atomic_write
+from ..progress import stage, with_steps
 
 # %% auto #0
 __all__ = ['TOUR_RANK', 'CliInputError', 'parse_inputs', 'positional', 'cmd_run', 'cmd_zoo_list', 'cmd_zoo_build', 'register',
@@ -91,6 +92,7 @@ def cmd_zoo_list(args):
     for z in ZOO.values():
         print(f'{z.name:10} {z.family:12} input {z.input_kind:6} {str(list(z.input_shape)):14} {z.about}')
 
+@with_steps(lambda args: f'zoo build {args.name}', ('build', 'compile', 'write'))
 def cmd_zoo_build(args):
     "Handler of `nac-lab zoo build`."
     import numpy as np, torch
@@ -100,9 +102,11 @@ def cmd_zoo_build(args):
     if args.batch < 1: raise CliInputError(f'--batch {args.batch}: the batch size of the example input must be at least 1')
     m = build_model(args.name, seed=args.seed)
     dyn = None if args.static else ({0: torch.export.Dim.AUTO},)
+    stage('compile')
     nm = nac_compile(m, example_inputs(args.name, args.batch if args.static else max(args.batch, 2)), dynamic_shapes=dyn,
                      quant=args.quant, weights=args.weights)
     out = Path(args.output)
+    stage('write')
     nm.save(out)
     x = example_inputs(args.name, args.batch)[0]
     inp = out.with_suffix('.input.npy')

@@ -14,6 +14,7 @@ from .weights import quantize, load_weights
 from .ops import (canonical_for, FIRST_CUSTOM_ID, Param, bind, aten_name, params_of, tensor_code, const_code,
                              encode_value, NacOpError)
 from .optimize import NacGraph, NacCompileError, export_graph, optimize as optimize_graph, _flat_args
+from ..progress import stage, with_steps
 
 # %% auto #0
 __all__ = ['QUANT_METHODS', 'lower', 'store_weights', 'guess_d_model', 'value_sizes', 'NacModel', 'compile', 'load']
@@ -247,6 +248,7 @@ class NacModel:
 
     def __repr__(self): return f'NacModel({self.nac!r})'
 
+@with_steps(lambda module, *a, **k: f'compile {type(module).__name__}', ('export', 'optimise', 'lower', 'weights', 'schedule'))
 def compile(module: torch.nn.Module, example_args, *, dynamic_shapes=None, quant: str = 'none', weights: str = 'internal',
             optimize: bool = True, schedule: bool = True) -> NacModel:
     "Compile a PyTorch module to NAC: export, optimize, canonicalise, store weights (and the MMAP schedule)."
@@ -255,9 +257,13 @@ def compile(module: torch.nn.Module, example_args, *, dynamic_shapes=None, quant
     t0 = time.perf_counter()
     if not isinstance(example_args, tuple): example_args = tuple(example_args) if isinstance(example_args, list) else (example_args,)
     g = export_graph(module, example_args, dynamic_shapes)
+    stage('optimise')
     log = optimize_graph(g) if optimize else []
+    stage('lower')
     nac, w, index = lower(g, with_index=True)
+    stage('weights')
     store_weights(nac, w, quant, weights == 'internal')
+    stage('schedule')
     nac.d_model = guess_d_model(w)
     sizes = value_sizes(nac, index)
     if schedule:

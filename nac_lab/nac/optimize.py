@@ -4,15 +4,16 @@
 
 # %% ../../nbs/17_nac_optimize.ipynb #3cd2503a
 from __future__ import annotations
-import operator, warnings
+import inspect, operator, sys, warnings
 from dataclasses import dataclass, field
 import torch, torch.fx as fx
 from ..binio import NacLabError
 
 # %% auto #0
-__all__ = ['FOLD_FREE_ELEMENTS', 'PASSES', 'NacCompileError', 'NacGraph', 'export_graph', 'meta_val', 'same_meta', 'replace_node',
-           'eliminate_identities', 'eliminate_dead_code', 'fold_constants', 'eliminate_common_subexpressions',
-           'simplify_algebra', 'cancel_inverse_pairs', 'fuse_conv_batchnorm', 'optimize']
+__all__ = ['FOLD_FREE_ELEMENTS', 'PASSES', 'NacCompileError', 'NacGraph', 'export_graph', 'TrainModeWarning', 'train_mode_layers',
+           'train_mode_message', 'meta_val', 'same_meta', 'replace_node', 'eliminate_identities', 'eliminate_dead_code',
+           'fold_constants', 'eliminate_common_subexpressions', 'simplify_algebra', 'cancel_inverse_pairs',
+           'fuse_conv_batchnorm', 'optimize']
 
 # %% ../../nbs/17_nac_optimize.ipynb #54d2e104
 class NacCompileError(NacLabError, ValueError):
@@ -53,6 +54,8 @@ def _flat_args(args):
 
 def export_graph(module: torch.nn.Module, example_args: tuple, dynamic_shapes=None) -> NacGraph:
     "Export `module` in eval mode with torch.export and wrap the result as a `NacGraph`; the module's own train/eval flags are restored."
+    changed = train_mode_layers(module)
+    if changed: warnings.warn(train_mode_message(module, changed), TrainModeWarning, stacklevel=_user_stacklevel())
     modes = [(m, m.training) for m in module.modules()]
     module.eval()
     try:
@@ -97,6 +100,43 @@ def _export_graph(module, example_args, dynamic_shapes):
     g = NacGraph(gm.graph, consts, names, inputs, user_vals, states, updates, name,
                  sum(1 for s in sig.output_specs if s.kind == OutputKind.USER_OUTPUT))
     return g
+
+# %% ../../nbs/17_nac_optimize.ipynb #7bba67fa
+class TrainModeWarning(UserWarning):
+    "`compile` was given a module in training mode whose layers compute differently in eval mode, the mode it compiles."
+
+def _reads_training(cls) -> bool:
+    "Whether the `forward` of a module class of the user's own mentions `training` (e.g. `F.dropout(x, p, self.training)`)."
+    try: return 'training' in inspect.getsource(cls.forward)
+    except (OSError, TypeError): return False          # no source (built-in, interactive, compiled)
+
+def train_mode_layers(module: torch.nn.Module) -> list:
+    "Names of the submodules of `module` in training mode whose result changes in eval mode."
+    nn, out = torch.nn, []
+    for name, m in module.named_modules():
+        if not m.training: continue
+        if isinstance(m, nn.modules.dropout._DropoutNd): hit = m.p > 0
+        elif isinstance(m, (nn.modules.batchnorm._BatchNorm, nn.modules.instancenorm._InstanceNorm)): hit = m.track_running_stats
+        elif isinstance(m, nn.RNNBase): hit = m.dropout > 0 and m.num_layers > 1
+        elif isinstance(m, nn.MultiheadAttention): hit = m.dropout > 0
+        elif type(m).__module__.startswith('torch.'): hit = False
+        else: hit = _reads_training(type(m))
+        if hit: out.append(name or type(m).__name__)
+    return out
+
+def train_mode_message(module, names) -> str:
+    "The text of the `TrainModeWarning` for `module` whose submodules `names` change in eval mode."
+    mods = dict(module.named_modules())
+    shown = ', '.join(f'{n} ({type(mods.get(n, module)).__name__})' for n in names[:4]) + (f' and {len(names) - 4} more' if len(names) > 4 else '')
+    return (f'{type(module).__name__} is in training mode; NAC stores inference graphs, so it was compiled in eval mode, '
+            f'where these layers compute differently: {shown} (its own train/eval flags are left as they were). '
+            'Call .eval() before compiling to say this is what you want.')
+
+def _user_stacklevel() -> int:
+    "The `warnings.warn` stacklevel of the first caller outside the nac_lab package (the user's line)."
+    pkg, f, level = sys.modules['nac_lab'].__file__.rsplit('__init__.py', 1)[0], sys._getframe(2), 2
+    while f is not None and f.f_code.co_filename.startswith(pkg): f, level = f.f_back, level + 1
+    return level
 
 # %% ../../nbs/17_nac_optimize.ipynb #daea15da
 def meta_val(n):

@@ -12,6 +12,7 @@ import numpy as np
 from ..binio import (Reader, Writer, map_file, FormatError, TruncatedError, BadMagicError, BadValueError, LimitError, hexdump,
                            WriteError)
 from ..fileio import atomic_write, atomic_files, check_output
+from ..progress import track
 from .config import TrillimError, ArchConfig, ArchType, load_hf_config
 from .manifest import (Manifest, TensorEntry, Action, DType, LORA_TARGETS, tensor_order, read_manifest, shard_files,
                                       write_manifest, build_manifest, ManifestError)
@@ -224,7 +225,7 @@ def tensors_writer(m:Manifest, cfg:ArchConfig):
     maps = open_shards(m.shards)
     def fill(f):
         pos = f.write(tensors_header(cfg, len(names)))
-        for e, name in zip(m.entries, names):
+        for e, name in track(list(zip(m.entries, names)), 'quantize', unit='tensor'):
             hdr, body = convert_entry(e, name, cfg, maps, m.shards)
             pos += f.write(hdr) + f.write(body)
             pos += f.write(b'\0' * ((-pos) % REC_ALIGN))
