@@ -192,6 +192,11 @@ def test_fast_path_markers_and_json_numbers():
     cases.append('\n'.join(ls))
     ls = list(lines); ls[tl[5]] = ls[tl[5]].replace('"Shape":[', '"Shape":[0', 1)   # [064, ...]: not JSON
     cases.append('\n'.join(ls))
+    for a, b in (('{"Id":', '{"Id":0'), ('"Buffer":{"Id":', '"Buffer":{"Id":0'), ('"Rank":-1', '"Rank":-01'), ('"DataType":"FP32"', '"DataType":"FP33"'),
+                 ('"Shape":[', '"Shape":[1234567890123456789,')):   # leading zeros in each captured field, a bad type, 19 digits
+        ls = list(lines); ls[tl[5]] = ls[tl[5]].replace(a, b, 1); cases.append('\n'.join(ls))
+    tagged = next(k for k in tl if '"SendTags":[[' in lines[k])
+    ls = list(lines); ls[tagged] = ls[tagged].replace('"SendTags":[[', '"SendTags":[[0', 1); cases.append('\n'.join(ls))
     ls = list(lines); ls[tl[5]] = ls[tl[5]].replace('"Offsets":[0,', '"Offsets":[-0,', 1)   # -0 is JSON: the integer 0
     cases.append('\n'.join(ls))
     for t in cases:
