@@ -68,3 +68,48 @@ def test_impossible_views_and_ops_are_refused():
     with pytest.raises(ArkNacError, match=r'view of shape \[2, 2, 2, 2, 2, 2\] with element strides \[1, 2, 4, 8, 16, 32\]'): from_nac(z.interpreter, {'x': (8, 8)})
     gb = nac_compile(GPT2Block(16, 2).eval(), (torch.zeros(1, 4, 16), torch.ones(1, 1, 4, 4)))
     with pytest.raises(ArkNacError, match='nac.eq has no ARK equivalent'): from_nac(gb.interpreter, {'x': (1, 4, 16), 'mask': (1, 1, 4, 4)})
+
+
+def test_zoo_llama_block_cat_and_repeat_interleave_round_trip(tmp_path):
+    "The zoo's LlamaBlock (three inputs; rotate_half = split + neg + cat; grouped-query attention = repeat_interleave): through files, the checker, the executor and to-nac, against the original NAC program; inputs keep the program's order."
+    from nac_lab.nac.zoo import LlamaBlock
+    from nac_lab.ark.nac import save_ark
+    from nac_lab.ark.exec import ArkExecutor
+    from nac_lab.ark.check import check_model
+    torch.manual_seed(0)
+    xs = (torch.zeros(1, 5, 16), torch.zeros(5, 4), torch.zeros(5, 4))
+    nm = nac_compile(LlamaBlock(16, 4, 2, 32).eval(), xs)
+    m, w, meta = from_nac(nm.interpreter, {'x': (1, 5, 16), 'cos': (5, 4), 'sin': (5, 4)})
+    types = [o.type for _, _, o in m.ops()]
+    assert types.count('Copy') >= 4 and 'Transpose' in types
+    save_ark(m, w, meta, tmp_path / 'm.json')
+    m2 = read_ark(tmp_path / 'm.json'); w2, meta2 = load_weights(tmp_path / 'm.safetensors')
+    assert check_model(m2) == [] and list(meta2['inputs']) == ['x', 'cos', 'sin']
+    g = torch.Generator().manual_seed(2)
+    xi = [torch.randn(x.shape, generator=g) for x in xs]
+    ref = nm.run(*xi)[0].numpy()
+    ex = ArkExecutor(m2)
+    for tid, a in w2.items(): ex.set(tid, a)
+    for n, v in zip(('x', 'cos', 'sin'), xi): ex.set(meta2['inputs'][n], v.numpy())
+    ex.run()
+    np.testing.assert_allclose(ex.get(meta2['outputs'][0]), ref, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(to_nac(m2, w2, meta2).run(*xi)[0].numpy(), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_cat_along_each_dim_and_untiled_windows_refused():
+    "cat of three parts along each axis of a 3-d value matches torch after the round trip; to-nac refuses a gather whose windows leave a gap."
+    from nac_lab.ark.check import ArkBuilder
+    from nac_lab.ark.format import Op
+    for dim in range(3):
+        class Cat(nn.Module):
+            def forward(s, a, b):
+                return torch.cat([a * 2.0, b, a], dim)
+        a, b = torch.randn(2, 3, 4), torch.randn(2, 3, 4)
+        nm = nac_compile(Cat().eval(), (a, b))
+        m, w, meta = from_nac(nm.interpreter, {'a': (2, 3, 4), 'b': (2, 3, 4)})
+        np.testing.assert_array_equal(to_nac(m, w, meta).run(a, b)[0].numpy(), Cat()(a, b).numpy())
+    bld = ArkBuilder(); x = bld.tensor((2, 2)); whole = bld.tensor((2, 5))
+    part = bld.tensor((2, 2), strides=(2, 5), offsets=(0, 0), buffer=whole.buffer)
+    c = bld.op('Copy', [x], out=part)
+    bld.ops.append(Op('Tensor', 'cat', True, [c], [], [bld.like(whole)], {}))
+    with pytest.raises(ArkNacError, match='do not tile'): to_nac(bld.model(), {}, {'inputs': {'x': x.id}, 'outputs': [bld.ops[-1].result[0].id]})
