@@ -113,3 +113,28 @@ def test_cat_along_each_dim_and_untiled_windows_refused():
     c = bld.op('Copy', [x], out=part)
     bld.ops.append(Op('Tensor', 'cat', True, [c], [], [bld.like(whole)], {}))
     with pytest.raises(ArkNacError, match='do not tile'): to_nac(bld.model(), {}, {'inputs': {'x': x.id}, 'outputs': [bld.ops[-1].result[0].id]})
+
+
+def test_zoo_gpt2_and_constant_masked_fill():
+    "The zoo's GPT-2 (its causal mask folded to a constant by the NAC compiler) round-trips; masked_fill with a constant mask and a finite or infinite value matches torch; a mask computed at run time is refused."
+    from nac_lab.nac.zoo import build_model, example_inputs
+    from nac_lab.ark.check import check_model
+    mod = build_model('gpt2').eval(); xs = example_inputs('gpt2')
+    nm = nac_compile(mod, xs)
+    m, w, meta = from_nac(nm.interpreter, {'idx': (tuple(xs[0].shape), xs[0].dtype)})
+    assert check_model(m) == [] and all(int(k[1:]) in w for k in meta['params'])
+    xi = torch.randint(0, 128, xs[0].shape, generator=torch.Generator().manual_seed(1))
+    ref = nm.run(xi)[0].numpy()
+    np.testing.assert_allclose(to_nac(m, w, meta).run(xi)[0].numpy(), ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+    class Fill(nn.Module):
+        def __init__(s, v): super().__init__(); s.v = v; s.register_buffer('mask', torch.rand(3, 5, generator=torch.Generator().manual_seed(0)) > 0.5)
+        def forward(s, x): return torch.softmax(x.masked_fill(s.mask, s.v), -1) if s.v == float('-inf') else x.masked_fill(s.mask, s.v) * 2.0
+    for v in (-1e4, 3.5, float('-inf')):
+        mod = Fill(v).eval(); x = torch.randn(3, 5, generator=torch.Generator().manual_seed(2))
+        nm = nac_compile(mod, (torch.zeros(3, 5),))
+        m, w, meta = from_nac(nm.interpreter, {'x': (3, 5)})
+        with torch.no_grad(): np.testing.assert_allclose(to_nac(m, w, meta).run(x)[0].numpy(), mod(x).numpy(), rtol=1e-6, atol=1e-6)
+    class RunTimeMask(nn.Module):
+        def forward(s, x, y): return x.masked_fill(y > 0, 0.0)
+    nm = nac_compile(RunTimeMask().eval(), (torch.zeros(2, 2), torch.zeros(2, 2)))
+    with pytest.raises(ArkNacError, match='has no ARK equivalent|computed at run time'): from_nac(nm.interpreter, {'x': (2, 2), 'y': (2, 2)})
