@@ -115,3 +115,46 @@ def test_cli_exit_codes(tmp_path):
     rc, out, err = run_cli('ark', 'check', tmp_path / 'r1.json'); assert rc == 1 and 'error[rank.missing]' in out
     (tmp_path / 'bad.json').write_text('{"Rank": 0}')
     rc, out, err = run_cli('ark', 'check', tmp_path / 'bad.json'); assert rc == 1 and "missing key 'WorldSize'" in err
+
+
+def test_bulk_check_never_passes_a_model_the_walk_faults():
+    "`check_model` first tries the column-wise `_fast_ok`; on seeded damage of a tagged 2-rank model it must say True only where the precise walk finds nothing, and the CASES above all make it say False."
+    import nac_lab.ark.check as C
+    from nac_lab.bench.ark import gen_rank
+    def walk(m):                                   # the precise walk alone
+        ok, C._fast_ok = C._fast_ok, lambda m: False
+        try: return check_model(m, 'f.json')
+        finally: C._fast_ok = ok
+    text = ark_text(gen_rank(0, 60))
+    assert C._fast_ok(read_ark(text)) and walk(read_ark(text)) == []
+    rng = random.Random(5)
+    edits = [lambda m, o, t: setattr(t, 'shape', t.shape[:1] + (t.shape[1] + 1,)),
+             lambda m, o, t: setattr(t, 'padded_shape', tuple(x + 1 for x in t.padded)),
+             lambda m, o, t: setattr(t, 'offsets', (1,) + t.offsets[1:]),
+             lambda m, o, t: setattr(t, 'dtype', 'FP16'),
+             lambda m, o, t: setattr(t, 'id', t.id + 1),
+             lambda m, o, t: setattr(t.buffer, 'id', t.buffer.id + 1),
+             lambda m, o, t: setattr(t.buffer, 'send_tags', [(1, 3), (1, 2)]),
+             lambda m, o, t: setattr(t.buffer, 'rank', 1),
+             lambda m, o, t: setattr(o, 'name', m.nodes[0].ops[0].name),
+             lambda m, o, t: setattr(o, 'type', 'Frob'),
+             lambda m, o, t: o.result.append(t),
+             lambda m, o, t: o.args.clear(),
+             lambda m, o, t: setattr(o, 'is_virtual', True),
+             lambda m, o, t: m.nodes[rng.randrange(len(m.nodes))].producers.append(rng.randrange(len(m.nodes))),
+             lambda m, o, t: m.nodes[rng.randrange(len(m.nodes))].consumers.clear(),
+             lambda m, o, t: m.nodes.reverse()]
+    faulted = 0
+    for _ in range(120):
+        m = read_ark(text)
+        i = rng.randrange(len(m.nodes)); o = m.nodes[i].ops[0]
+        ts = o.read + o.write + o.result
+        rng.choice(edits)(m, o, rng.choice(ts) if ts else m.nodes[0].ops[0].read[0])
+        w = walk(m)
+        faulted += bool(w)
+        if C._fast_ok(m): assert w == [], w[:3]
+        else: assert check_model(m, 'f.json') == w
+    assert faulted > 80
+    for code, mutate in CASES.items():
+        d = json.loads((data_path('ark') / 'tutorial_model_877b0e63_op.json').read_text()); mutate(d)
+        assert not C._fast_ok(parse_model(d)), code

@@ -168,3 +168,37 @@ def test_fast_path_mixed_tensor_arrays_fall_back():
     for junk in ('          {"x": 1},', '          7,', '          "s",', '          [1],'):
         t = '\n'.join(lines[:k + 1] + [junk] + lines[k + 1:])
         with pytest.raises(ArkFormatError, match=re.escape('ReadTensors[1]')): read_ark(t)
+
+
+def test_fast_path_markers_and_json_numbers():
+    "The dense reader replaces tensor lines by integers beyond int64: a file that holds such an integer itself, or a tensor line where no tensor may be, or a number JSON forbids (a leading zero), reads exactly as the general reader reads it."
+    from nac_lab.bench.ark import gen_rank
+    text = ark_text(gen_rank(0, 40))
+    lines = text.split('\n')
+    tl = [k for k, l in enumerate(lines) if l.lstrip().startswith('{"Id":')]
+    def res(t):
+        try: return ('ok', ark_text(read_ark(t)))
+        except ArkFormatError as ex: return ('err', str(ex))
+    def general(t):
+        try: return ('ok', ark_text(parse_model(parse_text(t), t)))
+        except ArkFormatError as ex: return ('err', str(ex))
+    cases = []
+    for mark in (10 ** 40, 10 ** 40 + 1, 10 ** 40 + len(tl) - 1):           # a marker-sized integer in a tensor array
+        ls = list(lines); k = tl[3]; ls[k] = ls[k][:len(ls[k]) - len(ls[k].lstrip())] + str(mark) + (',' if ls[k].endswith(',') else '')
+        cases.append('\n'.join(ls))
+    ls = list(lines)                                                       # a tensor line moved into ProducerNodeIds
+    p = next(k for k, l in enumerate(ls) if '"ProducerNodeIds": [' in l and l.rstrip().endswith('[0],'))
+    ls[p] = ls[p].replace('[0],', '[') ; ls.insert(p + 1, ls[tl[0]]); ls.insert(p + 2, '],')
+    cases.append('\n'.join(ls))
+    ls = list(lines); ls[tl[5]] = ls[tl[5]].replace('"Shape":[', '"Shape":[0', 1)   # [064, ...]: not JSON
+    cases.append('\n'.join(ls))
+    for a, b in (('{"Id":', '{"Id":0'), ('"Buffer":{"Id":', '"Buffer":{"Id":0'), ('"Rank":-1', '"Rank":-01'), ('"DataType":"FP32"', '"DataType":"FP33"'),
+                 ('"Shape":[', '"Shape":[1234567890123456789,')):   # leading zeros in each captured field, a bad type, 19 digits
+        ls = list(lines); ls[tl[5]] = ls[tl[5]].replace(a, b, 1); cases.append('\n'.join(ls))
+    tagged = next(k for k in tl if '"SendTags":[[' in lines[k])
+    ls = list(lines); ls[tagged] = ls[tagged].replace('"SendTags":[[', '"SendTags":[[0', 1); cases.append('\n'.join(ls))
+    ls = list(lines); ls[tl[5]] = ls[tl[5]].replace('"Offsets":[0,', '"Offsets":[-0,', 1)   # -0 is JSON: the integer 0
+    cases.append('\n'.join(ls))
+    for t in cases:
+        assert t != text and res(t) == general(t)
+    assert res(cases[-1]) == ('ok', text)
