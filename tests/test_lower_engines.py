@@ -48,3 +48,23 @@ def test_search_times_engine_splits(net):
         assert any(len(k) == 3 and k[2] == 2 for k in c)
         assert c[low.tilings[n].key] == min(c.values())
     assert not low.check().errors
+
+def test_linear_column_tiles_on_several_engines():
+    "1 x 256 -> 1280 -> 10: the column tiles of the first layer on 4 (2) engines, int8 bit-exact and equal to one engine, float within 1e-4."
+    from nac_lab.lower.gemm import GemmTiling
+    torch.manual_seed(4)
+    nm = nac_compile(nn.Sequential(nn.Linear(256, 1280), nn.ReLU(), nn.Linear(1280, 10)).eval(), (torch.zeros(1, 256),))
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, 256)).astype(np.float32)
+    outs = []
+    for ne in (4, 1):
+        low = lower(nm, 'npm_pro', mode='int8', calib=[x], tiling={'L3_linear': GemmTiling(1, 160, 2, engines=ne)})
+        assert not low.check().errors and (f'ARENA3 : L1[3]' in low.program) == (ne == 4)
+        raw = low.run_raw(*low.quantize_inputs(x).values())
+        ref = reference_int8(low.graph, low.qp, low.ql, low.qp[next(iter(low.graph.inputs))].quantize(x))
+        for o in low.graph.outputs: np.testing.assert_array_equal(raw[o], ref[o])
+        outs.append(raw)
+    for k in outs[0]: np.testing.assert_array_equal(outs[0][k], outs[1][k])
+    lf = lower(nm, 'npm_pro_x1', mode='float', example=(x,), tiling={'L3_linear': GemmTiling(1, 100, 2, engines=2)})
+    assert lf.elem == 'f32' and not lf.check().errors
+    np.testing.assert_allclose(lf.run(x)[0], nm.run(torch.from_numpy(x))[0].numpy(), atol=1e-4, rtol=0)
