@@ -58,3 +58,12 @@ def test_a_k_too_long_for_l1_is_refused():
     x = np.zeros((1, 40000), np.float32)
     with pytest.raises(LowerError, match=r'L\d+_linear .*splitting K would need i32 partial sums'):
         lower(nm, 'npm_lite', mode='int8', calib=[x])
+
+def test_two_streamed_layers_fit_l2():
+    "256 -> 2048 -> 384: 512 KiB + 768 KiB of int8 weights. Copied to L2 they would overflow npm_lite's 1 MiB; streamed from DDR the program checks and stays bit-exact."
+    m, nm = _mlp(256, 2048, out=384, rows=1, seed=5)
+    rng = np.random.default_rng(6)
+    low = lower(nm, 'npm_lite', mode='int8', calib=[rng.standard_normal((1, 256)).astype(np.float32)], tiling='naive')
+    assert all(t.tn < n for t, n in zip(low.tilings.values(), (2048, 384))) and not low.check().errors
+    assert 'L7_linear_w_L2' not in low.program
+    _run_exact(low, rng.standard_normal((1, 256)).astype(np.float32))
