@@ -62,6 +62,9 @@ def listing(nac:NacFile, start:int=0, stop:int|None=None) -> str:
     "The disassembly of instructions `start..stop` with their MMAP commands."
     mm = mmap_by_tick(nac)
     stop = len(nac.ops) if stop is None else min(stop, len(nac.ops))
+    if any(ins.A == SysOp.CONTROL_FLOW for ins in nac.ops):      # blocks indented (nac.control)
+        from nac_lab.nac.control import block_listing
+        return block_listing(nac, range(max(0, start), stop), lambda i: format_instruction(nac, i, mm))
     return '\n'.join(format_instruction(nac, i, mm) for i in range(max(0, start), stop))
 
 # %% ../../nbs/12_nac_disasm.ipynb #b23703c8
@@ -214,4 +217,7 @@ def graph(nac:NacFile, start:int=0, stop:int|None=None, fold_params:bool=True, m
                 if j not in stubs:
                     stubs.add(j); g.node(src, f'v{j}…', shape='plain', style='', fontcolor='#888888')
             g.edge(src, f'n{i}', label='' if code in ('', 'T') else code)
+    if any(ins.A == SysOp.CONTROL_FLOW for ins in nac.ops):      # blocks as nested clusters (nac.control)
+        from nac_lab.nac.control import draw_blocks
+        draw_blocks(g, nac, start, stop)
     return g
