@@ -109,3 +109,21 @@ def test_programs_have_blocks():
     counts = [len(control_map(program(s)[0]).constructs) for s in range(40)]
     depths = [max((len(g) for g in control_map(program(s)[0]).guard), default=0) for s in range(40)]
     assert sum(c > 0 for c in counts) >= 20 and max(depths) >= 2
+
+@pytest.mark.parametrize('seed', range(30))
+def test_mutated_blocks_fail_typed(seed):
+    "A program whose block lengths or offsets are corrupted is refused or runs; any refusal is a NacLabError naming the place."
+    from nac_lab.binio import NacLabError
+    from nac_lab.nac.disasm import listing, graph
+    from nac_lab.nac.mmap import liveness
+    nac, _, _ = program(seed % 10 + 100)
+    rng = np.random.default_rng(seed)
+    for _ in range(int(rng.integers(1, 4))):
+        i = int(rng.integers(len(nac.ops))); ins = nac.ops[i]
+        if ins.A == 6 and rng.random() < 0.7: ins.C[int(rng.integers(1, 3))] = int(rng.integers(0, len(nac.ops) + 3))
+        elif ins.D: ins.D[int(rng.integers(len(ins.D)))] = int(rng.integers(-len(nac.ops) - 2, 3))
+    x = torch.linspace(-1, 1, 3, dtype=torch.float64)
+    for step in (lambda: control_map(nac), lambda: liveness(nac), lambda: build_schedule(nac), lambda: check_paths(nac),
+                 lambda: listing(nac), lambda: graph(nac).source, lambda: Interpreter(nac).run(x), lambda: Interpreter(nac).run_loop(x)):
+        try: step()
+        except NacLabError as ex: assert 'instruction' in str(ex) or 'offset' in str(ex), str(ex)
