@@ -184,6 +184,9 @@ def graph(nac:NacFile, start:int=0, stop:int|None=None, fold_params:bool=True, m
     g = graphviz.Digraph('nac', graph_attr=dict(rankdir='TB', fontsize='10', nodesep='0.25', ranksep='0.3'),
                          node_attr=dict(style='rounded,filled', fontname='Helvetica', fontsize='9', height='0.3'),
                          edge_attr=dict(fontsize='8', fontname='Helvetica', arrowsize='0.6'))
+    if any(ins.A == SysOp.CONTROL_FLOW for ins in nac.ops):      # blocks as nested clusters, declared first (nac.control)
+        from nac_lab.nac.control import draw_blocks
+        draw_blocks(g, nac, start, stop)
     mm = mmap_by_tick(nac) if show_mmap else {}
     is_param = lambda j: 0 <= j < n and nac.ops[j].A == SysOp.INPUT and nac.ops[j].B == 1
     stubs, carry = set(), []
@@ -217,7 +220,4 @@ def graph(nac:NacFile, start:int=0, stop:int|None=None, fold_params:bool=True, m
                 if j not in stubs:
                     stubs.add(j); g.node(src, f'v{j}…', shape='plain', style='', fontcolor='#888888')
             g.edge(src, f'n{i}', label='' if code in ('', 'T') else code)
-    if any(ins.A == SysOp.CONTROL_FLOW for ins in nac.ops):      # blocks as nested clusters (nac.control)
-        from nac_lab.nac.control import draw_blocks
-        draw_blocks(g, nac, start, stop)
     return g
