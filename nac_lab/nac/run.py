@@ -156,7 +156,6 @@ class Interpreter:
             if isinstance(v, _SIMPLE) or (isinstance(v, float) and math.isfinite(v)): return repr(v)
             env[f'c{i}_{n}'] = v; return f'c{i}_{n}'
         lines = ['def _program(_in, _st):']
-        guards = self.control.guard if self.control else None
         for s in steps:
             i = s.index
             n0 = len(lines)
@@ -175,8 +174,8 @@ class Interpreter:
             elif s.kind in CONTROL_KINDS: lines.append(control_line(s, env))
             dead = [j for j, t in last.items() if t == i and j != i]
             if dead and s.kind != 'output': lines.append('    del ' + ', '.join(f'v{j}' for j in sorted(dead)))
-            if guards and guards[i]:                  # inside a block: runs only on its branch (nac.control)
-                lines[n0:] = ['    ' + guard_prefix(guards[i]) + l[4:] for l in lines[n0:]]
+            if self.control and self.control.guard[i]:   # inside a block: runs only on its branch (nac.control)
+                lines[n0:] = ['    ' + guard_prefix(self.control.guard[i]) + l[4:] for l in lines[n0:]]
         else: lines.append('    return ()')
         src = '\n'.join(lines)
         exec(builtins.compile(src, f'<nac program {len(steps)} instructions>', 'exec'), env)
@@ -238,9 +237,9 @@ class Interpreter:
                   guard: bool = False) -> tuple:
         "The reference loop: execute steps one by one (optionally timing each); `states` overrides the persistent states, `values` receives every result; `guard` checks each result's size before the op runs."
         r = [None] * len(self.steps) if values is None else values
+        guards, taken = (self.control.guard if self.control else None), {}     # blocks (nac.control)
         states = self.states if states is None else states
         work = dict(states)                  # committed to `states` only when the run gets through
-        guards, taken = (self.control.guard if self.control else None), {}
         with torch.no_grad():
             for s in self.steps[:self.n_run]:
                 if guards and guards[s.index] and not on_path(guards[s.index], taken): continue   # a branch not taken
@@ -249,10 +248,10 @@ class Interpreter:
                 elif s.kind == 'state': r[s.index] = work[s.target]
                 elif s.kind in ('input', 'lifted'): r[s.index] = vals[s.target]
                 elif s.kind == 'op': r[s.index] = self._call(s, r, guard)
+                elif s.kind in CONTROL_KINDS: exec_control(s, r, taken)
                 elif s.kind == 'state_out':
                     for sid, (_, j) in zip(s.target, s.args): work[sid] = r[j]
                 elif s.kind == 'output': states.update(work); return tuple(r[j] for _, j in s.args)
-                elif s.kind in CONTROL_KINDS: exec_control(s, r, taken)
                 if timings is not None:
                     if self.device.type == 'cuda': torch.cuda.synchronize()
                     timings.append((s.index, s.name, time.perf_counter() - t0, _nbytes(r[s.index])))
