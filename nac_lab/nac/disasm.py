@@ -64,7 +64,7 @@ def listing(nac:NacFile, start:int=0, stop:int|None=None) -> str:
     stop = len(nac.ops) if stop is None else min(stop, len(nac.ops))
     if any(ins.A == SysOp.CONTROL_FLOW for ins in nac.ops):      # blocks indented (nac.control)
         from nac_lab.nac.control import block_listing
-        return block_listing(nac, range(max(0, start), stop), lambda i: format_instruction(nac, i, mm))
+        return block_listing(nac, range(max(0, start), stop), lambda i: format_instruction(nac, i, mm), mm)
     return '\n'.join(format_instruction(nac, i, mm) for i in range(max(0, start), stop))
 
 # %% ../../nbs/12_nac_disasm.ipynb #b23703c8
