@@ -99,7 +99,11 @@ def _report(args):
     nac = _read(args.file)
     sizes, note = resolve_sizes(nac, args.sizes, args.inputs)
     off = (getattr(nac, 'sections', {}) or {}).get('MMAP', (None,))[0]
-    return nac, simulate(nac, sizes=sizes, capacity=args.capacity, bandwidth=args.bandwidth, section_offset=off), note
+    rep = simulate(nac, sizes=sizes, capacity=args.capacity, bandwidth=args.bandwidth, section_offset=off)
+    if any(ins.A == 6 for ins in nac.ops):              # <CONTROL_FLOW>: replay every path too (nac.control)
+        from nac_lab.nac.control import check_paths
+        rep.violations += check_paths(nac, sizes=sizes)
+    return nac, rep, note
 
 def _check(args):
     nac, rep, note = _report(args)

@@ -20,6 +20,7 @@ from ..progress import stage, with_steps
 __all__ = ['QUANT_METHODS', 'lower', 'store_weights', 'guess_d_model', 'value_sizes', 'NacModel', 'compile', 'load']
 
 # %% ../../nbs/18_nac_compile.ipynb #8d978e45
+from .control import is_control, subgraph_only, lower_control   # torch.cond -> <CONTROL_FLOW> (nac.control)
 load_canonical_ops()          # IDs 32-200 resolve by name (the container registers them from nac.ops)
 
 QUANT_METHODS = {'none': QuantMethod.NONE, 'fp16': QuantMethod.FP16, 'int8_tensor': QuantMethod.INT8_TENSOR,
@@ -82,6 +83,23 @@ class _Lowering:
             self.custom[name] = k; self.nac.cmap[k] = name
         return self.custom[name]
 
+    def lower_call(self, n) -> int:
+        "Append the instruction of ATen/canonical call node `n` (its parameters already loaded); returns its index."
+        nac, i = self.nac, len(self.nac.ops)
+        where = _where(n, self.g)
+        if not (isinstance(n.target, torch._ops.OpOverload) or canonical_for(n.target)):
+            raise NacCompileError(f'{where}: cannot compile target {n.target!r} (not an ATen operator)')
+        try: op, vals = bind(n.target, n.args, n.kwargs)
+        except NacOpError as ex: raise NacCompileError(f'{where}: {ex}') from None
+        params = op.params if op is not None else params_of(n.target)
+        args, codes = [], []
+        for p, v in zip(params, vals): self.operands(p, v, args, codes, where)
+        sig = ''.join(codes)
+        if len(sig) > 255: raise NacCompileError(f'{where}: {len(sig)} operands, a signature holds at most 255')
+        for kind, v in args:
+            if kind == 'ref' and v - i < -0x8000: raise NacCompileError(f'{where}: operand {i - v} instructions back does not fit in int16 D')
+        return nac.add_op(self.op_id(n, op), sig, args)
+
     def run(self):
         g, nac = self.g, self.nac
         for n in g.graph.nodes:
@@ -102,21 +120,9 @@ class _Lowering:
                         nac.ops.append(Instruction.lifted(nac.const_id(val)))
                     else: nac.ops.append(Instruction.user_input())
                     nac.input_names[i] = n.name; self.kind[n] = 'input'
+            elif n.op == 'call_function' and is_control(n): i = lower_control(self, n)   # torch.cond (nac.control)
             elif n.op == 'call_function':
-                self.load_params(n); i = len(nac.ops)
-                where = _where(n, g)
-                if not (isinstance(n.target, torch._ops.OpOverload) or canonical_for(n.target)):
-                    raise NacCompileError(f'{where}: cannot compile target {n.target!r} (not an ATen operator)')
-                try: op, vals = bind(n.target, n.args, n.kwargs)
-                except NacOpError as ex: raise NacCompileError(f'{where}: {ex}') from None
-                params = op.params if op is not None else params_of(n.target)
-                args, codes = [], []
-                for p, v in zip(params, vals): self.operands(p, v, args, codes, where)
-                sig = ''.join(codes)
-                if len(sig) > 255: raise NacCompileError(f'{where}: {len(sig)} operands, a signature holds at most 255')
-                for kind, v in args:
-                    if kind == 'ref' and v - i < -0x8000: raise NacCompileError(f'{where}: operand {i - v} instructions back does not fit in int16 D')
-                nac.add_op(self.op_id(n, op), sig, args)
+                self.load_params(n); i = self.lower_call(n)
             elif n.op == 'output':
                 self.load_params(n)
                 for m, pid in list(self.pending.items()):             # parameters nobody reads: loaded at the end
@@ -134,6 +140,7 @@ class _Lowering:
                 nac.ops.append(Instruction.output([self.index[o] - j for o in users]))
                 nac.n_outputs = len(users)
                 continue
+            elif subgraph_only(n): continue                       # a branch graph: lowered with its torch.cond
             elif n.op == 'get_attr':
                 hop = next((u for u in n.users if u.op == 'call_function'), n)   # name the cond/while op, not its subgraph
                 raise NacCompileError(f'{_where(hop, g)}: a subgraph of a higher-order op (torch.cond, while_loop, map): '
@@ -196,6 +203,7 @@ def value_sizes(nac: NacFile, index: dict) -> np.ndarray:
     for n, i in index.items():
         ins = nac.ops[i]
         if ins.A == 2 and ins.B == 1 and ins.C[1] in nac.tensors: sz[i] = nac.tensors[ins.C[1]].nbytes
+        elif ins.A == 6: sz[i] = 0           # a <CONTROL_FLOW>'s value is its branch's results, counted where computed (nac.control)
         else: sz[i] = _value_bytes(n.meta.get('val'))
     return sz
 

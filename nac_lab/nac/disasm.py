@@ -62,6 +62,9 @@ def listing(nac:NacFile, start:int=0, stop:int|None=None) -> str:
     "The disassembly of instructions `start..stop` with their MMAP commands."
     mm = mmap_by_tick(nac)
     stop = len(nac.ops) if stop is None else min(stop, len(nac.ops))
+    if any(ins.A == SysOp.CONTROL_FLOW for ins in nac.ops):      # blocks indented (nac.control)
+        from nac_lab.nac.control import block_listing
+        return block_listing(nac, range(max(0, start), stop), lambda i: format_instruction(nac, i, mm), mm)
     return '\n'.join(format_instruction(nac, i, mm) for i in range(max(0, start), stop))
 
 # %% ../../nbs/12_nac_disasm.ipynb #b23703c8
@@ -181,6 +184,9 @@ def graph(nac:NacFile, start:int=0, stop:int|None=None, fold_params:bool=True, m
     g = graphviz.Digraph('nac', graph_attr=dict(rankdir='TB', fontsize='10', nodesep='0.25', ranksep='0.3'),
                          node_attr=dict(style='rounded,filled', fontname='Helvetica', fontsize='9', height='0.3'),
                          edge_attr=dict(fontsize='8', fontname='Helvetica', arrowsize='0.6'))
+    if any(ins.A == SysOp.CONTROL_FLOW for ins in nac.ops):      # blocks as nested clusters, declared first (nac.control)
+        from nac_lab.nac.control import draw_blocks
+        draw_blocks(g, nac, start, stop)
     mm = mmap_by_tick(nac) if show_mmap else {}
     is_param = lambda j: 0 <= j < n and nac.ops[j].A == SysOp.INPUT and nac.ops[j].B == 1
     stubs, carry = set(), []

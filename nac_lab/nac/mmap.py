@@ -59,6 +59,7 @@ class Liveness:
     kinds: list        # PARAM / INPUT / OP / OUTPUT per instruction
     reads: list        # reads[i]: distinct instructions whose values instruction i reads
     readers: list      # readers[v]: distinct instructions that read value v, ascending
+    control: object = None   # the ControlMap of the <CONTROL_FLOW> blocks (nac.control); None without them
 
     @property
     def n(self) -> int: return len(self.kinds)
@@ -88,6 +89,8 @@ class Liveness:
         "True when the only reader of result `v` is the next computing instruction (RULINGS 10, M1)."
         return self.kinds[v] in (INPUT, OP) and self.readers[v] == [self.next_compute(v)]
 
+from .control import control_map, lift_readers, safe_tick
+
 def liveness(x) -> Liveness:
     "Liveness of a `NacFile` or instruction list."
     ops = ops_of(x)
@@ -96,7 +99,9 @@ def liveness(x) -> Liveness:
     readers = [[] for _ in ops]
     for i, rs in enumerate(reads):
         for j in rs: readers[j].append(i)
-    return Liveness(kinds, reads, readers)
+    cm = control_map(ops) if any(ins.A == A_CONTROL_FLOW for ins in ops) else None
+    if cm: readers = lift_readers(cm, readers, len(ops))    # blocks: reads count where every path meets them (nac.control)
+    return Liveness(kinds, reads, readers, cm)
 
 # %% ../../nbs/25_nac_mmap.ipynb #70c02b3a
 def as_sizes(sizes, n:int) -> np.ndarray:
@@ -217,6 +222,7 @@ def _buckets(x, preload_ahead, capacity, sizes) -> list:
     params = [p for p in range(1, n) if lv.kinds[p] == PARAM and lv.readers[p]]   # a load at 0 loads itself (M5)
     if n and lv.kinds[0] == PARAM and lv.readers[0] and lv.readers[0][-1] + 1 < n: at[lv.readers[0][-1] + 1].append((0, 0, FREE))
     for p, s in _preload_ticks(lv, params, sz, preload_ahead, budget, occ).items():
+        if lv.control: s = safe_tick(lv.control, s, p)        # never inside a block the load is not in (nac.control)
         at[s].append((3, p, PRELOAD))
         if lv.readers[p][-1] + 1 < n: at[lv.readers[p][-1] + 1].append((0, p, FREE))
     for cs in at:
@@ -428,6 +434,7 @@ def reorder(x, sizes) -> tuple[list, list[int], int, int]:
     "`(ops, order, peak_before, peak_after)`: the memory-ordered stream, or the original when no better."
     ops = ops_of(x); sz = as_sizes(sizes, len(ops))
     before = lower_bound(ops, sz)[0]
+    if any(i.A in (A_CONTROL_FLOW, A_CONVERGENCE) for i in ops): return ops, list(range(len(ops))), before, before  # blocks stay as they are
     order = memory_order(ops, sz)
     new_ops = apply_order(ops, order)
     after = lower_bound(new_ops, sz[order])[0]

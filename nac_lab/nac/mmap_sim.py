@@ -306,6 +306,8 @@ class _FastMemory:
             self.viol.append(Violation(self.t, 'EXEC', j, f'value {j} in fast memory differs from the interpreter\'s'))
         return v
 
+from .control import on_path, truth
+
 def coupled_check(model, *inputs, records=None, **named) -> CoupledReport:
     "Run `model` (a `NacModel`, `NacFile` or interpreter) on `inputs` through the MMAP schedule's fast memory."
     import torch
@@ -321,8 +323,10 @@ def coupled_check(model, *inputs, records=None, **named) -> CoupledReport:
     for c in commands_of(recs):
         if isinstance(c.action, MmapAction) and c.tick < n and c.target < n: by[c.tick].append(c)
     mem = _FastMemory(ref, viol); states = {k: v.clone() for k, v in it.initial_states.items()}; outs = None
+    guards, taken = (it.control.guard if it.control else None), {}
     with torch.no_grad():
         for s in steps:
+            if guards and guards[s.index] and not on_path(guards[s.index], taken): continue   # a skipped block: its ticks never happen
             t = mem.t = s.index; cs = by.get(t, ())
             for c in cs:
                 if c.action == MmapAction.FREE:
@@ -342,6 +346,10 @@ def coupled_check(model, *inputs, records=None, **named) -> CoupledReport:
                 for sid, (_, j) in zip(s.target, s.args): states[sid] = mem[j]
             elif s.kind == 'output':
                 outs = tuple(mem[j] for _, j in s.args)
+            elif s.kind == 'cond': taken[t] = truth(mem[s.args[0][1]], t); v = ()     # its result arrives with the block's <OUTPUT B=1>
+            elif s.kind == 'block_out':
+                if s.target in mem.held: mem.held[s.target] = tuple(mem[j] for _, j in s.args)
+                else: viol.append(Violation(t, 'EXEC', s.target, f'block result for <CONTROL_FLOW> {s.target}, which the schedule does not hold'))
             if mem.fwd is not None and mem.fwd[1] <= t: mem.fwd = None
             for c in cs:
                 if c.action == MmapAction.SAVE_RESULT and c.target == t and v is not None: mem.held[t] = v

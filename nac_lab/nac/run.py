@@ -71,6 +71,7 @@ def regroup(op, operands: list, device=None, where='') -> tuple:
     return args, kwargs
 
 # %% ../../nbs/19_nac_run.ipynb #30f5769f
+from .control import interp_control, control_step, CONTROL_KINDS, guard_prefix, control_line, on_path, exec_control
 _SIMPLE = (bool, int, type(None), str)
 
 class Interpreter:
@@ -79,6 +80,7 @@ class Interpreter:
         self.nac, self.device = nac, torch.device(device) if device else torch.device('cpu')
         self.params = torch_weights(nac, weights_path, self.device)     # each in its stored dtype (bf16/fp16 too)
         self.initial_states, self.slots = {}, []
+        self.control = interp_control(nac)            # <CONTROL_FLOW> blocks (nac.control); empty without them
         self.steps = [self._decode(i) for i in range(len(nac.ops))]
         first_of_tuples(self.steps)
         self.n_run = next((s.index + 1 for s in self.steps if s.kind == 'output'), len(self.steps))
@@ -89,6 +91,7 @@ class Interpreter:
     # ---- decoding (once) ----
     def _decode(self, i: int) -> Step:
         nac = self.nac
+        if self.control and (i in self.control.constructs or i in self.control.ends): return control_step(self, i)
         try: o = decode_operands(nac, i)
         except NacLabError as ex: raise NacRunError(f'instruction {i}: {ex}') from None
         where = f'instruction {i} ({escape(o.name)})'
@@ -155,6 +158,7 @@ class Interpreter:
         lines = ['def _program(_in, _st):']
         for s in steps:
             i = s.index
+            n0 = len(lines)
             if s.kind == 'param': env[f'p{i}'] = self.params[s.target]; lines.append(f'    v{i} = p{i}')
             elif s.kind == 'state': lines.append(f'    v{i} = _st[{s.target}]')
             elif s.kind in ('input', 'lifted'): lines.append(f'    v{i} = _in[{s.target}]')
@@ -167,8 +171,11 @@ class Interpreter:
             elif s.kind == 'output':
                 lines.append('    return (' + ''.join(f'v{j}, ' for _, j in s.args) + ')')
                 break
+            elif s.kind in CONTROL_KINDS: lines.append(control_line(s, env))
             dead = [j for j, t in last.items() if t == i and j != i]
             if dead and s.kind != 'output': lines.append('    del ' + ', '.join(f'v{j}' for j in sorted(dead)))
+            if self.control and self.control.guard[i]:   # inside a block: runs only on its branch (nac.control)
+                lines[n0:] = ['    ' + guard_prefix(self.control.guard[i]) + l[4:] for l in lines[n0:]]
         else: lines.append('    return ()')
         src = '\n'.join(lines)
         exec(builtins.compile(src, f'<nac program {len(steps)} instructions>', 'exec'), env)
@@ -230,15 +237,18 @@ class Interpreter:
                   guard: bool = False) -> tuple:
         "The reference loop: execute steps one by one (optionally timing each); `states` overrides the persistent states, `values` receives every result; `guard` checks each result's size before the op runs."
         r = [None] * len(self.steps) if values is None else values
+        guards, taken = (self.control.guard if self.control else None), {}     # blocks (nac.control)
         states = self.states if states is None else states
         work = dict(states)                  # committed to `states` only when the run gets through
         with torch.no_grad():
             for s in self.steps[:self.n_run]:
+                if guards and guards[s.index] and not on_path(guards[s.index], taken): continue   # a branch not taken
                 t0 = time.perf_counter() if timings is not None else 0
                 if s.kind == 'param': r[s.index] = self.params[s.target]
                 elif s.kind == 'state': r[s.index] = work[s.target]
                 elif s.kind in ('input', 'lifted'): r[s.index] = vals[s.target]
                 elif s.kind == 'op': r[s.index] = self._call(s, r, guard)
+                elif s.kind in CONTROL_KINDS: exec_control(s, r, taken)
                 elif s.kind == 'state_out':
                     for sid, (_, j) in zip(s.target, s.args): work[sid] = r[j]
                 elif s.kind == 'output': states.update(work); return tuple(r[j] for _, j in s.args)
@@ -342,6 +352,10 @@ def check_sizes(self, vals: list, limit: int | None = None) -> bool:
                 except Exception: return False
                 check_bytes(value_bytes(out), f'instruction {s.index} ({escape(s.name)})', limit)
                 r[s.index] = out
+            elif s.kind == 'block_out':           # both blocks run on meta; their results must agree (nac.control)
+                out = tuple(r[j] for _, j in s.args)
+                if r[s.target] is not None and [getattr(v, 'shape', v) for v in r[s.target]] != [getattr(v, 'shape', v) for v in out]: return False
+                r[s.target] = out
     if len(seen) >= 256: seen.clear()
     seen[key] = True
     return True
