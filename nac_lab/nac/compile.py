@@ -248,8 +248,8 @@ class NacModel:
     def __repr__(self): return f'NacModel({self.nac!r})'
 
 def compile(module: torch.nn.Module, example_args, *, dynamic_shapes=None, quant: str = 'none', weights: str = 'internal',
-            optimize: bool = True, schedule: bool = True) -> NacModel:
-    "Compile a PyTorch module to NAC: export, optimize, canonicalise, store weights (and the MMAP schedule)."
+            optimize: bool = True, schedule: bool = True, signature: bool = True, tokenizer=None) -> NacModel:
+    "Compile a PyTorch module to NAC: export, optimize, canonicalise, store weights (and the MMAP schedule, the input signature, a tokenizer)."
     if weights not in ('internal', 'external'): raise NacCompileError(f"weights must be 'internal' or 'external', not {weights!r}")
     if quant not in QUANT_METHODS: raise NacCompileError(f'unknown quantization {quant!r}; choose from {", ".join(QUANT_METHODS)}')
     t0 = time.perf_counter()
@@ -259,6 +259,12 @@ def compile(module: torch.nn.Module, example_args, *, dynamic_shapes=None, quant
     nac, w, index = lower(g, with_index=True)
     store_weights(nac, w, quant, weights == 'internal')
     nac.d_model = guess_d_model(w)
+    if signature:                                  # RSRC signature.json (nac_lab.nac.signature)
+        from nac_lab.nac.signature import signature_from_graph, attach_signature
+        attach_signature(nac, signature_from_graph(g.graph, nac, getattr(g, 'range_constraints', None)))
+    if tokenizer is not None:                      # PROC + RSRC (nac_lab.nac.tisa)
+        from nac_lab.nac.tisa import attach_tokenizer
+        attach_tokenizer(nac, tokenizer)
     sizes = value_sizes(nac, index)
     if schedule:
         from nac_lab.nac.mmap import build_schedule

@@ -347,3 +347,24 @@ def check_sizes(self, vals: list, limit: int | None = None) -> bool:
     return True
 
 Interpreter._signature, Interpreter.check_sizes = _signature, check_sizes
+
+# %% ../../nbs/19_nac_run.ipynb #83401054
+from .signature import signature_of, check_inputs
+
+def _input_signature(self):
+    "The input signature recorded in the file, or None; parsed once (a damaged one is a `NacRunError`)."
+    if '_input_sig' not in self.__dict__:
+        try: self._input_sig = signature_of(self.nac)
+        except NacLabError as ex: raise NacRunError(f'input signature: {ex}') from None
+    return self._input_sig
+
+_inputs_unchecked = Interpreter._inputs
+
+def _checked_inputs(self, inputs, named) -> list:
+    "`Interpreter._inputs`, then the signature check of the user inputs (`InputSignatureError`)."
+    vals = _inputs_unchecked(self, inputs, named)
+    sig = self.input_signature
+    if sig is not None: check_inputs(sig, {s[0]: vals[k] for k, s in enumerate(self.slots) if s[2] == 'user'})
+    return vals
+
+Interpreter.input_signature, Interpreter._inputs = property(_input_signature), _checked_inputs
