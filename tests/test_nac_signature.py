@@ -112,3 +112,15 @@ def test_compile_with_tokenizer(tmp_path):
         assert rc == 0 and [int(v) for v in out.split()] == want, err
     x = torch.randn(1, 4)
     with torch.no_grad(): assert torch.allclose(nac_lab.load(p).run(x)[0], lin(x), atol=1e-6)   # the model itself is unchanged
+
+def test_derived_dimension():
+    class Rep(torch.nn.Module):
+        def forward(self, x, y): return x.sum(1).repeat(2) + y
+    b = torch.export.Dim('batch', min=1, max=16)
+    m = nac_lab.compile(Rep(), (torch.randn(4, 3), torch.randn(8)), dynamic_shapes=({0: b}, {0: 2 * b}))
+    sig = signature_of(m.nac)
+    assert [s.shape for s in sig.inputs] == [['batch', 3], ['2*batch']] and sig.dims == {'batch': [1, 16]}
+    x, y = torch.randn(3, 3), torch.randn(6)
+    assert torch.allclose(m.run(x, y)[0], x.sum(1).repeat(2) + y)
+    with pytest.raises(InputSignatureError, match=r'input y: expected float32 \[2\*batch\], got float32 \[7\] \(2\*batch = 6\)'):
+        m.run(x, torch.randn(7))

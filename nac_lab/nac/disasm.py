@@ -11,7 +11,7 @@ import numpy as np
 from ..binio import NacLabError
 from .guard import escape
 from .format import (NacFile, Instruction, QuantMethod, DType, DTYPE_NAMES, SysOp, HEADER_ORDER, decode_operands,
-                                op_name, read_nac)
+                                op_name, read_nac, state_writes)
 
 # %% auto #0
 __all__ = ['mmap_by_tick', 'format_instruction', 'listing', 'make_example', 'input_shapes', 'summary', 'summary_text',
@@ -49,7 +49,10 @@ def format_instruction(nac:NacFile, i:int, mm:dict|None=None) -> str:
             s = f'v{i} = lifted(c{o.const_id}={_fmt_const(nac.constants.get(o.const_id))}' + (f', {nm!r})' if nm else ')')
     elif o.kind == 'output':
         refs = ', '.join(_ref(nac, r) for r in o.refs)
-        s = f'return {refs}' if o.variant == 0 else f'v{i} = output({refs})'
+        sw = state_writes(nac, i) if o.variant else None
+        if o.variant == 0: s = f'return {refs}'
+        elif sw is not None: s = ', '.join(f'state({k})' for k in sw) + f' := {refs}'      # <OUTPUT B=2> write-back
+        else: s = f'yield {refs}'                                                          # <OUTPUT B=1>, §7.2.2
     elif o.kind == 'control_flow':
         s = f'v{i} = if {_ref(nac, o.refs[0])} then {o.true_len} else {o.false_len}'
     else:
@@ -222,7 +225,7 @@ def graph(nac:NacFile, start:int=0, stop:int|None=None, fold_params:bool=True, m
         if o.kind == 'input':
             label = {'user': f'v{i} input\n{nac.input_names.get(i, "")}', 'param': f'v{i} {nac.param_names.get(o.param_id, "")}',
                      'state': f'v{i} state {o.state_id}', 'lifted': f'v{i} lifted c{o.const_id}'}[kind]
-        elif o.kind == 'output': label = 'return' if o.variant == 0 else f'v{i} output'
+        elif o.kind == 'output': label = 'return' if o.variant == 0 else (f'v{i} yield' if state_writes(nac, i) is None else f'v{i} write state')
         else:
             label = f'v{i} {o.name}'
             consts = [_fmt_const(nac.constants.get(a.const), 24) for a in o.args if a.const is not None]
