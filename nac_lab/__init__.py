@@ -5,7 +5,7 @@ __version__ = "0.1.0"
 
 # %% auto #0
 __all__ = ['NacLabError', 'FormatError', 'Reader', 'Writer', 'read_nac', 'write_nac', 'NacFile', 'compile', 'load', 'NacModel',
-           'build_schedule', 'simulate', 'data_path', 'render']
+           'check', 'build_schedule', 'simulate', 'data_path', 'render']
 
 # %% ../nbs/05_api.ipynb #d68fa1f5
 import importlib
@@ -13,7 +13,7 @@ import importlib
 # %% ../nbs/05_api.ipynb #3b9406b0
 __doc__ = """nac_lab: a notebook-first toolkit for AI-accelerator and compiler research.
 
-Compile PyTorch modules to NAC (`compile`, `load`, `read_nac`), schedule and simulate their memory
+Compile PyTorch modules to NAC (`compile`, `load`, `read_nac`, `check`), schedule and simulate their memory
 (`build_schedule`, `simulate`), check NEM accelerator programs (`nac_lab.nem`), pack Trillim models
 (`nac_lab.trillim`), build IR v2 runtimes (`nac_lab.irv2`). Every name below is imported on first use,
 so `import nac_lab` stays cheap. The command line is `nac-lab --help`.
@@ -26,6 +26,7 @@ _LAZY = {
     # NAC: container, compiler, interpreter (issues: container, compiler)
     'read_nac': 'nac_lab.nac.format', 'write_nac': 'nac_lab.nac.format', 'NacFile': 'nac_lab.nac.format',
     'compile': 'nac_lab.nac.compile', 'load': 'nac_lab.nac.compile', 'NacModel': 'nac_lab.nac.compile',
+    'check': 'nac_lab.nac.check',      # every problem of a .nac file (nbs/24d_nac_check)
     # MMAP schedules
     'build_schedule': 'nac_lab.nac.mmap', 'simulate': 'nac_lab.nac.mmap_sim',
     # helpers
@@ -55,4 +56,4 @@ if TYPE_CHECKING:      # read by IDEs and type checkers only; at run time `__get
 
 # %% ../nbs/05_api.ipynb #d0a1ccb7
 _all_ = ['NacLabError', 'FormatError', 'Reader', 'Writer', 'read_nac', 'write_nac', 'NacFile', 'compile', 'load',
-         'NacModel', 'build_schedule', 'simulate', 'data_path', 'render']
+         'NacModel', 'check', 'build_schedule', 'simulate', 'data_path', 'render']

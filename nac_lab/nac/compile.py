@@ -17,7 +17,8 @@ from .optimize import NacGraph, NacCompileError, export_graph, optimize as optim
 from ..progress import stage, with_steps
 
 # %% auto #0
-__all__ = ['QUANT_METHODS', 'lower', 'store_weights', 'guess_d_model', 'value_sizes', 'NacModel', 'compile', 'load']
+__all__ = ['QUANT_METHODS', 'lower', 'store_weights', 'guess_d_model', 'value_sizes', 'add_intermediate_outputs', 'NacModel',
+           'compile', 'load']
 
 # %% ../../nbs/18_nac_compile.ipynb #8d978e45
 from .control import is_control, subgraph_only, lower_control   # torch.cond -> <CONTROL_FLOW> (nac.control)
@@ -134,7 +135,7 @@ class _Lowering:
                 if upd:
                     sids = [self.pid_of[ph] for ph in upd.values()]
                     j = len(nac.ops)
-                    nac.ops.append(Instruction(3, 1, [len(sids)] + sids, [self.index[outs[k]] - j for k in upd]))
+                    nac.ops.append(Instruction(3, 2, [len(sids)] + sids, [self.index[outs[k]] - j for k in upd]))   # state write-back
                 users = [o for k, o in enumerate(outs) if k not in upd]
                 j = len(nac.ops)
                 nac.ops.append(Instruction.output([self.index[o] - j for o in users]))
@@ -207,6 +208,28 @@ def value_sizes(nac: NacFile, index: dict) -> np.ndarray:
         else: sz[i] = _value_bytes(n.meta.get('val'))
     return sz
 
+# %% ../../nbs/18_nac_compile.ipynb #68aded3a
+def _module_value(g: NacGraph, name: str, index: dict):
+    "The FX node holding the value of module path (or node name) `name`."
+    nodes = [n for n in g.graph.nodes if n in index and n.op == 'call_function']
+    for n in nodes:
+        if n.name == name: return n
+    own = [n for n in nodes if any(v[0] == name for v in (n.meta.get('nn_module_stack') or {}).values())]
+    if not own:
+        paths = sorted({v[0] for n in nodes for v in (n.meta.get('nn_module_stack') or {}).values() if v[0]})
+        raise NacCompileError(f'{g.module_name}: intermediate output {name!r}: no computed value belongs to that module path '
+                              f'(paths: {", ".join(paths[:20])}{", ..." if len(paths) > 20 else ""})')
+    return own[-1]
+
+def add_intermediate_outputs(g: NacGraph, nac: NacFile, index: dict, names) -> int:
+    "Insert one `<OUTPUT B=1>` returning the values of `names` before the trailing `<OUTPUT>`s; returns its index."
+    refs = [index[_module_value(g, nm, index)] for nm in names]
+    j = len(nac.ops)
+    while j and nac.ops[j - 1].A == 3: j -= 1
+    nac.ops.insert(j, Instruction.output([r - j for r in refs], final=False))
+    for ins in nac.ops[j + 1:]: ins.D = [d - 1 for d in ins.D]          # they point before j, now one further back
+    return j
+
 # %% ../../nbs/18_nac_compile.ipynb #ad9b90c5
 class NacModel:
     "A compiled NAC model: the `NacFile` plus a lazily built interpreter."
@@ -258,8 +281,8 @@ class NacModel:
 
 @with_steps(lambda module, *a, **k: f'compile {type(module).__name__}', ('export', 'optimise', 'lower', 'weights', 'schedule'))
 def compile(module: torch.nn.Module, example_args, *, dynamic_shapes=None, quant: str = 'none', weights: str = 'internal',
-            optimize: bool = True, schedule: bool = True) -> NacModel:
-    "Compile a PyTorch module to NAC: export, optimize, canonicalise, store weights (and the MMAP schedule)."
+            optimize: bool = True, schedule: bool = True, signature: bool = True, tokenizer=None, intermediate=()) -> NacModel:
+    "Compile a PyTorch module to NAC: export, optimize, canonicalise, store weights (and the MMAP schedule, the input signature, a tokenizer)."
     if weights not in ('internal', 'external'): raise NacCompileError(f"weights must be 'internal' or 'external', not {weights!r}")
     if quant not in QUANT_METHODS: raise NacCompileError(f'unknown quantization {quant!r}; choose from {", ".join(QUANT_METHODS)}')
     t0 = time.perf_counter()
@@ -273,6 +296,13 @@ def compile(module: torch.nn.Module, example_args, *, dynamic_shapes=None, quant
     store_weights(nac, w, quant, weights == 'internal')
     stage('schedule')
     nac.d_model = guess_d_model(w)
+    if intermediate: add_intermediate_outputs(g, nac, index, intermediate)   # <OUTPUT B=1> (§7.2.2)
+    if signature:                                  # RSRC signature.json (nac_lab.nac.signature)
+        from nac_lab.nac.signature import signature_from_graph, attach_signature
+        attach_signature(nac, signature_from_graph(g.graph, nac, getattr(g, 'range_constraints', None)))
+    if tokenizer is not None:                      # PROC + RSRC (nac_lab.nac.tisa)
+        from nac_lab.nac.tisa import attach_tokenizer
+        attach_tokenizer(nac, tokenizer)
     sizes = value_sizes(nac, index)
     if schedule:
         from nac_lab.nac.mmap import build_schedule
@@ -291,3 +321,8 @@ def _call(self:NacModel, *inputs, **named):
     out = self.run(*inputs, **named)
     return out[0] if len(out) == 1 else out
 NacModel.__call__ = _call
+
+def _run_with_intermediate(self:NacModel, *inputs, **named) -> tuple:
+    "`(outputs, [values of each <OUTPUT B=1>, as tuples])` for one call (see `compile(..., intermediate=)`)."
+    return self.interpreter.run_with_intermediate(*inputs, **named)
+NacModel.run_with_intermediate = _run_with_intermediate

@@ -11,10 +11,11 @@ import numpy as np
 from ..binio import NacLabError
 from .guard import escape
 from .format import (NacFile, Instruction, QuantMethod, DType, DTYPE_NAMES, SysOp, HEADER_ORDER, decode_operands,
-                                op_name, read_nac)
+                                op_name, read_nac, state_writes)
 
 # %% auto #0
-__all__ = ['mmap_by_tick', 'format_instruction', 'listing', 'make_example', 'summary', 'summary_text', 'GraphRangeError', 'graph']
+__all__ = ['mmap_by_tick', 'format_instruction', 'listing', 'make_example', 'input_shapes', 'summary', 'summary_text',
+           'GraphRangeError', 'graph']
 
 # %% ../../nbs/12_nac_disasm.ipynb #8a042925
 def _fmt_const(v, width:int=40) -> str:
@@ -48,7 +49,10 @@ def format_instruction(nac:NacFile, i:int, mm:dict|None=None) -> str:
             s = f'v{i} = lifted(c{o.const_id}={_fmt_const(nac.constants.get(o.const_id))}' + (f', {nm!r})' if nm else ')')
     elif o.kind == 'output':
         refs = ', '.join(_ref(nac, r) for r in o.refs)
-        s = f'return {refs}' if o.variant == 0 else f'v{i} = output({refs})'
+        sw = state_writes(nac, i) if o.variant else None
+        if o.variant == 0: s = f'return {refs}'
+        elif sw is not None: s = ', '.join(f'state({k})' for k in sw) + f' := {refs}'      # <OUTPUT B=2> write-back
+        else: s = f'yield {refs}'                                                          # <OUTPUT B=1>, §7.2.2
     elif o.kind == 'control_flow':
         s = f'v{i} = if {_ref(nac, o.refs[0])} then {o.true_len} else {o.false_len}'
     else:
@@ -100,6 +104,31 @@ def make_example(method:QuantMethod=QuantMethod.INT8_CHANNEL, internal:bool=True
     nac.rsrc = {'README.txt': b'tiny_mlp: a hand-built NAC example\n'}
     return nac
 
+# %% ../../nbs/12_nac_disasm.ipynb #0dad3eee
+def _signature_info(nac:NacFile) -> dict|None:
+    "The recorded input signature, JSON-ready (None without one; `{'error': ...}` when it is damaged)."
+    from nac_lab.nac.signature import signature_of
+    try: sig = signature_of(nac)
+    except NacLabError as ex: return {'error': str(ex)}
+    if sig is None: return None
+    return {'inputs': [{'name': s.name, 'at': s.at, 'dtype': s.dtype, 'shape': list(s.shape)} for s in sig.inputs],
+            'dims': {k: list(v) for k, v in sig.dims.items()}}
+
+def _signature_lines(info) -> list:
+    if info is None: return []
+    if 'error' in info: return [f"signature: damaged ({info['error']})"]
+    from nac_lab.nac.signature import format_shape
+    out = [f"signature: input {e['name']} (v{e['at']}): {e['dtype']} {format_shape(e['shape'])}" for e in info['inputs']]
+    if info['dims']: out.append('dimensions: ' + ', '.join(f"{k} in {lo}..{'' if hi is None else hi}" for k, (lo, hi) in info['dims'].items()))
+    return out
+
+def input_shapes(nac:NacFile) -> dict:
+    "`{instruction index: 'float32 [batch, 3]'}` for the user inputs of the file's signature (empty without a valid one)."
+    info = _signature_info(nac)
+    if not info or 'error' in info: return {}
+    from nac_lab.nac.signature import format_shape
+    return {e['at']: f"{e['dtype']} {format_shape(e['shape'])}" for e in info['inputs']}
+
 # %% ../../nbs/12_nac_disasm.ipynb #01fa88ca
 def _param_info(nac:NacFile) -> dict:
     if nac.weights_internal: ts = nac.tensors
@@ -134,6 +163,7 @@ def summary(nac:NacFile) -> dict:
         'resources': {k: len(v) for k, v in (nac.rsrc or {}).items()},
         'proc_bytes': None if nac.proc is None else len(nac.proc),
         'orch': None if nac.orch is None else {'bytecode_bytes': len(nac.orch.bytecode), 'n_consts': nac.orch.n_consts, 'pool_bytes': len(nac.orch.pool)},
+        'signature': _signature_info(nac),
     }
 
 def _table(rows, head, right=()) -> str:
@@ -161,6 +191,7 @@ def summary_text(nac:NacFile) -> str:
     if s['resources']: out.append('resources: ' + ', '.join(f'{k} ({n} B)' for k, n in s['resources'].items()))
     if s['proc_bytes'] is not None: out.append(f"PROC manifest: {s['proc_bytes']} B")
     if s['orch'] is not None: out.append(f"ORCH: {s['orch']['bytecode_bytes']} B bytecode, {s['orch']['n_consts']} constants, {s['orch']['pool_bytes']} B pool")
+    out += _signature_lines(s['signature'])
     return '\n'.join(escape(l) for l in '\n'.join(out).split('\n'))
 
 # %% ../../nbs/12_nac_disasm.ipynb #4e887cec
@@ -190,6 +221,7 @@ def graph(nac:NacFile, start:int=0, stop:int|None=None, fold_params:bool=True, m
     mm = mmap_by_tick(nac) if show_mmap else {}
     is_param = lambda j: 0 <= j < n and nac.ops[j].A == SysOp.INPUT and nac.ops[j].B == 1
     stubs, carry = set(), []
+    shapes = input_shapes(nac)                          # signature.json: shapes on the edges leaving user inputs
     for i in range(start, stop):
         o = decode_operands(nac, i)
         kind = o.input_kind if o.kind == 'input' else o.kind
@@ -199,7 +231,7 @@ def graph(nac:NacFile, start:int=0, stop:int|None=None, fold_params:bool=True, m
         if o.kind == 'input':
             label = {'user': f'v{i} input\n{nac.input_names.get(i, "")}', 'param': f'v{i} {nac.param_names.get(o.param_id, "")}',
                      'state': f'v{i} state {o.state_id}', 'lifted': f'v{i} lifted c{o.const_id}'}[kind]
-        elif o.kind == 'output': label = 'return' if o.variant == 0 else f'v{i} output'
+        elif o.kind == 'output': label = 'return' if o.variant == 0 else (f'v{i} yield' if state_writes(nac, i) is None else f'v{i} write state')
         else:
             label = f'v{i} {o.name}'
             consts = [_fmt_const(nac.constants.get(a.const), 24) for a in o.args if a.const is not None]
@@ -219,5 +251,5 @@ def graph(nac:NacFile, start:int=0, stop:int|None=None, fold_params:bool=True, m
                 src = f's{j}'
                 if j not in stubs:
                     stubs.add(j); g.node(src, f'v{j}…', shape='plain', style='', fontcolor='#888888')
-            g.edge(src, f'n{i}', label='' if code in ('', 'T') else code)
+            g.edge(src, f'n{i}', label=shapes.get(j) or ('' if code in ('', 'T') else code))
     return g

@@ -20,7 +20,8 @@ __all__ = ['HEADER_SIZE', 'HEADER_ORDER', 'WRITE_ORDER', 'TAGS', 'DTYPE_NP', 'DT
            'PREDEFINED_OPS', 'SYSTEM_OPS', 'NAC_OPS', 'INPUT_KINDS', 'QuantMethod', 'DType', 'CnstType', 'MmapAction',
            'SysOp', 'UnknownOpError', 'BadRefError', 'MmapError', 'F32List', 'Constant', 'cnst_type', 'Instruction',
            'MmapCommand', 'MmapRecord', 'DataTensor', 'Orch', 'NacFile', 'register_ops', 'load_canonical_ops',
-           'op_name', 'signature', 'read_nac', 'write_nac', 'Arg', 'Operands', 'decode_operands', 'iter_operands']
+           'op_name', 'signature', 'read_nac', 'write_nac', 'Arg', 'Operands', 'decode_operands', 'iter_operands',
+           'state_writes']
 
 # %% ../../nbs/10_nac_format.ipynb #563e107f
 HEADER_SIZE = 88
@@ -273,7 +274,7 @@ def _check_layout(nac:NacFile, ins:Instruction) -> str|None:
         if B == 0 and (C or D): return '<INPUT B=0> has no C and no D'
         if B and (not C or C[0] not in (1, 2) or D): return f'<INPUT B={B}> needs C = [1, id] and no D'
     elif A == SysOp.OUTPUT:
-        if B not in (0, 1): return f'<OUTPUT> variant B={B} is not 0 or 1'
+        if B not in (0, 1, 2): return f'<OUTPUT> variant B={B} is not 0, 1 or 2'
         if not C or C[0] != len(D): return f'<OUTPUT> needs C = [n, 0 x n] with n = len(D) = {len(D)}'
     elif A == SysOp.CONTROL_FLOW:
         if len(C) != 3 or len(D) != 1: return '<CONTROL_FLOW> needs C = [2, true_len, false_len] and D = [predicate]'
@@ -307,6 +308,9 @@ def _check_refs(nac:NacFile, i:int, ins:Instruction, n:int) -> tuple|None:
     elif A in (SysOp.OUTPUT, SysOp.CONTROL_FLOW):
         if A == SysOp.OUTPUT and B == 0 and nac.n_outputs and len(D) != nac.n_outputs:
             return BadValueError, f'<OUTPUT B=0> returns {len(D)} value(s) but the header says n_outputs = {nac.n_outputs} (u16 at offset 0x7)'
+        if A == SysOp.OUTPUT and B == 2:
+            for x in C[1:]:
+                if x & 0xFFFF not in nac.param_names: return BadRefError, f'<OUTPUT B=2> writes state {x & 0xFFFF}, which is not in DATA block 1'
         for d in D:
             if (m := back(d)): return BadRefError, m
     elif A == SysOp.CONVERGENCE:
@@ -485,7 +489,7 @@ def _read_sys(r:Reader, nac:NacFile, i:int, A:int, B:int, at:int) -> tuple:
             if B and C[0] not in (1, 2): raise r.error(BadValueError, f'<INPUT B={B}> C must be [1, id], got count {C[0]}', at + 2)
             return C, []
         if A == SysOp.OUTPUT:
-            if B > 1: raise r.error(BadValueError, f'<OUTPUT> variant B={B} is not 0 or 1', at + 1)
+            if B > 2: raise r.error(BadValueError, f'<OUTPUT> variant B={B} is not 0, 1 or 2', at + 1)
             C = _read_c(r)
             return C, _ids(r, C[0], 'D')
         if A == SysOp.CONTROL_FLOW:
@@ -932,3 +936,14 @@ def decode_operands(nac:NacFile, i:int) -> Operands:
 def iter_operands(nac:NacFile):
     "`decode_operands` for every instruction, in order."
     for i in range(len(nac.ops)): yield decode_operands(nac, i)
+
+# %% ../../nbs/10_nac_format.ipynb #c38245af
+def state_writes(nac:NacFile, i:int) -> list|None:
+    "The state ids instruction `i` writes (`<OUTPUT B=2>`, or a pre-ruling nac_lab `<OUTPUT B=1>`), or None."
+    ins = nac.ops[i]
+    if ins.A != SysOp.OUTPUT or ins.B not in (1, 2): return None
+    ids = [c & 0xFFFF for c in ins.C[1:]]
+    if ins.B == 2: return ids
+    if not ids or any(o.A == SysOp.OUTPUT and o.B == 2 for o in nac.ops): return None
+    reads = {o.C[1] & 0xFFFF for o in nac.ops if o.A == SysOp.INPUT and o.B == 2 and len(o.C) > 1}
+    return ids if reads and all(x in reads for x in ids) else None

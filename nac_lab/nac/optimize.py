@@ -99,6 +99,7 @@ def _export_graph(module, example_args, dynamic_shapes):
     user_vals = [a for a in _flat_args(example_args)]
     g = NacGraph(gm.graph, consts, names, inputs, user_vals, states, updates, name,
                  sum(1 for s in sig.output_specs if s.kind == OutputKind.USER_OUTPUT))
+    g.range_constraints = dict(ep.range_constraints)      # symbol -> value range of each dynamic size (nac.signature)
     return g
 
 # %% ../../nbs/17_nac_optimize.ipynb #7bba67fa

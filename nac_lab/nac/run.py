@@ -16,7 +16,7 @@ from .guard import escape
 
 # %% auto #0
 __all__ = ['TUPLE_FIRST_OPS', 'NacRunError', 'Step', 'regroup', 'Interpreter', 'is_lost_constant', 'first_of_tuples',
-           'meta_size_check', 'check_sizes']
+           'meta_size_check', 'check_sizes', 'run_with_intermediate']
 
 # %% ../../nbs/19_nac_run.ipynb #f47921ed
 class NacRunError(NacLabError, RuntimeError):
@@ -29,7 +29,7 @@ class Step:
     "One instruction, decoded once: what to call with which arguments."
     index: int
     name: str
-    kind: str                      # 'op' | 'input' | 'param' | 'state' | 'lifted' | 'state_out' | 'output'
+    kind: str                      # 'op' | 'input' | 'param' | 'state' | 'lifted' | 'state_out' | 'intermediate' | 'output'
     fn: object = None
     args: list = field(default_factory=list)    # ('ref', j) | ('const', v) | ('list', [items])
     kwargs: dict = field(default_factory=dict)  # name -> same forms
@@ -84,7 +84,7 @@ class Interpreter:
         self.steps = [self._decode(i) for i in range(len(nac.ops))]
         first_of_tuples(self.steps)
         self.n_run = next((s.index + 1 for s in self.steps if s.kind == 'output'), len(self.steps))
-        self.states = {}
+        self.states, self.intermediate = {}, []
         self.reset_states()
         self._prog, self.source = self._codegen()
 
@@ -112,7 +112,9 @@ class Interpreter:
         if o.kind == 'output':
             refs = [('ref', a.ref) for a in o.args]
             if o.variant == 0: return Step(i, o.name, 'output', args=refs)
-            sids = [c & 0xFFFF for c in nac.ops[i].C[1:]]
+            from nac_lab.nac.format import state_writes
+            sids = state_writes(nac, i)                     # <OUTPUT B=2> (or an old nac_lab B=1), else §7.2.2
+            if sids is None: return Step(i, o.name, 'intermediate', args=refs)
             for sid in sids:
                 if sid not in self.params: raise NacRunError(f'{where}: writes state {sid}, which has no initial value in DATA')
             return Step(i, o.name, 'state_out', args=refs, target=sids)
@@ -155,7 +157,7 @@ class Interpreter:
             if k == 'list': return '[' + ', '.join(expr(x, i, f'{n}_{m}') for m, x in enumerate(v)) + ']'
             if isinstance(v, _SIMPLE) or (isinstance(v, float) and math.isfinite(v)): return repr(v)
             env[f'c{i}_{n}'] = v; return f'c{i}_{n}'
-        lines = ['def _program(_in, _st):']
+        lines = ['def _program(_in, _st, _im):']
         for s in steps:
             i = s.index
             n0 = len(lines)
@@ -168,6 +170,7 @@ class Interpreter:
                 lines.append(f'    v{i} = k{i}({", ".join(a)})')
             elif s.kind == 'state_out':
                 for sid, (_, j) in zip(s.target, s.args): lines.append(f'    _st[{sid}] = v{j}')
+            elif s.kind == 'intermediate': lines.append('    _im.append((' + ''.join(f'v{j}, ' for _, j in s.args) + '))')
             elif s.kind == 'output':
                 lines.append('    return (' + ''.join(f'v{j}, ' for _, j in s.args) + ')')
                 break
@@ -209,13 +212,13 @@ class Interpreter:
         "Execute with the generated program; returns the outputs of `<OUTPUT B=0>`."
         vals = self._inputs(inputs, named)
         if not self.check_sizes(vals): return self.run_steps(vals, guard=True)   # sizes not knowable ahead: op by op
-        st = dict(self.states)               # states change only when the whole call succeeds
+        st, im = dict(self.states), []       # states change only when the whole call succeeds
         with torch.no_grad():
-            try: out = self._prog(vals, st)
+            try: out = self._prog(vals, st, im)
             except Exception as ex:
                 self.run_steps(vals, states=dict(self.states), guard=True)   # re-run step by step to name the failing instruction
                 raise NacRunError(escape(f'execution failed: {type(ex).__name__}: {ex}')) from ex
-        self.states.update(st)
+        self.states.update(st); self.intermediate = im
         return out
 
     def _call(self, s, r, guard: bool = False):
@@ -239,7 +242,7 @@ class Interpreter:
         r = [None] * len(self.steps) if values is None else values
         guards, taken = (self.control.guard if self.control else None), {}     # blocks (nac.control)
         states = self.states if states is None else states
-        work = dict(states)                  # committed to `states` only when the run gets through
+        work, im = dict(states), []          # committed to `states` only when the run gets through
         with torch.no_grad():
             for s in self.steps[:self.n_run]:
                 if guards and guards[s.index] and not on_path(guards[s.index], taken): continue   # a branch not taken
@@ -251,11 +254,12 @@ class Interpreter:
                 elif s.kind in CONTROL_KINDS: exec_control(s, r, taken)
                 elif s.kind == 'state_out':
                     for sid, (_, j) in zip(s.target, s.args): work[sid] = r[j]
-                elif s.kind == 'output': states.update(work); return tuple(r[j] for _, j in s.args)
+                elif s.kind == 'intermediate': im.append(tuple(r[j] for _, j in s.args))
+                elif s.kind == 'output': states.update(work); self.intermediate = im; return tuple(r[j] for _, j in s.args)
                 if timings is not None:
                     if self.device.type == 'cuda': torch.cuda.synchronize()
                     timings.append((s.index, s.name, time.perf_counter() - t0, _nbytes(r[s.index])))
-        states.update(work)
+        states.update(work); self.intermediate = im
         return ()
 
     def run_loop(self, *inputs, **named) -> tuple:
@@ -361,3 +365,32 @@ def check_sizes(self, vals: list, limit: int | None = None) -> bool:
     return True
 
 Interpreter._signature, Interpreter.check_sizes = _signature, check_sizes
+
+# %% ../../nbs/19_nac_run.ipynb #83401054
+from .signature import signature_of, check_inputs
+
+def _input_signature(self):
+    "The input signature recorded in the file, or None; parsed once (a damaged one is a `NacRunError`)."
+    if '_input_sig' not in self.__dict__:
+        try: self._input_sig = signature_of(self.nac)
+        except NacLabError as ex: raise NacRunError(f'input signature: {ex}') from None
+    return self._input_sig
+
+_inputs_unchecked = Interpreter._inputs
+
+def _checked_inputs(self, inputs, named) -> list:
+    "`Interpreter._inputs`, then the signature check of the user inputs (`InputSignatureError`)."
+    vals = _inputs_unchecked(self, inputs, named)
+    sig = self.input_signature
+    if sig is not None: check_inputs(sig, {s[0]: vals[k] for k, s in enumerate(self.slots) if s[2] == 'user'})
+    return vals
+
+Interpreter.input_signature, Interpreter._inputs = property(_input_signature), _checked_inputs
+
+# %% ../../nbs/19_nac_run.ipynb #fcc0b2f9
+def run_with_intermediate(self, *inputs, **named) -> tuple:
+    "`(final outputs, [values of each <OUTPUT B=1> executed, as tuples, in order])` for one call."
+    out = self.run(*inputs, **named)
+    return out, list(self.intermediate)
+
+Interpreter.run_with_intermediate = run_with_intermediate
