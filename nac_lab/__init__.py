@@ -49,6 +49,7 @@ if TYPE_CHECKING:      # read by IDEs and type checkers only; at run time `__get
     from nac_lab.binio import NacLabError, FormatError, Reader, Writer
     from nac_lab.nac.format import read_nac, write_nac, NacFile
     from nac_lab.nac.compile import compile, load, NacModel
+    from nac_lab.nac.check import check
     from nac_lab.nac.mmap import build_schedule
     from nac_lab.nac.mmap_sim import simulate
     from nac_lab.core import data_path

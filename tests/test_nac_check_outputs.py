@@ -106,3 +106,20 @@ def test_several_defects_each_with_place(tmp_path):
     assert f'RSRC signature.json $.inputs[0].at: instruction {st} is not an <INPUT B=0>' in text
     assert any(q.place == 'PROC' for q in rep.problems) and any(q.place.startswith('ORCH') for q in rep.problems)
     assert len(rep.problems) >= 5
+
+class Gate(torch.nn.Module):
+    "A data-dependent `torch.cond` with weights in both branches (compiled to <CONTROL_FLOW> blocks)."
+    def __init__(self):
+        super().__init__(); self.a, self.b = torch.nn.Linear(3, 3), torch.nn.Linear(3, 3)
+    def forward(self, x): return torch.cond(x.sum() > 0, lambda t: self.a(t).relu(), lambda t: self.b(t) * 2, (x,))
+
+def test_control_flow_file_checks_clean_and_a_broken_block_is_named():
+    torch.manual_seed(0)
+    m = nac_lab.compile(Gate().eval(), (torch.randn(2, 3),))
+    rep = nac_lab.check(m.to_bytes())
+    assert rep.ok, rep
+    bad = read_nac(m.to_bytes())
+    cf = next(i for i, ins in enumerate(bad.ops) if ins.A == SysOp.CONTROL_FLOW)
+    bad.ops[cf].C[1] += 1                                   # the true block now swallows the false block's first instruction
+    rep = nac_lab.check(write_nac(bad))
+    assert not rep.ok and any('CONTROL_FLOW' in str(p) for p in rep.problems), rep

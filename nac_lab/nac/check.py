@@ -161,9 +161,12 @@ def _runtime(nac: NacFile, rep: CheckReport, wrong: set, ts):
     import torch
     from nac_lab.nac.run import Interpreter
     from nac_lab.nac.weights import torch_weights
+    from nac_lab.nac.control import control_map, ControlFlowError
     it = Interpreter.__new__(Interpreter)
     it.nac, it.device, it.initial_states, it.slots = nac, torch.device('cpu'), {}, []
     it.params = {}
+    try: it.control = control_map(nac)                # <CONTROL_FLOW> blocks, as the interpreter maps them (nac.control)
+    except ControlFlowError as ex: rep.add_error(ex, 'control flow'); it.control = None
     if ts is not None:
         try: it.params = torch_weights(nac, None, it.device)
         except NacLabError as ex: rep.add_error(ex, 'weights'); ts = None
