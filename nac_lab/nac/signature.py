@@ -191,25 +191,23 @@ def _given(v) -> str:
     return f'{str(v.dtype).removeprefix("torch.")} {format_shape(list(v.shape))}'
 
 def check_inputs(sig: Signature, values: dict) -> None:
-    "Raise `InputSignatureError` unless every `{instruction index: tensor}` in `values` fits `sig`."
+    "Raise `InputSignatureError` unless every `{instruction index: tensor}` in `values` fits `sig` (messages are built only on failure: this runs on every call)."
     env, origin = {}, {}
     for s in sig.inputs:
         if s.at not in values: continue
         v = values[s.at]
-        head = f'input {s.name}: expected {spec_text(s)}, got '
-        if not hasattr(v, 'dtype') or not hasattr(v, 'shape'): raise InputSignatureError(head + type(v).__name__)
-        got = head + _given(v)
-        if str(v.dtype).removeprefix('torch.') != s.dtype or len(v.shape) != len(s.shape): raise InputSignatureError(got)
-        for k, (want, n) in enumerate(zip(s.shape, v.shape)):
+        def bad(why=''): return InputSignatureError(f'input {s.name}: expected {spec_text(s)}, got {_given(v)}{why}')
+        if not hasattr(v, 'dtype') or not hasattr(v, 'shape'):
+            raise InputSignatureError(f'input {s.name}: expected {spec_text(s)}, got {type(v).__name__}')
+        if str(v.dtype).removeprefix('torch.') != s.dtype or len(v.shape) != len(s.shape): raise bad()
+        for want, n in zip(s.shape, v.shape):
             n = int(n)
             if type(want) is int:
-                if n != want: raise InputSignatureError(got)
+                if n != want: raise bad()
             elif _NAME.fullmatch(want):
-                if want in env and env[want] != n:
-                    raise InputSignatureError(f'{got} ({want} = {env[want]} from input {origin[want]})')
+                if want in env and env[want] != n: raise bad(f' ({want} = {env[want]} from input {origin[want]})')
                 lo, hi = sig.dims.get(want, [0, None])
-                if n < lo or (hi is not None and n > hi):
-                    raise InputSignatureError(f'{got} ({want} = {n} is outside {lo}..{"" if hi is None else hi})')
+                if n < lo or (hi is not None and n > hi): raise bad(f' ({want} = {n} is outside {lo}..{"" if hi is None else hi})')
                 env.setdefault(want, n); origin.setdefault(want, s.name)
     for s in sig.inputs:                                      # derived sizes, once every name is bound
         if s.at not in values: continue
