@@ -11,6 +11,7 @@ from nac_lab.binio import FormatError, NacLabError
 from nac_lab.trillim.config import load_hf_config
 from nac_lab.trillim.manifest import (build_manifest, write_manifest, read_manifest, read_safetensors_header, tiny_checkpoint,
                                       tiny_adapter, ManifestError)
+from trillim_blobs import tiny_trillim_blobs
 from nac_lab.trillim.files import quantize, read_tensors, read_rope, read_lora, TrillimFileError
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -156,19 +157,10 @@ def test_manifest_refusals(cwd):
 
 @pytest.fixture(scope='module')
 def files(tmp_path_factory):
-    # built with relative paths from inside the temporary folder: the manifest's shard table (and so every blob and
-    # every offset below) is the same whatever folder or path length pytest picks (--basetemp, xdist worker, ...)
-    d = tmp_path_factory.mktemp('files')
-    old = os.getcwd(); os.chdir(d)
-    try:
-        tiny_checkpoint('m', arch='bitnet', layers=1, vocab=64, max_pos=16, shards=2)
-        tiny_adapter('a', 'm', r=2, targets=('q_proj', 'up_proj'))
-        cfg = load_hf_config('m')
-        m = build_manifest('m', 'a', cfg)
-        p = quantize(m, cfg, 'm')
-        return {'manifest': (read_manifest, write_manifest(m)), 'tensors': (read_tensors, p['tensors'].read_bytes()),
-                'rope': (read_rope, p['rope'].read_bytes()), 'lora': (read_lora, p['lora'].read_bytes())}
-    finally: os.chdir(old)
+    # built from relative paths inside the temporary folder (tests/trillim_blobs.py): the same bytes whatever the path
+    b = tiny_trillim_blobs(tmp_path_factory.mktemp('files'), ('q_proj', 'up_proj'))
+    readers = {'manifest': read_manifest, 'tensors': read_tensors, 'rope': read_rope, 'lora': read_lora}
+    return {k: (readers[k], b[k]) for k in readers}
 
 def lora_start(blob) -> int:
     "Where the optional LoRA block of a manifest starts, from the byte layout of §6 / RULINGS Trillim 1 (own parse)."

@@ -23,6 +23,7 @@ from nac_lab.trillim.manifest import tiny_checkpoint, tiny_adapter, build_manife
 from nac_lab.trillim.files import quantize, read_tensors, read_rope, read_lora
 from nac_lab.trillim.engine import load_model, serve, read_request, _Lines, RequestError
 
+from trillim_blobs import tiny_trillim_blobs
 from fuzzguard import Hang, alarm_handler, guarded as _guarded  # noqa: F401 (alarm_handler: an autouse fixture)
 
 INTERESTING = [0, 1, 2, 7, 0x7F, 0x80, 0xFF, 0x7FFF, 0xFFFF, 0x10000, 0x7FFFFFFF, 0xFFFFFFFF, 2**63 - 1, 2**64 - 1]
@@ -49,18 +50,7 @@ def guarded(fn, what, **kw):
     return _guarded(fn, what, **{'limit_s': 5, 'mem_base': 1 << 20, **kw})
 
 @pytest.fixture(scope='module')
-def blobs(tmp_path_factory):
-    d = tmp_path_factory.mktemp('tfuzz')
-    old = os.getcwd(); os.chdir(d)
-    try:
-        tiny_checkpoint('m', arch='bitnet', layers=1, vocab=64, max_pos=16, shards=2)
-        tiny_adapter('a', 'm', r=2, targets=('q_proj', 'down_proj'))
-        cfg = load_hf_config('m')
-        m = build_manifest('m', 'a', cfg)
-        p = quantize(m, cfg, 'm')
-        return {'manifest': write_manifest(m), 'tensors': p['tensors'].read_bytes(), 'rope': p['rope'].read_bytes(),
-                'lora': p['lora'].read_bytes()}
-    finally: os.chdir(old)
+def blobs(tmp_path_factory): return tiny_trillim_blobs(tmp_path_factory.mktemp('tfuzz'), ('q_proj', 'down_proj'))
 
 def _use_manifest(b):
     m = read_manifest(b)

@@ -52,7 +52,9 @@ def replace_block(quarto: str, sb: dict) -> str:
 if __name__ == '__main__':
     q = ROOT / '_quarto.yml'
     want = replace_block(q.read_text(), sidebar())
-    if '--write' in sys.argv: q.write_text(want)
+    if '--write' in sys.argv:
+        from nac_lab.fileio import atomic_write                    # the project's one writer: temp file + rename, mode kept
+        atomic_write(q, want)
     elif '--check' in sys.argv:
         if q.read_text() != want: sys.exit('_quarto.yml: the sidebar is out of date; run python tools/quarto_sidebar.py --write')
     else: print(block(sidebar()), end='')
