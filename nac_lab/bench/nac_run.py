@@ -4,11 +4,11 @@
 
 # %% ../../nbs/21_nac_bench_run.ipynb #567d556e
 from __future__ import annotations
-import argparse, statistics, sys, tempfile, time
+import argparse, os, statistics, sys, tempfile, time
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['BASELINES', 'bench', 'report', 'main']
+__all__ = ['BASELINES', 'derive', 'measure', 'report', 'bench', 'pool_rows', 'main']
 
 # %% ../../nbs/21_nac_bench_run.ipynb #e61d9834
 def _onnx_runner(m, name:str, x:tuple, folder:Path, threads:int):
@@ -59,13 +59,26 @@ def _runtimes(name, m, nm, x, b, baselines, folder, threads, notes, cache):
             notes.append(f'{name} b{b}: torch.compile: {_why(ex)}'); cache['compile'] = False
     return fns
 
+# %% ../../nbs/21_nac_bench_run.ipynb #0fcb856e
+def _clock(clock, threads): return clock or ('cpu' if threads == 1 else 'wall')
+
+def derive(row:dict, b:int, cs:dict, baselines) -> None:
+    "Fill `row`'s fields for batch `b` from `cs`, the runtimes' `Comparison`s against eager (NAC/other ratios from the same rounds)."
+    from nac_lab.bench.timing import summarize
+    row[f'cmp_b{b}'] = cs
+    row[f'eager_b{b}'], row[f'nac_b{b}'], row[f'ratio_b{b}'] = cs['nac'].median_a, cs['nac'].median_b, cs['nac'].ratio
+    for k in baselines:
+        if k in cs:
+            row[f'{k}_b{b}'] = cs[k].median_b
+            row[f'nac_vs_{k}_b{b}'] = summarize(cs[k].samples_b, cs['nac'].samples_b)
+
+
 # %% ../../nbs/21_nac_bench_run.ipynb #85e984a7
-def bench(models=None, batches=(1, 8), runs: int = 20, threads: int | None = 1, optimize: bool = True, out=sys.stdout,
-          baselines=BASELINES, warmup: int = 5, clock: str | None = None, best_of: int = 5) -> list:
-    "Benchmark zoo `models` (default all) against eager and `baselines`; prints one table per batch size and returns the rows as dicts."
-    from nac_lab.bench.timing import pin_threads, compare_many, summarize, CLOCKS
-    clock = clock or ('cpu' if threads == 1 else 'wall')
-    pinned = pin_threads(threads or 1, torch=True) if threads else {}
+def measure(models=None, batches=(1, 8), runs: int = 20, threads: int | None = 1, optimize: bool = True, out=sys.stdout,
+          baselines=BASELINES, warmup: int = 5, clock: str | None = None, best_of: int = 5, shielded: dict | None = None) -> list:
+    "Time zoo `models` (default all) against eager and `baselines` in this process: `(rows, notes, pinned)`."
+    from nac_lab.bench.timing import pin_threads, compare_many, CLOCKS
+    pinned = {**(shielded or {}), **(pin_threads(threads or 1, torch=True) if threads else {})}
     import torch
     from nac_lab.nac.zoo import zoo_names, build_model, example_inputs, ZOO
     from nac_lab.nac.compile import compile as nac_compile
@@ -86,18 +99,12 @@ def bench(models=None, batches=(1, 8), runs: int = 20, threads: int | None = 1, 
                 def eager():
                     with torch.no_grad(): return m(*x)
                 fns = _runtimes(name, m, nm, x, b, baselines, Path(tmp), threads or 1, notes, cache)
-                cs = compare_many(eager, fns, pairs=runs, warmup=warmup, clock=CLOCKS[clock], number=None, best_of=best_of)
-                row[f'cmp_b{b}'] = cs
-                row[f'eager_b{b}'], row[f'nac_b{b}'], row[f'ratio_b{b}'] = cs['nac'].median_a, cs['nac'].median_b, cs['nac'].ratio
-                for k in baselines:
-                    if k in cs:
-                        row[f'{k}_b{b}'] = cs[k].median_b
-                        row[f'nac_vs_{k}_b{b}'] = summarize(cs[k].samples_b, cs['nac'].samples_b)
+                cs = compare_many(eager, fns, pairs=runs, warmup=warmup, clock=CLOCKS[_clock(clock, threads)], number=None, best_of=best_of)
+                derive(row, b, cs, baselines)
                 if f'compile_s_b{b}' in cache: row[f'inductor_s_b{b}'] = cache[f'compile_s_b{b}']
             rows.append(row)
             if sys.stderr.isatty(): print(f'  {name}: done', file=sys.stderr, flush=True)
-    report(rows, batches, baselines, runs, threads, pinned, notes, out, clock, best_of)
-    return rows
+    return rows, notes, pinned
 
 # %% ../../nbs/21_nac_bench_run.ipynb #2372824f
 def _r(c) -> str: return f'{c.ratio:5.2f} [{c.iqr_lo:4.2f}-{c.iqr_hi:4.2f}]' if c is not None else f'{"-":>17}'
@@ -131,28 +138,92 @@ def report(rows, batches, baselines, runs, threads, pinned, notes, out=sys.stdou
     if ind: print('torch.compile first-call (compilation) seconds: ' + ', '.join(f'{m} b{b} {s:.1f}' for m, b, s in ind), file=out)
     for n in notes: print(f'note: {n}', file=out)
 
+# %% ../../nbs/21_nac_bench_run.ipynb #d53bfe51
+def bench(models=None, batches=(1, 8), runs: int = 20, threads: int | None = 1, optimize: bool = True, out=sys.stdout,
+          baselines=BASELINES, warmup: int = 5, clock: str | None = None, best_of: int = 5, shielded: dict | None = None) -> list:
+    "Benchmark zoo `models` (default all) against eager and `baselines` in this process; prints one table per batch size, returns the rows."
+    rows, notes, pinned = measure(models, batches, runs, threads, optimize, out, baselines, warmup, clock, best_of, shielded)
+    report(rows, batches, baselines, runs, threads, pinned, notes, out, _clock(clock, threads), best_of)
+    return rows
+
+
+# %% ../../nbs/21_nac_bench_run.ipynb #b9a8cd96
+def pool_rows(runs:list, batches, baselines) -> list:
+    "One list of rows from several processes' rows (JSON form, raw samples included): each runtime's samples pooled per model and batch."
+    from nac_lab.bench.timing import summarize
+    out = []
+    for same in zip(*runs):
+        first = same[0]
+        row = {k: first[k] for k in ('model', 'family', 'instructions')}
+        row['compile_s'] = statistics.median(r['compile_s'] for r in same)
+        for b in batches:
+            cmps = [r[f'cmp_b{b}'] for r in same]
+            names = [n for n in cmps[0] if all(n in c for c in cmps)]
+            derive(row, b, {n: summarize([t for c in cmps for t in c[n]['samples_a']], [t for c in cmps for t in c[n]['samples_b']])
+                            for n in names}, baselines)
+            if f'inductor_s_b{b}' in first: row[f'inductor_s_b{b}'] = first[f'inductor_s_b{b}']
+        out.append(row)
+    return out
+
+
+# %% ../../nbs/21_nac_bench_run.ipynb #82f6fb7d
+def _child_args(a, rounds:int, path) -> list:
+    "The command line of one worker process of `main`."
+    args = [sys.executable, '-m', 'nac_lab.bench.nac_run', '--batches', *map(str, a.batches), '--runs', str(rounds), '--threads', str(a.threads),
+            '--best-of', str(a.best_of), '--processes', '1', '--child', str(path), '--baselines', *a.baselines]
+    if a.models: args += ['--models', *a.models]
+    if a.clock: args += ['--clock', a.clock]
+    return args + ['--no-optimize'] * a.no_optimize + ['--no-shield'] * a.no_shield
+
+def _in_processes(a) -> tuple:
+    "Run the benchmark in `a.processes` worker processes one after the other; `(pooled rows, notes, pinned)`."
+    import json, subprocess
+    per, runs, notes, pinned = -(-a.runs // a.processes), [], [], {}
+    with tempfile.TemporaryDirectory(prefix='nac_bench_run_') as tmp:
+        for i in range(a.processes):
+            path = Path(tmp)/f'worker{i}.json'
+            subprocess.run(_child_args(a, per, path), check=True)
+            got = json.loads(path.read_text())
+            runs.append(got['rows']); pinned = got['pinned']
+            notes += [n for n in got['notes'] if n not in notes]
+    return pool_rows(runs, a.batches, a.baselines), notes, {**pinned, 'processes': a.processes}
+
+
 # %% ../../nbs/21_nac_bench_run.ipynb #e9254ca3
+def _plain(v):
+    return v.to_dict() if hasattr(v, 'to_dict') else {k: _plain(x) for k, x in v.items()} if isinstance(v, dict) else v
+
 def main(argv=None):
     "Command-line entry point."
     p = argparse.ArgumentParser(prog='python -m nac_lab.bench.nac_run', description=__doc__)
     p.add_argument('--models', nargs='*', help='zoo models (default: all)')
     p.add_argument('--batches', nargs='*', type=int, default=[1, 8])
-    p.add_argument('--runs', type=int, default=20, help='interleaved rounds per batch size (>= 20 recommended)')
+    p.add_argument('--runs', type=int, default=20, help='interleaved rounds per batch size, over all processes (>= 20 recommended)')
+    p.add_argument('--processes', type=int, default=4, help='worker processes the rounds are split over, samples pooled (default 4)')
     p.add_argument('--threads', type=int, default=1, help='threads for every runtime (default 1: the steadiest numbers on a busy machine); 0 leaves the defaults')
     p.add_argument('--baselines', nargs='*', default=list(BASELINES), choices=list(BASELINES), help='runtimes besides eager (default: all)')
     p.add_argument('--clock', choices=['cpu', 'wall'], help='cpu: process CPU time (default with one thread: time spent descheduled by other work is not counted); wall: elapsed time (default otherwise)')
     p.add_argument('--best-of', type=int, default=5, help='passes per round; each round keeps every runtime\'s fastest (default 5: steadier ratios on a shared machine)')
     p.add_argument('--json', help='also write every row, with the raw samples, to this JSON file')
     p.add_argument('--no-optimize', action='store_true', help='compile without the optimizer passes: measures pure dispatch overhead')
+    p.add_argument('--no-shield', action='store_true', help='leave CPU affinity and priority as they are (default: shield_process)')
+    p.add_argument('--child', help=argparse.SUPPRESS)     # worker mode: write rows, notes and settings to this JSON file
     a = p.parse_args(argv)
-    if a.threads:
-        from nac_lab.bench.timing import pin_threads
-        pin_threads(a.threads)                 # before torch and numpy load their thread pools
-    rows = bench(a.models, tuple(a.batches), a.runs, a.threads or None, not a.no_optimize, baselines=tuple(a.baselines), clock=a.clock, best_of=a.best_of)
-    if a.json:
-        import json
-        from nac_lab.fileio import atomic_write
-        plain = lambda v: v.to_dict() if hasattr(v, 'to_dict') else {k: plain(x) for k, x in v.items()} if isinstance(v, dict) else v
-        atomic_write(a.json, json.dumps([plain(r) for r in rows], indent=1))
+    if a.runs < 1 or a.processes < 1: p.error('--runs and --processes must be >= 1')
+    a.processes = min(a.processes, a.runs)
+    from nac_lab.fileio import atomic_write
+    import json
+    if a.processes > 1: rows, notes, pinned = _in_processes(a)
+    else:
+        from nac_lab.bench.timing import pin_threads, shield_process
+        # shield first: threads started later inherit the CPUs and the priority
+        shielded = {} if a.no_shield else shield_process(a.threads or len(os.sched_getaffinity(0)))
+        if a.threads: pin_threads(a.threads)    # before torch and numpy load their thread pools
+        rows, notes, pinned = measure(a.models, tuple(a.batches), a.runs, a.threads or None, not a.no_optimize,
+                                      baselines=tuple(a.baselines), clock=a.clock, best_of=a.best_of, shielded=shielded)
+        if a.child: return atomic_write(a.child, json.dumps(dict(rows=[_plain(r) for r in rows], notes=notes, pinned=pinned)))
+    report(rows, a.batches, a.baselines, a.runs, a.threads, pinned, notes, sys.stdout, _clock(a.clock, a.threads), a.best_of)
+    if a.json: atomic_write(a.json, json.dumps([_plain(r) for r in rows], indent=1))
 
 if __name__ == '__main__' and 'ipykernel' not in sys.modules: main()
+
