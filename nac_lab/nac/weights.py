@@ -4,13 +4,13 @@
 
 # %% ../../nbs/11_nac_weights.ipynb #1d495e13
 from __future__ import annotations
-import json, os, struct
+import json
 from pathlib import Path
 import numpy as np
-from ..binio import (NacLabError, FormatError, BadValueError, BadMagicError, LimitError, TruncatedError, WriteError, Reader, Writer,
-                           map_file, safetensors_header)
-from .format import (NacFile, DataTensor, DType, DTYPE_NP, DTYPE_NAMES, QuantMethod, read_nac, write_nac)
+from ..binio import FormatError, BadValueError, LimitError, WriteError
+from .format import NacFile, DataTensor, DType, DTYPE_NP, DTYPE_NAMES, QuantMethod
 from ..fileio import atomic_write, parse_json
+from ..safetensors import ST_SIZES, SafetensorsFile, safetensors_bytes as st_bytes
 from .guard import shape_problem, escape, in_file
 
 # %% auto #0
@@ -102,7 +102,6 @@ def set_weights(nac:NacFile, weights:dict, method:QuantMethod=QuantMethod.NONE, 
 ST_DTYPES = {'F32': DType.F32, 'F64': DType.F64, 'F16': DType.F16, 'BF16': DType.BF16, 'I32': DType.I32, 'I64': DType.I64,
              'I16': DType.I16, 'I8': DType.I8, 'U8': DType.U8, 'BOOL': DType.BOOL}
 ST_NAMES = {v: k for k, v in ST_DTYPES.items()}
-_ST_SIZES = {k: DTYPE_NP[v].itemsize for k, v in ST_DTYPES.items()}
 
 class MissingWeightsError(BadValueError):
     "The external weights file, or a tensor that DATA block 1 names, is not there."
@@ -118,17 +117,8 @@ def _quant_meta(t:DataTensor) -> str|None:
     return json.dumps(d, separators=(',', ':'))
 
 def safetensors_bytes(named:dict, metadata:dict|None=None) -> bytes:
-    "A safetensors file holding `{name: DataTensor}` in order, with string map `metadata`."
-    hdr, off = {}, 0
-    if metadata: hdr['__metadata__'] = metadata
-    for name, t in named.items():
-        hdr[name] = {'dtype': ST_NAMES[t.dtype], 'shape': list(t.shape), 'data_offsets': [off, off + t.nbytes]}
-        off += t.nbytes
-    h = json.dumps(hdr, separators=(',', ':')).encode()
-    h += b' ' * (-len(h) % 8)
-    w = Writer(); w.u64(len(h)); w.bytes_(h)
-    for t in named.values(): w.bytes_(memoryview(np.ascontiguousarray(t.data).reshape(-1).view(np.uint8)))
-    return bytes(w.buf)
+    "A safetensors file holding `{name: DataTensor}` in order, with string map `metadata` (laid out by `nac_lab.safetensors`)."
+    return st_bytes({name: (ST_NAMES[t.dtype], t.data) for name, t in named.items()}, metadata)
 
 def save_external(nac:NacFile, path, *, inputs=()) -> Path:
     "Write the tensors of `nac` (keyed by their DATA block 1 names) as the safetensors file `path` (atomically; never over one of `inputs`)."
@@ -146,14 +136,14 @@ def _st_error(cls, msg, off=None, section='safetensors header'):
 
 def read_safetensors(src) -> tuple:
     "Parse a safetensors file (path or buffer): `({name: (DType, shape, view)}, metadata)`; views are zero-copy."
-    buf = map_file(src) if isinstance(src, (str, os.PathLike)) else src
-    entries, meta = safetensors_header(buf, _ST_SIZES, 'safetensors')
+    f = SafetensorsFile(src, 'safetensors', dtypes=ST_DTYPES)
     out = {}
-    for name, e in entries.items():
+    for name, e in f.entries.items():
         code = ST_DTYPES[e.dtype]
-        if (bad := shape_problem(e.shape, DTYPE_NP[code].itemsize)): raise _st_error(LimitError, f'tensor {escape(name)!r}: {bad}', None, f'safetensors header, tensor {escape(name)!r}')
-        out[name] = (code, e.shape, Reader(buf, 'safetensors', e.start, e.end, f'tensor {name!r}').array(DTYPE_NP[code], e.shape, 'tensor'))
-    return out, meta or {}
+        if (bad := shape_problem(e.shape, ST_SIZES[e.dtype])):
+            raise _st_error(LimitError, f'tensor {escape(name)!r}: {bad}', None, f'safetensors header, tensor {escape(name)!r}')
+        out[name] = (code, e.shape, f.raw(name).view(DTYPE_NP[code]))
+    return out, f.metadata
 
 # %% ../../nbs/11_nac_weights.ipynb #7b3b0fdd
 def _name_offsets(nac:NacFile) -> dict:

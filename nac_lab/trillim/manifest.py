@@ -9,7 +9,8 @@ from dataclasses import dataclass, field, asdict
 from enum import IntEnum
 from pathlib import Path
 from ..binio import (Reader, Writer, FormatError, TruncatedError, BadMagicError, BadValueError, LimitError, hexdump,
-                           ST_MAX_HEADER, safetensors_header_len, safetensors_header)
+                           ST_MAX_HEADER)
+from ..safetensors import ST_SIZES, read_header
 from .config import TrillimError, ConfigError, ArchConfig, ArchType, arch_from_hf, load_hf_config
 from ..config import show_value
 from ..fileio import read_json, atomic_write
@@ -25,8 +26,7 @@ __all__ = ['ST_DTYPES', 'MAX_HEADER', 'DTYPE_SIZE', 'ENTRY_FMT', 'ENTRY_SIZE', '
 class ManifestError(TrillimError, ValueError):
     "A checkpoint or adapter directory that cannot be described by a manifest."
 
-ST_DTYPES = {'F64': 8, 'F32': 4, 'F16': 2, 'BF16': 2, 'I64': 8, 'I32': 4, 'I16': 2, 'I8': 1, 'U8': 1, 'U16': 2, 'U32': 4,
-             'U64': 8, 'BOOL': 1, 'F8_E4M3': 1, 'F8_E5M2': 1}
+ST_DTYPES = ST_SIZES     # safetensors dtype name -> bytes per element: the project's one table (nac_lab.safetensors)
 MAX_HEADER = ST_MAX_HEADER
 
 @dataclass
@@ -50,13 +50,8 @@ def read_safetensors_header(path) -> dict:
     try: st = os.stat(path)
     except OSError as ex: raise ManifestError(f'{_p(path)}: cannot open: {ex.strerror}') from None
     if not stat.S_ISREG(st.st_mode): raise ManifestError(f'{_p(path)}: not a regular file (a FIFO or device would block or never end)')
-    try: f = open(path, 'rb')
+    try: entries, _ = read_header(path, fmt, max_header=MAX_HEADER)
     except OSError as ex: raise ManifestError(f'{_p(path)}: cannot open: {ex.strerror}') from None
-    with f:
-        fsize = os.fstat(f.fileno()).st_size
-        head = f.read(8)
-        head += f.read(safetensors_header_len(head, fmt, fsize, MAX_HEADER))
-    entries, _ = safetensors_header(head, ST_DTYPES, fmt, fsize, MAX_HEADER)
     return {name: StTensor(name, e.dtype, e.shape, e.start, e.nbytes) for name, e in entries.items()}
 
 # %% ../../nbs/41_trillim_manifest.ipynb #c634f238
