@@ -14,7 +14,7 @@ from fastcore.basics import patch
 # %% auto #0
 __all__ = ['CONTROL_RE', 'ST_MAX_HEADER', 'NacLabError', 'FormatError', 'TruncatedError', 'BadMagicError', 'BadValueError',
            'LimitError', 'printable', 'Reader', 'map_file', 'StEntry', 'safetensors_header_len', 'safetensors_header',
-           'WriteError', 'Writer', 'hexdump']
+           'WriteError', 'Writer', 'align_up', 'hexdump']
 
 # %% ../nbs/00_binio.ipynb #2b22e8b3
 class NacLabError(Exception):
@@ -399,6 +399,12 @@ class Writer:
         pad = (-len(self.buf)) % n
         self.buf += fill * pad
         return pad
+
+# %% ../nbs/00_binio.ipynb #eb694e4e
+def align_up(n:int, a:int) -> int:
+    "Round `n` up to a multiple of `a` (> 0)."
+    if a <= 0: raise ValueError(f'alignment must be positive, got {a}')
+    return -(-int(n) // a) * a
 
 # %% ../nbs/00_binio.ipynb #bf4c3805
 def hexdump(data, start:int=0, length:int|None=None, width:int=16, marks:list|None=None) -> str:

@@ -2,12 +2,13 @@
 RoPE semantics, architectures and dtypes we refuse, corrupted and truncated files, and the end-to-end path
 GGUF -> safetensors -> generated C runtime against the PyTorch reference on the source weights."""
 import json
-import numpy as np, pytest
+import numpy as np, pytest, torch
 import gguf, gguf.quants as gq
 from nac_lab.binio import NacLabError, TruncatedError, LimitError
 from nac_lab.irv2.gguf import (read_gguf, write_gguf, tiny_llama, open_gguf, gguf_config, gguf_tensor, gguf_to_safetensors,
                                permute_qk, unpermute_qk, GGUFError, hf_name)
 from nac_lab.irv2.quant import quantize, dequantize
+from nac_lab.torchref import rope_angles, rope_rotate, rope_rotate_adjacent
 
 KINDS = ['Q8_0', 'Q4_K', 'Q6_K', 'F16', 'BF16', 'F32']
 
@@ -34,22 +35,16 @@ def test_decode_matches_gguf_package(tiny):
 def test_file_is_memory_mapped(tiny):
     r = open_gguf(tiny[4]); assert isinstance(r.data, np.memmap)
 
-def _rope_half(x, pos, theta=10000.0):
-    d = x.shape[-1]; inv = theta ** (-np.arange(0, d, 2) / d); a = pos * inv
-    x1, x2 = x[..., :d // 2], x[..., d // 2:]
-    return np.concatenate([x1 * np.cos(a) - x2 * np.sin(a), x2 * np.cos(a) + x1 * np.sin(a)], -1)
-
-def _rope_adjacent(x, pos, theta=10000.0):
-    d = x.shape[-1]; inv = theta ** (-np.arange(0, d, 2) / d); a = pos * inv
-    e, o = x[..., 0::2], x[..., 1::2]; y = np.empty_like(x)
-    y[..., 0::2] = e * np.cos(a) - o * np.sin(a); y[..., 1::2] = o * np.cos(a) + e * np.sin(a)
-    return y
+def _rope(rotate, x, pos):
+    "RoPE of `x [heads, head_dim]` at position `pos` with the project's torch reference (`rotate` picks the pairing)."
+    c, s = rope_angles([pos], x.shape[-1], 10000.0)
+    return rotate(torch.from_numpy(x)[None].double(), c.double(), s.double())[0].numpy()
 
 def test_qk_permutation_turns_half_rope_into_adjacent_rope():
     rng = np.random.default_rng(0); heads, hd, emb = 3, 8, 5
     w = rng.normal(size=(heads * hd, emb)); x = rng.normal(size=emb)
-    hf = _rope_half((w @ x).reshape(heads, hd), 7)                       # HF: rotate halves
-    gg = _rope_adjacent((permute_qk(w, heads) @ x).reshape(heads, hd), 7)  # llama.cpp: rotate adjacent pairs
+    hf = _rope(rope_rotate, (w @ x).reshape(heads, hd), 7)               # HF: rotate halves
+    gg = _rope(rope_rotate_adjacent, (permute_qk(w, heads) @ x).reshape(heads, hd), 7)  # llama.cpp: adjacent pairs
     q_dot_hf = hf @ hf.T; q_dot_gg = gg @ gg.T                           # attention scores agree
     assert np.allclose(q_dot_hf, q_dot_gg)
     assert np.allclose(unpermute_qk(permute_qk(w, heads), heads), w)

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from nac_lab.binio import NacLabError, FormatError
 from nac_lab.cli import run_cli
-from nac_lab.trillim.config import ConfigError, arch_from_hf, config_args, parse_config_args, load_hf_config
+from nac_lab.trillim.config import ArchConfigError, arch_from_hf, config_args, parse_config_args, load_hf_config
 from nac_lab.trillim.manifest import tiny_checkpoint, tiny_adapter, build_manifest, write_manifest, read_manifest
 from nac_lab.trillim.files import quantize, read_tensors, read_rope, read_lora
 from nac_lab.trillim.engine import load_model, serve, read_request, _Lines, RequestError
@@ -104,7 +104,7 @@ def test_config_value_mutations(fuzz_cases):
         for _ in range(rng.randint(1, 3)): c[rng.choice(keys)] = rng.choice(HOSTILE_VALUES)
         out = guarded(lambda: arch_from_hf(c), f'config case {k}: {c!r}', mem_base=4 << 20, traced=k % 4 == 0)
         if isinstance(out, NacLabError):
-            assert isinstance(out, ConfigError) and all(ch.isprintable() for ch in str(out)), (k, str(out))
+            assert isinstance(out, ArchConfigError) and all(ch.isprintable() for ch in str(out)), (k, str(out))
             continue
         accepted += 1
         # whatever is accepted is what the engine accepts, field for field

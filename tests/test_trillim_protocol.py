@@ -4,7 +4,7 @@ import io, json, subprocess, sys, textwrap
 from pathlib import Path
 import pytest
 
-from nac_lab.trillim.config import arch_from_hf, config_args, parse_config_args, ConfigError, eos_from_tokenizer, load_hf_config
+from nac_lab.trillim.config import arch_from_hf, config_args, parse_config_args, ArchConfigError, eos_from_tokenizer, load_hf_config
 from nac_lab.trillim.client import TrillimClient, engine_argv, request_bytes, Sampling, EngineDied, ProtocolError, EngineTimeout
 from nac_lab.trillim.manifest import tiny_checkpoint, build_manifest
 from nac_lab.trillim.files import quantize
@@ -37,7 +37,7 @@ def test_config_vector_bitnet_golden(tmp_path):
 def test_config_unaligned_sizes_and_eos_limit():
     c = arch_from_hf(dict(QWEN2, hidden_size=1000, intermediate_size=3000, num_attention_heads=10, num_key_value_heads=5, head_dim=100))
     assert config_args(c)[2:4] == ['1024', '3072'] and config_args(c)[8] == '100'
-    with pytest.raises(ConfigError, match='at most 8'): arch_from_hf(dict(QWEN2, eos_token_id=list(range(9))))
+    with pytest.raises(ArchConfigError, match='at most 8'): arch_from_hf(dict(QWEN2, eos_token_id=list(range(9))))
     assert len(config_args(arch_from_hf(dict(QWEN2, eos_token_id=list(range(8)))))) == 18 + 8
 
 def test_engine_argv_golden():
@@ -229,17 +229,17 @@ def test_engine_rejects_foreign_lora(model, tmp_path):
 ])
 def test_config_bad_values_are_config_errors(edit, msg):
     """Every value that config_args would render is checked here, so the engine never refuses a vector we made."""
-    with pytest.raises(ConfigError, match=msg.replace('(', r'\(').replace(')', r'\)')): arch_from_hf(dict(QWEN2, **edit))
+    with pytest.raises(ArchConfigError, match=msg.replace('(', r'\(').replace(')', r'\)')): arch_from_hf(dict(QWEN2, **edit))
 
 def test_config_bad_side_files(tmp_path):
     (tmp_path/'config.json').write_text(json.dumps(QWEN2))
     (tmp_path/'tokenizer.json').write_text('["not", "a", "tokenizer"]')
-    with pytest.raises(ConfigError, match='not a tokenizer.json'): load_hf_config(tmp_path)
+    with pytest.raises(ArchConfigError, match='not a tokenizer.json'): load_hf_config(tmp_path)
     (tmp_path/'tokenizer.json').write_text('{"added_tokens": 5}')
-    with pytest.raises(ConfigError, match='not a tokenizer.json'): load_hf_config(tmp_path)
+    with pytest.raises(ArchConfigError, match='not a tokenizer.json'): load_hf_config(tmp_path)
     (tmp_path/'tokenizer.json').unlink()
     (tmp_path/'generation_config.json').write_text('{"eos_token_id": "151645"}')
-    with pytest.raises(ConfigError, match='generation_config.json: eos_token_id must be'): load_hf_config(tmp_path)
+    with pytest.raises(ArchConfigError, match='generation_config.json: eos_token_id must be'): load_hf_config(tmp_path)
 
 def test_engine_process_errors_are_one_line(model):
     """The same checks through a real process: exit codes and a single stderr line, no hang."""

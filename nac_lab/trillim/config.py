@@ -8,21 +8,23 @@ import json, math, os
 from dataclasses import dataclass, field, asdict
 from enum import IntEnum
 from pathlib import Path
-from ..binio import NacLabError, FormatError, BadValueError
+from ..binio import NacLabError, FormatError, BadValueError, align_up
 from ..config import config_field, show_value
 from ..fileio import read_json
 
 # %% auto #0
-__all__ = ['ALIGN', 'MAX_EOS', 'MAX_THREADS', 'ARCH_INFO', 'END_TOKENS', 'LIMITS', 'MAX_ROPE_BYTES', 'CONFIG_FIELDS',
-           'TrillimError', 'ConfigError', 'ArchType', 'ActivationType', 'align_up', 'ArchInfo', 'ArchConfig',
+__all__ = ['ConfigError', 'ALIGN', 'MAX_EOS', 'MAX_THREADS', 'ARCH_INFO', 'END_TOKENS', 'LIMITS', 'MAX_ROPE_BYTES',
+           'CONFIG_FIELDS', 'TrillimError', 'ArchConfigError', 'ArchType', 'ActivationType', 'ArchInfo', 'ArchConfig',
            'eos_from_tokenizer', 'arch_from_hf', 'check_arch', 'load_hf_config', 'config_args', 'parse_config_args']
 
 # %% ../../nbs/40_trillim_config.ipynb #12efb223
 class TrillimError(NacLabError):
     "Root of every error raised by the Trillim area."
 
-class ConfigError(TrillimError, ValueError):
+class ArchConfigError(TrillimError, ValueError):
     "A model configuration or a `--config` vector that protocol v1 cannot express."
+
+ConfigError = ArchConfigError   # its earlier name (IR v2 has a different ConfigError), kept for code that imports it
 
 class ArchType(IntEnum):
     "Model family (§4): selects ReLU² with sub-norms (BitNet) or the Llama block."
@@ -37,10 +39,7 @@ class ActivationType(IntEnum):
 
 # %% ../../nbs/40_trillim_config.ipynb #ae5377c8
 ALIGN = 128
-
-def align_up(n:int, a:int=ALIGN) -> int:
-    "Round `n` up to a multiple of `a`."
-    return -(-int(n) // a) * a
+"Rows of the hidden and intermediate sizes are padded to this many elements (`binio.align_up(n, ALIGN)`)."
 
 # %% ../../nbs/40_trillim_config.ipynb #9c4f9c69
 MAX_EOS = 8
@@ -101,11 +100,11 @@ def _detect_arch(cfg:dict, names) -> ArchType:
     if any('attn_sub_norm' in n or 'ffn_sub_norm' in n for n in names): return ArchType.BITNET
     a = cfg.get('architectures') or []
     a = [a] if isinstance(a, str) else a
-    if not isinstance(a, list) or not all(isinstance(x, str) for x in a): raise ConfigError(f'config.json: architectures must be a list of strings, got {a!r}')
+    if not isinstance(a, list) or not all(isinstance(x, str) for x in a): raise ArchConfigError(f'config.json: architectures must be a list of strings, got {a!r}')
     mt = str(cfg.get('model_type', '')).lower(); archs = ' '.join(a).lower()
     if 'bitnet' in mt or 'bitnet' in archs: return ArchType.BITNET
     if any(t in mt for t in _LLAMA_TYPES) or any(t in archs for t in _LLAMA_TYPES): return ArchType.LLAMA
-    raise ConfigError(f'config.json: unsupported model_type {mt!r} / architectures {archs!r} (protocol v1 knows BitNet and Llama-style decoders)')
+    raise ArchConfigError(f'config.json: unsupported model_type {mt!r} / architectures {archs!r} (protocol v1 knows BitNet and Llama-style decoders)')
 
 LIMITS = {'hidden_size': 1 << 20, 'intermediate_size': 1 << 22, 'num_hidden_layers': 0xFFFE, 'num_attention_heads': 4096,
           'num_key_value_heads': 4096, 'head_dim': 4096, 'vocab_size': 1 << 24, 'max_position_embeddings': 1 << 22}
@@ -116,32 +115,32 @@ MAX_ROPE_BYTES = 1 << 30
 def _need(cfg, key, where, default=None):
     "The positive integer `cfg[key]`, at most `LIMITS[key]` (or `default` when absent and one is given)."
     return config_field(cfg, key, 'int', where=where, required=default is None, default=default, positive=True,
-                        hi=LIMITS.get(key), hi_why=' (the limit of nac_lab.trillim.config.LIMITS)', err=ConfigError)
+                        hi=LIMITS.get(key), hi_why=' (the limit of nac_lab.trillim.config.LIMITS)', err=ArchConfigError)
 
 def _pos_float(cfg, key, where, default:float) -> float:
     "The positive finite number `cfg[key]` as a float (`default` when absent)."
-    return config_field(cfg, key, 'float', where=where, required=False, default=float(default), positive=True, err=ConfigError)
+    return config_field(cfg, key, 'float', where=where, required=False, default=float(default), positive=True, err=ArchConfigError)
 
 def _eos_list(v, where, key='eos_token_id') -> list:
     "An `eos_token_id` value (absent, an int or a list) as a list."
     if v is None: return []
     if isinstance(v, int) and not isinstance(v, bool): return [v]
     if isinstance(v, list): return list(v)
-    raise ConfigError(f'{where}: {key} must be an integer or a list of integers, got {show_value(v)}')
+    raise ArchConfigError(f'{where}: {key} must be an integer or a list of integers, got {show_value(v)}')
 
 def _read(path, what:str='config'):
-    "Strict JSON from `path` (`fileio.read_json`) with failures as `ConfigError`s naming the file."
+    "Strict JSON from `path` (`fileio.read_json`) with failures as `ArchConfigError`s naming the file."
     try: return read_json(path, fmt='JSON')
     except FormatError as ex:
         m = ex.msg
-        raise ConfigError(f'{path}: {m}' if m.startswith('cannot read') or 'regular file' in m or 'limit' in m else f'{path}: not valid JSON: {m}') from None
+        raise ArchConfigError(f'{path}: {m}' if m.startswith('cannot read') or 'regular file' in m or 'limit' in m else f'{path}: not valid JSON: {m}') from None
 
 def eos_from_tokenizer(path) -> list:
     "Ids of the usual end-of-turn tokens listed in a `tokenizer.json` (added tokens and vocab)."
     tok = _read(path)
     added, model = (tok.get('added_tokens'), tok.get('model')) if isinstance(tok, dict) else (None, None)
     if not isinstance(tok, dict) or not isinstance(added or [], list) or not isinstance(model or {}, dict):
-        raise ConfigError(f'{path}: not a tokenizer.json (expected an object with an "added_tokens" list and a "model" object)')
+        raise ArchConfigError(f'{path}: not a tokenizer.json (expected an object with an "added_tokens" list and a "model" object)')
     found = {}
     for t in added or []:
         if isinstance(t, dict) and t.get('content') in END_TOKENS and _is_id(t.get('id')): found.setdefault(t['content'], t['id'])
@@ -159,52 +158,52 @@ def arch_from_hf(cfg:dict, tensor_names=(), tokenizer_eos=(), where:str='config.
     hidden, inter = _need(cfg, 'hidden_size', where), _need(cfg, 'intermediate_size', where)
     heads = _need(cfg, 'num_attention_heads', where)
     kv = _need(cfg, 'num_key_value_heads', where, heads)
-    if heads % kv: raise ConfigError(f'{where}: num_key_value_heads {kv!r} must divide num_attention_heads {heads}')
+    if heads % kv: raise ArchConfigError(f'{where}: num_key_value_heads {kv!r} must divide num_attention_heads {heads}')
     hd = _need(cfg, 'head_dim', where, max(hidden // heads, 1))
-    if hd % 2: raise ConfigError(f'{where}: head_dim {hd!r} must be a positive even integer')
+    if hd % 2: raise ArchConfigError(f'{where}: head_dim {hd!r} must be a positive even integer')
     eos = _eos_list(cfg.get('eos_token_id'), where)
     for e in list(eos) + list(tokenizer_eos):
-        if not _is_id(e) or e < 0: raise ConfigError(f'{where}: bad eos token id {show_value(e)}')
+        if not _is_id(e) or e < 0: raise ArchConfigError(f'{where}: bad eos token id {show_value(e)}')
     ids = list(dict.fromkeys(list(eos) + list(tokenizer_eos)))     # first occurrence order, linear time
-    mt = config_field(cfg, 'model_type', 'str', where=where, required=False, default='', err=ConfigError).lower()
-    bias = config_field(cfg, 'attention_bias', 'bool', where=where, required=False, default=False, err=ConfigError) \
+    mt = config_field(cfg, 'model_type', 'str', where=where, required=False, default='', err=ArchConfigError).lower()
+    bias = config_field(cfg, 'attention_bias', 'bool', where=where, required=False, default=False, err=ArchConfigError) \
            or mt == 'qwen2' or any(n.endswith('q_proj.bias') for n in tensor_names)
     rs = cfg.get('rope_scaling')
     if rs not in (None, {}) and (not isinstance(rs, dict) or rs.get('rope_type', rs.get('type')) not in ('default', None)):
-        raise ConfigError(f'{where}: rope_scaling {show_value(rs)} is not supported by protocol v1 (plain RoPE only)')
-    c = ArchConfig(at, ARCH_INFO[at], align_up(hidden), align_up(inter), _need(cfg, 'num_hidden_layers', where), heads, kv,
+        raise ArchConfigError(f'{where}: rope_scaling {show_value(rs)} is not supported by protocol v1 (plain RoPE only)')
+    c = ArchConfig(at, ARCH_INFO[at], align_up(hidden, ALIGN), align_up(inter, ALIGN), _need(cfg, 'num_hidden_layers', where), heads, kv,
                    _need(cfg, 'vocab_size', where), hd, _need(cfg, 'max_position_embeddings', where, 2048),
                    _pos_float(cfg, 'rms_norm_eps', where, 1e-6), _pos_float(cfg, 'rope_theta', where, 10000.0),
-                   config_field(cfg, 'tie_word_embeddings', 'bool', where=where, required=False, default=False, err=ConfigError),
+                   config_field(cfg, 'tie_word_embeddings', 'bool', where=where, required=False, default=False, err=ArchConfigError),
                    bias, ids, hidden, inter)
     check_arch(c)
     return c
 
 def check_arch(c:ArchConfig) -> None:
-    "Raise `ConfigError` unless `c` can be sent to an engine (§2 limits)."
+    "Raise `ArchConfigError` unless `c` can be sent to an engine (§2 limits)."
     if 8 * c.max_position_embeddings * (c.head_dim // 2) > MAX_ROPE_BYTES:
-        raise ConfigError(f'max_position_embeddings {c.max_position_embeddings} x head_dim {c.head_dim} would make a rope.cache larger than {MAX_ROPE_BYTES} bytes')
-    if not c.eos_tokens: raise ConfigError('no EOS token id: set eos_token_id in config.json (the engine needs one, RULINGS Trillim 4)')
-    if len(c.eos_tokens) > MAX_EOS: raise ConfigError(f'{len(c.eos_tokens)} EOS token ids, protocol v1 allows at most {MAX_EOS}: {show_value(c.eos_tokens)}')
-    if c.num_heads % c.num_kv_heads: raise ConfigError(f'num_kv_heads {c.num_kv_heads} must divide num_heads {c.num_heads}')
-    if c.hidden_dim % ALIGN or c.intermediate_dim % ALIGN: raise ConfigError('hidden_dim and intermediate_dim must be multiples of 128')
-    if c.max_position_embeddings <= 0: raise ConfigError(f'max_position_embeddings must be positive, got {c.max_position_embeddings}')
+        raise ArchConfigError(f'max_position_embeddings {c.max_position_embeddings} x head_dim {c.head_dim} would make a rope.cache larger than {MAX_ROPE_BYTES} bytes')
+    if not c.eos_tokens: raise ArchConfigError('no EOS token id: set eos_token_id in config.json (the engine needs one, RULINGS Trillim 4)')
+    if len(c.eos_tokens) > MAX_EOS: raise ArchConfigError(f'{len(c.eos_tokens)} EOS token ids, protocol v1 allows at most {MAX_EOS}: {show_value(c.eos_tokens)}')
+    if c.num_heads % c.num_kv_heads: raise ArchConfigError(f'num_kv_heads {c.num_kv_heads} must divide num_heads {c.num_heads}')
+    if c.hidden_dim % ALIGN or c.intermediate_dim % ALIGN: raise ArchConfigError('hidden_dim and intermediate_dim must be multiples of 128')
+    if c.max_position_embeddings <= 0: raise ArchConfigError(f'max_position_embeddings must be positive, got {c.max_position_embeddings}')
     for name in ('norm_eps', 'rope_theta'):
         v = getattr(c, name)
-        if not math.isfinite(v) or v <= 0: raise ConfigError(f'{name} must be a positive finite number, got {v!r}')
+        if not math.isfinite(v) or v <= 0: raise ArchConfigError(f'{name} must be a positive finite number, got {v!r}')
     for e in c.eos_tokens:
-        if not 0 <= e < c.vocab_size: raise ConfigError(f'EOS id {e} is outside the vocabulary (size {c.vocab_size})')
+        if not 0 <= e < c.vocab_size: raise ArchConfigError(f'EOS id {e} is outside the vocabulary (size {c.vocab_size})')
 
 def load_hf_config(model_dir, tensor_names=()) -> ArchConfig:
     "`arch_from_hf` on `model_dir/config.json`, adding end tokens from `tokenizer.json` when present."
     p = Path(model_dir)/'config.json'
     cfg = _read(p)
-    if not isinstance(cfg, dict): raise ConfigError(f'{p}: top level must be an object')
+    if not isinstance(cfg, dict): raise ArchConfigError(f'{p}: top level must be an object')
     extra = []
     gp = Path(model_dir)/'generation_config.json'
     if os.path.lexists(gp):
         g = _read(gp)
-        if not isinstance(g, dict): raise ConfigError(f'{gp}: top level must be an object')
+        if not isinstance(g, dict): raise ArchConfigError(f'{gp}: top level must be an object')
         extra += _eos_list(g.get('eos_token_id'), str(gp))
     tj = Path(model_dir)/'tokenizer.json'
     if os.path.lexists(tj): extra += eos_from_tokenizer(tj)
@@ -227,15 +226,15 @@ def config_args(c:ArchConfig, num_threads:int=0) -> list:
 
 # %% ../../nbs/40_trillim_config.ipynb #31265d52
 def parse_config_args(args) -> ArchConfig:
-    "Parse a `--config` vector (§2) into an `ArchConfig`; `ConfigError` names the field at fault."
+    "Parse a `--config` vector (§2) into an `ArchConfig`; `ArchConfigError` names the field at fault."
     args = list(args)
     if len(args) < len(CONFIG_FIELDS):
-        raise ConfigError(f'--config needs at least {len(CONFIG_FIELDS)} values ({", ".join(CONFIG_FIELDS)}), got {len(args)}')
+        raise ArchConfigError(f'--config needs at least {len(CONFIG_FIELDS)} values ({", ".join(CONFIG_FIELDS)}), got {len(args)}')
     v = {}
     for i, (name, s) in enumerate(zip(CONFIG_FIELDS, args), 1):
         try: v[name] = float(s) if name in ('norm_eps', 'rope_theta') else int(s, 10)
-        except ValueError: raise ConfigError(f'--config field {i} ({name}): expected {"a float" if name in ("norm_eps", "rope_theta") else "an integer"}, got {s!r}') from None
-    def bad(name, msg): return ConfigError(f'--config field {CONFIG_FIELDS.index(name) + 1} ({name}): {msg}, got {v[name]!r}')
+        except ValueError: raise ArchConfigError(f'--config field {i} ({name}): expected {"a float" if name in ("norm_eps", "rope_theta") else "an integer"}, got {s!r}') from None
+    def bad(name, msg): return ArchConfigError(f'--config field {CONFIG_FIELDS.index(name) + 1} ({name}): {msg}, got {v[name]!r}')
     for name in ('tie_word_embeddings', 'has_qkv_bias', 'has_attn_sub_norm', 'has_ffn_sub_norm'):
         if v[name] not in (0, 1): raise bad(name, 'must be 0 or 1')
     for name in ('hidden_dim', 'intermediate_dim', 'num_layers', 'num_heads', 'num_kv_heads', 'vocab_size', 'head_dim', 'max_position_embeddings'):
@@ -249,12 +248,12 @@ def parse_config_args(args) -> ArchConfig:
     n = v['num_eos_tokens']
     if not 1 <= n <= MAX_EOS: raise bad('num_eos_tokens', f'must be 1..{MAX_EOS}')
     rest = args[len(CONFIG_FIELDS):]
-    if len(rest) != n: raise ConfigError(f'--config: num_eos_tokens is {n} but {len(rest)} EOS ids follow')
+    if len(rest) != n: raise ArchConfigError(f'--config: num_eos_tokens is {n} but {len(rest)} EOS ids follow')
     eos = []
     for j, s in enumerate(rest):
         try: e = int(s, 10)
-        except ValueError: raise ConfigError(f'--config field {len(CONFIG_FIELDS) + j + 1} (eos_token_id): expected an integer, got {s!r}') from None
-        if not 0 <= e < v['vocab_size']: raise ConfigError(f'--config field {len(CONFIG_FIELDS) + j + 1} (eos_token_id): {e} is outside 0..{v["vocab_size"] - 1}')
+        except ValueError: raise ArchConfigError(f'--config field {len(CONFIG_FIELDS) + j + 1} (eos_token_id): expected an integer, got {s!r}') from None
+        if not 0 <= e < v['vocab_size']: raise ArchConfigError(f'--config field {len(CONFIG_FIELDS) + j + 1} (eos_token_id): {e} is outside 0..{v["vocab_size"] - 1}')
         eos.append(e)
     info = ArchInfo(ActivationType(v['activation']), bool(v['has_attn_sub_norm']), bool(v['has_ffn_sub_norm']))
     c = ArchConfig(ArchType(v['arch_type']), info, v['hidden_dim'], v['intermediate_dim'], v['num_layers'], v['num_heads'],

@@ -11,30 +11,20 @@ import torch
 import torch.nn.functional as F
 from fastcore.imports import IN_NOTEBOOK
 from ..binio import NacLabError, FormatError
-from .config import (TrillimError, ConfigError, ArchConfig, ArchType, ActivationType, parse_config_args)
+from .config import (TrillimError, ArchConfigError, ArchConfig, ArchType, ActivationType, parse_config_args)
 from ..config import show_value
+from ..torchref import rms_norm, rope_rotate
 from .manifest import LORA_TARGETS
 from .files import (read_tensors, read_rope, read_lora, Role, GLOBAL_LAYER, LORA_ROLE, TensorsFile)
 
 # %% auto #0
-__all__ = ['REQUEST_FIELDS', 'MAX_NEW_TOKENS', 'MAX_LINE_BYTES', 'EngineError', 'rms_norm', 'rope_rotate', 'TrillimModel',
-           'check_files', 'load_model', 'sample', 'RequestError', 'read_request', 'generate', 'env_seed', 'serve',
-           'parse_engine_argv', 'engine_main']
+__all__ = ['REQUEST_FIELDS', 'MAX_NEW_TOKENS', 'MAX_LINE_BYTES', 'EngineError', 'TrillimModel', 'check_files', 'load_model',
+           'sample', 'RequestError', 'read_request', 'generate', 'env_seed', 'serve', 'parse_engine_argv',
+           'engine_main']
 
 # %% ../../nbs/43_trillim_engine.ipynb #564b698a
 class EngineError(TrillimError):
     "A model directory, config or request the engine cannot serve."
-
-def rms_norm(x:torch.Tensor, w:torch.Tensor, eps:float) -> torch.Tensor:
-    "RMSNorm over the last dimension."
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
-
-def rope_rotate(x:torch.Tensor, cos:torch.Tensor, sin:torch.Tensor) -> torch.Tensor:
-    "Rotate `x [T, H, D]` by the angles of `cos/sin [T, D/2]`, pairing feature j with j + D/2."
-    h = x.shape[-1] // 2
-    x1, x2 = x[..., :h], x[..., h:]
-    c, s = cos[:, None, :], sin[:, None, :]
-    return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)
 
 class TrillimModel:
     "A decoder built from decoded Trillim files, with a KV cache that persists between calls."
@@ -267,11 +257,11 @@ def generate(model:TrillimModel, req:dict, eos, emit, generator=None) -> int:
     return model.pos
 
 def env_seed() -> int:
-    "The sampling seed from `NAC_LAB_TRILLIM_SEED` (default 0): a decimal integer in 0 .. 2**64-1, else a `ConfigError`."
+    "The sampling seed from `NAC_LAB_TRILLIM_SEED` (default 0): a decimal integer in 0 .. 2**64-1, else a `ArchConfigError`."
     s = os.environ.get('NAC_LAB_TRILLIM_SEED', '0')
     t = s.strip()
     if not (t.isdigit() and t.isascii() and len(t) <= 20 and int(t) < 2**64):
-        raise ConfigError(f'NAC_LAB_TRILLIM_SEED must be a decimal integer in 0..2**64-1, got {show_value(s)}')
+        raise ArchConfigError(f'NAC_LAB_TRILLIM_SEED must be a decimal integer in 0..2**64-1, got {show_value(s)}')
     return int(t)
 
 def serve(model:TrillimModel, cfg:ArchConfig, stdin, stdout, stderr, seed:int|None=None) -> int:
@@ -300,12 +290,12 @@ def serve(model:TrillimModel, cfg:ArchConfig, stdin, stdout, stderr, seed:int|No
 def parse_engine_argv(argv) -> tuple:
     "`(model_dir, use_lora, ArchConfig)` from `MODEL_DIR [--lora] --config ARGS…` (§1)."
     argv = [str(a) for a in argv]
-    if '--config' not in argv: raise ConfigError('usage: engine MODEL_DIR [--lora] --config ARGS...')
+    if '--config' not in argv: raise ArchConfigError('usage: engine MODEL_DIR [--lora] --config ARGS...')
     k = argv.index('--config')
     head, rest = argv[:k], argv[k + 1:]
     lora = '--lora' in head
     pos = [a for a in head if a != '--lora']
-    if len(pos) != 1 or pos[0].startswith('--'): raise ConfigError(f'usage: engine MODEL_DIR [--lora] --config ARGS... (got {head})')
+    if len(pos) != 1 or pos[0].startswith('--'): raise ArchConfigError(f'usage: engine MODEL_DIR [--lora] --config ARGS... (got {head})')
     cfg = parse_config_args(rest)
     return pos[0], lora, cfg
 

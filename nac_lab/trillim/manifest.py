@@ -11,7 +11,7 @@ from pathlib import Path
 from ..binio import (Reader, Writer, FormatError, TruncatedError, BadMagicError, BadValueError, LimitError, hexdump,
                            ST_MAX_HEADER)
 from ..safetensors import ST_SIZES, read_header
-from .config import TrillimError, ConfigError, ArchConfig, ArchType, arch_from_hf, load_hf_config
+from .config import TrillimError, ArchConfigError, ArchConfig, ArchType, arch_from_hf, load_hf_config
 from ..config import show_value
 from ..fileio import read_json, atomic_write
 
