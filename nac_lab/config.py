@@ -6,9 +6,13 @@
 from __future__ import annotations
 import json, math
 from .binio import BadValueError
+from pathlib import Path
+from .binio import FormatError
+from .fileio import read_json
+
 
 # %% auto #0
-__all__ = ['show_value', 'config_field']
+__all__ = ['show_value', 'config_field', 'read_hf_config']
 
 # %% ../nbs/07_config.ipynb #40875d79
 def show_value(v, limit:int=60) -> str:
@@ -45,3 +49,19 @@ def config_field(cfg:dict, name:str, kind:str, *, keys=None, where:str='config',
         raise err(f'{where}: {key} must be {what}, got {show_value(v)}')
     if hi is not None and v > hi: raise err(f'{where}: {key}={v} exceeds {hi}{hi_why}')
     return float(v) if kind == 'float' else v
+
+# %% ../nbs/07_config.ipynb #1caeba22
+def read_hf_config(src, where:str|None=None, err=BadValueError) -> tuple:
+    "A HuggingFace config (dict or path to `config.json`) as a flat dict, with `where` to name it in messages: `(cfg, where)`."
+    if isinstance(src, (str, Path)):
+        where = where or str(src)
+        try: src = read_json(src, fmt='config')
+        except FormatError as ex: raise err(f'{where}: {ex.msg}') from None
+    where = where or 'config'
+    if not isinstance(src, dict): raise err(f'{where}: top level must be an object, not {type(src).__name__}')
+    cfg = {k: v for k, v in src.items() if k != 'text_config'}
+    tc = src.get('text_config')
+    if tc is not None:
+        if not isinstance(tc, dict): raise err(f'{where}: "text_config" must be an object')
+        cfg.update(tc)
+    return cfg, where

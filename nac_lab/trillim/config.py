@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, asdict
 from enum import IntEnum
 from pathlib import Path
 from ..binio import NacLabError, FormatError, BadValueError, align_up
-from ..config import config_field, show_value
+from ..config import config_field, show_value, read_hf_config
 from ..fileio import read_json
 
 # %% auto #0
@@ -197,8 +197,7 @@ def check_arch(c:ArchConfig) -> None:
 def load_hf_config(model_dir, tensor_names=()) -> ArchConfig:
     "`arch_from_hf` on `model_dir/config.json`, adding end tokens from `tokenizer.json` when present."
     p = Path(model_dir)/'config.json'
-    cfg = _read(p)
-    if not isinstance(cfg, dict): raise ArchConfigError(f'{p}: top level must be an object')
+    cfg, _ = read_hf_config(p, err=ArchConfigError)
     extra = []
     gp = Path(model_dir)/'generation_config.json'
     if os.path.lexists(gp):
