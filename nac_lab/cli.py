@@ -27,7 +27,8 @@ def area_clis() -> list:
     return mods
 
 def command_group(sub, name:str):
-    "The sub-parser action of command group `name` (`nem`, `irv2`, …): a `cli_*` module adds its commands to the group that its area's `cli` module made (`cli` registers first: modules load in name order)."
+    ("The sub-parser action of command group `name` (`nem`, `irv2`, …): a `cli_*` module adds its commands to the group that its area's "
+     "`cli` module made (`cli` registers first: modules load in name order).")
     group = sub.choices.get(name)
     if group is None: raise KeyError(f'no command group {name!r}: its area cli module must register it first')
     return next(a for a in group._actions if isinstance(a, argparse._SubParsersAction))

@@ -31,7 +31,8 @@ def gen_rank(rank:int, n_ops:int=10_000, d:int=64):
 
 # %% ../../nbs/75_ark_bench.ipynb #5de0bc37
 def bench_read_check(n_ops:int=10_000, rounds:int=7) -> dict:
-    "Process CPU seconds of json.loads, read_ark, check_ranks and read + check of both rank files: `rounds` interleaved rounds, collector on as users run it; medians, bests and ratios to json.loads (quartiles via `nac_lab.bench.timing.summarize`)."
+    ("Process CPU seconds of json.loads, read_ark, check_ranks and read + check of both rank files: `rounds` interleaved rounds, "
+     "collector on as users run it; medians, bests and ratios to json.loads (quartiles via `nac_lab.bench.timing.summarize`).")
     from nac_lab.ark.format import ark_text, read_ark, paused_gc
     from nac_lab.ark.check import check_ranks
     from nac_lab.bench.timing import pin_threads, summarize
@@ -122,7 +123,13 @@ def bench_exec(n_ops:int=120, d:int=64, rounds:int=15) -> dict:
         run_ex(); ref = _numpy_direct(X, W, seq); _torch_direct(TX, TW, seq)
         np.testing.assert_allclose(ex.get(y.id), ref, rtol=1e-4, atol=1e-5)
         for _ in range(rounds):
-            t0 = time.perf_counter(); run_ex(); t1 = time.perf_counter(); _numpy_direct(X, W, seq); t2 = time.perf_counter(); _torch_direct(TX, TW, seq); t3 = time.perf_counter()
+            t0 = time.perf_counter()
+            run_ex()
+            t1 = time.perf_counter()
+            _numpy_direct(X, W, seq)
+            t2 = time.perf_counter()
+            _torch_direct(TX, TW, seq)
+            t3 = time.perf_counter()
             te.append(t1 - t0); tn.append(t2 - t1); tt.append(t3 - t2)
     def iqr(v):
         q = statistics.quantiles(v, n=4); return q[0], q[2]
@@ -153,7 +160,8 @@ def main(argv=None):
     "`python -m nac_lab.bench.ark [--ops N] [--repeats R]`"
     p = argparse.ArgumentParser(prog='python -m nac_lab.bench.ark', description='ARK read/check speed and executor overhead')
     p.add_argument('--ops', type=int, default=10_000, help='ops per rank of the generated model (default 10000)')
-    p.add_argument('--repeats', type=int, default=7, help='interleaved rounds of the read/check timing (default 7)'); p.add_argument('--rounds', type=int, default=15)
+    p.add_argument('--repeats', type=int, default=7, help='interleaved rounds of the read/check timing (default 7)')
+    p.add_argument('--rounds', type=int, default=15)
     a = p.parse_args(argv)
     print(report(bench_read_check(a.ops, a.repeats), bench_exec(rounds=a.rounds)))
 

@@ -101,11 +101,13 @@ def bench_sim(T:int=25_000, reps:int=3) -> dict:
     best = {}
     for _ in range(reps):
         gc.collect()
-        w0, c0 = time.perf_counter(), time.process_time(); cr = check(text=text, name='gen_pipeline.nem', base_dir=data_path('nem', 'examples'))
+        w0, c0 = time.perf_counter(), time.process_time()
+        cr = check(text=text, name='gen_pipeline.nem', base_dir=data_path('nem', 'examples'))
         w1, c1 = time.perf_counter(), time.process_time(); tb = build_table(cr)
         w2, c2 = time.perf_counter(), time.process_time(); res = simulate_table(tb)
         w3, c3 = time.perf_counter(), time.process_time()
-        for k, v in dict(check_wall=w1 - w0, check_cpu=c1 - c0, table_wall=w2 - w1, table_cpu=c2 - c1, sim_wall=w3 - w2, sim_cpu=c3 - c2).items():
+        for k, v in dict(check_wall=w1 - w0, check_cpu=c1 - c0, table_wall=w2 - w1, table_cpu=c2 - c1, sim_wall=w3 - w2,
+                         sim_cpu=c3 - c2).items():
             best[k] = min(best.get(k, v), v)
     tasks = int((tb.kind != 0).sum())
     return dict(T=T, tasks=tasks, rows=tb.n, cycles=res.total_cycles, **best)

@@ -18,7 +18,8 @@ def register(sub):
     s = command_group(sub, 'nem')
     r = s.add_parser('run', help='execute a NEM program bit for bit on input arrays')
     r.add_argument('file'); r.add_argument('--device', help='target device: a name visible to the program, or a .nem file')
-    r.add_argument('--input', action='append', default=[], metavar='BUF=X.npy', help='fill buffer BUF from offset 0 with the bytes of X.npy')
+    r.add_argument('--input', action='append', default=[], metavar='BUF=X.npy',
+                   help='fill buffer BUF from offset 0 with the bytes of X.npy')
     r.add_argument('--data', metavar='DIR', help='fill every buffer BUF that has a DIR/BUF.npy')
     r.add_argument('--output', required=True, metavar='OUT.npz', help='every buffer\'s final bytes (uint8) under its name')
     r.add_argument('--region', action='append', default=[], metavar='NAME', help='also store region NAME\'s typed values')
@@ -97,7 +98,10 @@ def _sim(args):
         import matplotlib; matplotlib.use('Agg')
         import matplotlib.pyplot as plt
         from nac_lab.fileio import atomic_write
-        ax = gantt(res); b = io.BytesIO(); ax.figure.savefig(b, format=Path(args.gantt).suffix[1:] or 'png', dpi=110, bbox_inches='tight'); plt.close(ax.figure)
+        ax = gantt(res)
+        b = io.BytesIO()
+        ax.figure.savefig(b, format=Path(args.gantt).suffix[1:] or 'png', dpi=110, bbox_inches='tight')
+        plt.close(ax.figure)
         atomic_write(args.gantt, b.getvalue(), inputs=[args.file])
     if args.json: print(json.dumps(to_json(res), indent=1))
     else: print(format_summary(summary(res)))

@@ -63,10 +63,13 @@ def find_race(el:Elab) -> NemExecError|None:
 # %% ../../nbs/38d_nem_exec.ipynb #23ac9695
 def _fill_inputs(el, mem, written, inputs):
     for name, val in (inputs or {}).items():
-        if name not in mem.bufs: raise NemExecError(f'input {name!r} is not a buffer of the program (buffers: {", ".join(mem.bufs)})', el.file, rule='exec.input')
+        if name not in mem.bufs:
+            raise NemExecError(f'input {name!r} is not a buffer of the program (buffers: {", ".join(mem.bufs)})', el.file,
+                               rule='exec.input')
         b = np.ascontiguousarray(val).view(np.uint8).reshape(-1) if not isinstance(val, (bytes, bytearray)) else np.frombuffer(bytes(val), np.uint8)
         buf = mem.buf(name)
-        if b.size > buf.size: raise NemExecError(f'input {name!r} has {b.size} bytes; buffer {name} has {buf.size}', el.file, rule='exec.input')
+        if b.size > buf.size:
+            raise NemExecError(f'input {name!r} has {b.size} bytes; buffer {name} has {buf.size}', el.file, rule='exec.input')
         buf[:b.size] = b; written[name][:b.size] = True
     for name, bi in el.buffers.items():
         if any(d.name == 'import' for d in bi.node.decos) and name not in (inputs or {}): written[name][:] = True
@@ -85,7 +88,9 @@ def _move(el, i, mem, written):
     if dst.ext < src.ext: raise el.error(i, f'{i.name} copies {src.ext} bytes into {dst.name}, which has {dst.ext}', 'transfer.extent')
     if src.buffer == dst.buffer and src.off < dst.off + src.ext and dst.off < src.off + src.ext and src.off != dst.off:
         if not any(d.name == 'memmove' for d in i.node.decos):
-            raise el.error(i, f'{i.name}: source {src.name} [{src.off}, {src.off + src.ext}) and destination [{dst.off}, {dst.off + src.ext}) overlap in {src.buffer}; overlapping transfers need @memmove (hazard rule 2)', 'hazard.memmove')
+            raise el.error(i, f'{i.name}: source {src.name} [{src.off}, {src.off + src.ext}) and destination [{dst.off}, '
+                           f'{dst.off + src.ext}) overlap in {src.buffer}; overlapping transfers need @memmove (hazard rule 2)',
+                           'hazard.memmove')
     b = mem.buf(src.buffer)[src.off: src.off + src.ext].copy()       # a copy first: memmove semantics (E6)
     mem.buf(dst.buffer)[dst.off: dst.off + src.ext] = b
     written[dst.buffer][dst.off: dst.off + src.ext] = True
@@ -94,7 +99,8 @@ def _move(el, i, mem, written):
 def _compute(el, i, mem, written, cache, single):
     node = i.node
     k = KERNELS.get(node.opcode)
-    if k is None: raise el.error(i, f'{i.name}: the executor has no kernel for generic compute op {node.attrs.get("op")!r}', 'exec.unsupported')
+    if k is None:
+        raise el.error(i, f'{i.name}: the executor has no kernel for generic compute op {node.attrs.get("op")!r}', 'exec.unsupported')
     key = (id(node), tuple(sorted((n, v) for n, v in i.env.items() if not isinstance(v, dict))))
     attrs = cache.get(key)
     if attrs is None: attrs = cache[key] = {a: attr_value(v, i.env) for a, v in node.attrs.items()}
@@ -107,7 +113,8 @@ def _compute(el, i, mem, written, cache, single):
         raise el.error(i, f'{i.name}: {node.opcode} cannot run on {", ".join(f"{r.name}:{r.elem}" for r in i.reads)} -> '
                           f'{", ".join(f"{r.name}:{r.elem}" for r in i.writes)}: {type(ex).__name__}: {ex}', 'exec.unsupported')
     for rv, y in zip(i.writes, ys):
-        if tuple(np.shape(y)) != tuple(rv.shape): raise el.error(i, f'{i.name}: {node.opcode} produced shape {list(np.shape(y))} for {rv.name} {list(rv.shape)}', 'exec.shape')
+        if tuple(np.shape(y)) != tuple(rv.shape):
+            raise el.error(i, f'{i.name}: {node.opcode} produced shape {list(np.shape(y))} for {rv.name} {list(rv.shape)}', 'exec.shape')
         write_region(mem, rv, y)
         written[rv.buffer][rv.off: rv.off + span(rv)] = True
 
@@ -119,7 +126,8 @@ class RunResult(dict):
             if getattr(s, 'name', None) == name and hasattr(s, 'region'):
                 rv = eval_region(el.ctx, name, s.region, [], dict(el.ctx.consts), report=False)
                 if rv.typed: return read_region(mem, rv)
-                raise NemExecError(f'region {name} has no element type; read its buffer bytes instead', el.file, s.line, s.col, 'exec.region')
+                raise NemExecError(f'region {name} has no element type; read its buffer bytes instead', el.file, s.line, s.col,
+                                   'exec.region')
         raise NemExecError(f'{name!r} is not a region declared at the top level of the program', el.file, rule='exec.region')
 
 def execute(el:Elab, inputs:dict|None=None, races:bool=True, memory_limit:int=MAX_MEMORY) -> RunResult:

@@ -75,7 +75,8 @@ class Memory:
             self.addr_of[name], self.level_of[name] = at, lv
             ends[lv] = at + bi.size
         if sum(ends.values()) > limit:
-            raise NemExecError(f'the buffers need {sum(ends.values())} bytes of memory, more than the {limit} the executor allocates (run(..., memory_limit=...) raises it)', rule='exec.limit')
+            raise NemExecError(f'the buffers need {sum(ends.values())} bytes of memory, more than the {limit} the executor allocates '
+                               '(run(..., memory_limit=...) raises it)', rule='exec.limit')
         self.arenas = {lv: np.zeros(n, np.uint8) for lv, n in ends.items()}
         self.bufs = {n: self.arenas[self.level_of[n]][self.addr_of[n]: self.addr_of[n] + bi.size] for n, bi in buffers.items()}
 

@@ -220,7 +220,8 @@ def compute_attrs(self:Parser, node):
 @patch
 def generic_compute(self:Parser, sync, assign, start):
     self.expect('(', "'('")
-    node = Compute('compute', sync, [], [], {}, [], assign, [], {}, start[2], start[3], (self.toks[self.i - 4][2], self.toks[self.i - 4][3]))
+    node = Compute('compute', sync, [], [], {}, [], assign, [], {}, start[2], start[3],
+                   (self.toks[self.i - 4][2], self.toks[self.i - 4][3]))
     while True:
         k = self.expect('ID', 'op=, attrs=, in=, out= or deps=')
         self.expect('=', f"'=' after {k[1]}")
@@ -298,11 +299,14 @@ def device_config(self:Parser):
         self.skip_nl()
         b = self.toks[self.i]
         if b[0] == '}': self.i += 1; d.end_line = b[2]; break
-        if b[0] != 'ID': raise self.error(f'expected a device block (spec_version, topology, unit_characteristics, opcode.mandatory, opcode.extended) or }}, found {self.desc(b)}', b)
+        if b[0] != 'ID':
+            raise self.error('expected a device block (spec_version, topology, unit_characteristics, opcode.mandatory, opcode.extended) '
+                             f'or }}, found {self.desc(b)}', b)
         key = b[1]
         if key == 'opcode' and self.at('.', k=1):
             s = self.toks[self.i + 2]
-            if s[1] not in ('mandatory', 'extended'): raise self.error(f"unknown block 'opcode.{s[1]}' (expected opcode.mandatory or opcode.extended)", s)
+            if s[1] not in ('mandatory', 'extended'):
+                raise self.error(f"unknown block 'opcode.{s[1]}' (expected opcode.mandatory or opcode.extended)", s)
             key = 'opcode.' + s[1]; self.i += 2
         if key in d.block_pos: raise self.error(f'{key} given twice in device {n[1]}', b)
         d.block_pos[key] = (b[2], b[3])
@@ -321,7 +325,8 @@ def device_config(self:Parser):
             if key == 'opcode.mandatory': d.mandatory = refs
             else: d.extended = refs
         else:
-            raise self.error(f'unknown device block {key!r} (expected spec_version, topology, unit_characteristics, opcode.mandatory, opcode.extended)', b)
+            raise self.error(f'unknown device block {key!r} (expected spec_version, topology, unit_characteristics, opcode.mandatory, '
+                             'opcode.extended)', b)
     return d
 
 @patch
@@ -456,19 +461,25 @@ def parse_document(self:Parser) -> Document:
             if t[0] == 'ID' and t[1] == 'type_family':
                 doc.families.append(self.type_family()); continue
             if t[0] == 'ID' and t[1] == 'device':
-                if self.at('ID', k=1) and (self.at('{', k=2) or self.at('ID', 'extends', k=2) or (self.at('NL', k=2) and self.at('{', k=3))):
+                if self.at('ID', k=1) and (self.at('{', k=2) or self.at('ID', 'extends', k=2) or (
+                    self.at('NL', k=2) and self.at('{', k=3))):
                     doc.devices.append(self.device_config()); continue
                 if doc.devices or doc.families or device is not None:
-                    raise self.error('a device directive (device NAME / device "file") starts a program and must come first after the includes', t)
+                    raise self.error('a device directive (device NAME / device "file") starts a program and must come first after the '
+                                     'includes', t)
                 self.i += 1
                 v = self.toks[self.i]
                 if v[0] == 'STR': device = DeviceRef('string', v[1], None, t[2], t[3])
                 elif v[0] == 'ID': device = DeviceRef('id', v[1], None, t[2], t[3])
-                else: raise self.error(f'expected a device name, a quoted file name or a device block after device, found {self.desc(v)}', v)
+                else:
+                    raise self.error(f'expected a device name, a quoted file name or a device block after device, found {self.desc(v)}', v)
                 self.i += 1; self.end_stmt('the device directive'); continue
             prog_pos = (t[2], t[3])
-            if doc.families: raise self.error('a document is either a program or a config document: this one has type families and program statements', t)
-            if len(doc.devices) > 1: raise self.error('a program may declare one inline device; this file declares several devices before its statements', t)
+            if doc.families:
+                raise self.error('a document is either a program or a config document: this one has type families and program statements',
+                                 t)
+            if len(doc.devices) > 1:
+                raise self.error('a program may declare one inline device; this file declares several devices before its statements', t)
             if doc.devices:
                 if device is not None: raise self.error('the program has two device directives', t)
                 c = doc.devices.pop(); device = DeviceRef('inline', c.name, c, c.line, c.col)
