@@ -4,7 +4,7 @@
 
 # %% ../nbs/03_cli.ipynb #dd5a2d64
 from __future__ import annotations
-import argparse, difflib, importlib, io, os, pkgutil, re, sys, time, traceback
+import argparse, difflib, importlib, io, os, pkgutil, re, sys, time
 from contextlib import redirect_stdout, redirect_stderr
 from pathlib import Path
 import nac_lab

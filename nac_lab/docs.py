@@ -4,7 +4,7 @@
 
 # %% ../nbs/04_docs.ipynb #8cac4626
 from __future__ import annotations
-import configparser, html, json, os, re, shutil, tempfile
+import configparser, html, json, os, re, tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from .binio import NacLabError

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from itertools import accumulate, chain, repeat
 from operator import add, attrgetter, itemgetter, lt, mul
 import numpy as np
-from .format import ArkModel, Node, Op, Tensor, Buffer, Arg, Style, ArkFormatError, DTYPE_SIZE, read_ark, paused_gc
+from .format import ArkModel, Node, Op, Tensor, Buffer, Arg, Style, ArkFormatError, DTYPE_SIZE, paused_gc
 
 # %% auto #0
 __all__ = ['ARG_RULES', 'OPTIONAL_ARGS', 'KNOWN_OPS', 'Diagnostic', 'summary_line', 'view_key', 'tensor_problems',

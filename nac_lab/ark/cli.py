@@ -4,7 +4,7 @@
 
 # %% ../../nbs/74_ark_cli.ipynb #19047485
 from __future__ import annotations
-import json, re
+import re
 from pathlib import Path
 import numpy as np
 from ..binio import NacLabError

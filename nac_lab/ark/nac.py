@@ -11,7 +11,7 @@ import numpy as np
 import torch, torch.nn as nn, torch.nn.functional as F
 from ..binio import NacLabError
 from ..fileio import atomic_write
-from .format import ArkModel, Op, Tensor, DTYPES, read_ark, write_ark
+from .format import ArkModel, Op, Tensor, write_ark
 from .check import ArkBuilder
 
 # %% auto #0

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/75_ark_bench.ipynb #9550bf3f
 from __future__ import annotations
-import argparse, json, os, statistics, tempfile, time
+import argparse, json, statistics, tempfile, time
 from pathlib import Path
 import numpy as np
 

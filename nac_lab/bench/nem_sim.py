@@ -6,7 +6,6 @@
 from __future__ import annotations
 import argparse, contextlib, gc, statistics, time
 from fastcore.imports import in_notebook
-from pathlib import Path
 import numpy as np
 from ..core import data_path
 

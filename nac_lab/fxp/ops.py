@@ -5,7 +5,7 @@
 # %% ../../nbs/61_fxp_ops.ipynb #90ef0df3
 from __future__ import annotations
 import numpy as np
-from .types import QFormat, FxpError, ModeError, as_raw, cast, _as, _wrap
+from .types import QFormat, FxpError, ModeError, as_raw, _wrap
 
 # %% auto #0
 __all__ = ['ACC_OVERFLOW', 'add_format', 'mul_format', 'fx_add', 'fx_sub', 'fx_mul', 'fx_neg', 'fx_shift', 'mac_matmul',

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/64_fxp_rtl.ipynb #d3a1e7ca
 from __future__ import annotations
-import os, re, shutil, subprocess, tempfile
+import re, shutil, subprocess, tempfile
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np

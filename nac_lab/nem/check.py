@@ -6,8 +6,8 @@
 from __future__ import annotations
 import time
 from pathlib import Path
-from .ast import (Num, Name, BinOp, Neg, Str, ListV, Region, Quant, Deco, Ref, Operand,
-    Const, Let, Buffer, RegionDecl, Move, Wait, Compute, Loop, Program, ELEM_TYPES)
+from .ast import (Num, Name, BinOp, Neg, ListV, Region, Const, Let, Buffer, RegionDecl, Move, Wait, Compute,
+    Loop, Program, ELEM_TYPES)
 from .lexer import NemError
 from .evaluate import names_in
 from .parser import no_gc

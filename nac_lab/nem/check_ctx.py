@@ -6,8 +6,8 @@
 from __future__ import annotations
 import math, operator
 from dataclasses import dataclass
-from .ast import (Num, Name, BinOp, Neg, Str, ListV, Region, Quant, Deco, Ref, Operand,
-    Const, Let, Buffer, RegionDecl, Move, Wait, Compute, Loop, Program, ELEM_TYPES)
+from .ast import (Num, Name, BinOp, Neg, Region, Quant, Const, Let,
+    Buffer, RegionDecl, Move, Wait, Compute, Loop, Program)
 from .lexer import INT_MAX
 from .evaluate import EvalError, eval_int, names_in
 from .grammar import opcode_table

@@ -42,7 +42,6 @@ def _check(args):
 
 def describe_device(rd) -> str:
     "Multi-line description of a resolved device."
-    from nac_lab.nem.types import families_of
     out = [f'device {rd.name}' + (f'  (extends {" -> ".join(rd.chain[1:])})' if len(rd.chain) > 1 else '')]
     out.append(f'  spec_version: {rd.spec_version}')
     if rd.abstract: out.append('  topology: none (abstract device: extend it, do not target it)')

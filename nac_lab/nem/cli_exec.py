@@ -4,7 +4,7 @@
 
 # %% ../../nbs/39b_nem_cli_exec.ipynb #165fe8b0
 from __future__ import annotations
-import argparse, io, json, sys
+import io, json, sys
 from pathlib import Path
 from ..binio import NacLabError
 from ..cli import command_group

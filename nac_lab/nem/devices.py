@@ -6,11 +6,10 @@
 from __future__ import annotations
 import difflib
 from dataclasses import dataclass, field
-from .lexer import NemError
-from .ast import DeviceConfig, VariantRef
+from .ast import DeviceConfig
 from .evaluate import EvalError, eval_int
-from .documents import Workspace, Diagnostic, load
-from .types import instantiations, must_variants, families_of, baseline_families, family_problems
+from .documents import Workspace, Diagnostic
+from .types import instantiations, families_of, baseline_families, family_problems
 
 # %% auto #0
 __all__ = ['PER_ENGINE_UNITS', 'DEVICE_UNITS', 'SPEC_VERSIONS', 'MAX_DEVICE_DEPTH', 'ResolvedDevice', 'DeviceSet',

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/31_nem_documents.ipynb #362e435b
 from __future__ import annotations
-import json, os, stat
+import os, stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from fastcore.basics import patch

@@ -12,7 +12,7 @@ __all__ = ['MAX_INSTANCES', 'Inst', 'Elab', 'unit_of', 'pin_of', 'elaborate', 'l
 
 # %% ../../nbs/38b_nem_elab.ipynb #39fca546
 # The NEM front end, imported in one place (public names only).
-from .ast import Num, Name, BinOp, Neg, Region, Const, Let, Buffer, RegionDecl, Move, Wait, Compute, Loop
+from .ast import Name, Region, Const, Let, Buffer, RegionDecl, Move, Wait, Compute, Loop
 from .evaluate import eval_int
 from .grammar import opcode_table
 from .check import check

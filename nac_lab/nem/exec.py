@@ -5,17 +5,15 @@
 # %% ../../nbs/38d_nem_exec.ipynb #b9a6e237
 from __future__ import annotations
 import numpy as np
-from pathlib import Path
 
 # %% auto #0
 __all__ = ['find_race', 'RunResult', 'execute', 'run']
 
 # %% ../../nbs/38d_nem_exec.ipynb #8ebf171b
 # The NEM front end, imported in one place (public names only).
-from .ast import Compute, Move
-from .check_ctx import CheckResult, RegionVal, eval_region
+from .check_ctx import eval_region
 from .memory import NemExecError, Memory, MAX_MEMORY, read_region, write_region, span
-from .elab import Elab, Inst, elaborate, load_program
+from .elab import Elab, elaborate, load_program
 from .kernels import KERNELS, Op, attr_value
 
 # %% ../../nbs/38d_nem_exec.ipynb #f3df44c6

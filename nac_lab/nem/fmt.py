@@ -7,7 +7,8 @@ from __future__ import annotations
 import re
 from bisect import bisect_right
 from .lexer import NemError, tokenize
-from .ast import Num, Name, BinOp, Neg, Str, ListV, Region, TypeAttrs, Quant, Deco, Operand, Const, Let, Buffer, RegionDecl, Move, Wait, Compute, Loop, Program, Document, DeviceConfig, TypeFamily
+from .ast import (Num, Name, BinOp, Neg, Str, ListV, Region, TypeAttrs, Quant, Deco, Operand, Const, Let,
+    Buffer, RegionDecl, Move, Wait, Compute, Loop, Document, DeviceConfig, TypeFamily)
 from .parser import parse
 
 # %% auto #0

@@ -5,8 +5,7 @@
 # %% ../../nbs/34c_nem_hazards.ipynb #cf7d6e44
 from __future__ import annotations
 from bisect import bisect_left, insort
-from .ast import (Num, Name, BinOp, Neg, Str, ListV, Region, Quant, Deco, Ref, Operand,
-    Const, Let, Buffer, RegionDecl, Move, Wait, Compute, Loop, Program, ELEM_TYPES)
+from .ast import Num, Name, BinOp, Neg, Region, Let, RegionDecl, Move, Wait, Compute, Loop
 from .check_ctx import *
 
 # %% auto #0

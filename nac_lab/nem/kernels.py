@@ -14,10 +14,10 @@ __all__ = ['UNARY', 'BINARY', 'KERNELS', 'f64_to_f32_odd', 'round_float', 'Op', 
 
 # %% ../../nbs/38c_nem_kernels.ipynb #7a49e14d
 # The NEM front end and the memory model, imported in one place (public names only).
-from .ast import Num, Name, Neg, BinOp, Str, ListV, ELEM_TYPES
+from .ast import Num, Name, Neg, Str, ListV, ELEM_TYPES
 from .evaluate import eval_int
 from .types import INT_TYPES, BITWIDTH
-from .memory import NemExecError, FLOAT_TYPES, VALUE_DTYPE, quant_params, int_range, num
+from .memory import FLOAT_TYPES, VALUE_DTYPE, quant_params, int_range
 # The fixed-point datapath: requantization exactly as TFLite/gemmlowp do it (RULINGS E3).
 from ..fxp.types import QFormat
 from ..fxp.requant import requantize

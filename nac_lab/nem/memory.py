@@ -5,7 +5,6 @@
 # %% ../../nbs/38_nem_memory.ipynb #4d61199d
 from __future__ import annotations
 import math
-from dataclasses import dataclass
 import numpy as np
 
 # %% auto #0
@@ -17,9 +16,9 @@ __all__ = ['STORE_DTYPE', 'VALUE_DTYPE', 'FLOAT_TYPES', 'MAX_MEMORY', 'NemExecEr
 # The NEM front end, imported in one place (the names are public; the integrator may re-point them).
 from ..binio import NacLabError
 from .lexer import NemError, caret_lines, printable
-from .ast import Num, Neg, Name, BinOp, Quant, Buffer
-from .types import BITWIDTH, INT_TYPES, nbytes
-from .check_ctx import RegionVal, BufInfo
+from .ast import Num, Neg, Quant
+from .types import BITWIDTH, nbytes
+from .check_ctx import RegionVal
 
 # %% ../../nbs/38_nem_memory.ipynb #726a8b56
 class NemExecError(NemError):

@@ -5,8 +5,7 @@
 # %% ../../nbs/34b_nem_shapes.ipynb #5c0e9405
 from __future__ import annotations
 import math
-from .ast import (Num, Name, BinOp, Neg, Str, ListV, Region, Quant, Deco, Ref, Operand,
-    Const, Let, Buffer, RegionDecl, Move, Wait, Compute, Loop, Program, ELEM_TYPES)
+from .ast import Num, Name, BinOp, Neg, Str, ListV, Move, Compute, ELEM_TYPES
 from .lexer import INT_MAX
 from .types import OpInstance, match, INT_TYPES
 from .check_ctx import *

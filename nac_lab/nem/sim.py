@@ -16,7 +16,7 @@ __all__ = ['SimResult', 'simulate_table', 'simulate', 'critical_steps', 'critica
 # The NEM front end, the timing table and the file writer, imported in one place (public names only).
 from .memory import NemExecError
 from .elab import load_program
-from .table import Table, build_table, characteristics, MAC_KEY
+from .table import Table, build_table
 from ..fileio import atomic_write
 
 # %% ../../nbs/39_nem_sim.ipynb #22293b99

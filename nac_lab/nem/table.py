@@ -5,7 +5,7 @@
 # %% ../../nbs/38e_nem_table.ipynb #051c3cde
 from __future__ import annotations
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 import numpy as np
 
 # %% auto #0
@@ -14,7 +14,7 @@ __all__ = ['DEFAULTS', 'MAC_KEY', 'MAX_ROWS', 'COLS', 'WEIGHT_OPS', 'characteris
 
 # %% ../../nbs/38e_nem_table.ipynb #c018cd3e
 # The NEM front end and the executor's elaboration rules, imported in one place (public names only).
-from .ast import Num, Name, BinOp, Neg, Region, Const, Let, Buffer, RegionDecl, Move, Wait, Compute, Loop
+from .ast import Num, Name, Neg, Region, Const, Let, Buffer, RegionDecl, Move, Wait, Compute, Loop
 from .evaluate import eval_int, names_in
 from .types import BITWIDTH, INT_TYPES
 from .check_ctx import CheckResult, Ctx, RegionVal, check_consts, check_buffer, eval_region

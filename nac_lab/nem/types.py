@@ -5,9 +5,8 @@
 # %% ../../nbs/32_nem_types.ipynb #c311d680
 from __future__ import annotations
 from dataclasses import dataclass, field
-from itertools import product
 from ..core import data_path
-from .lexer import NemError, NemSyntaxError, tokenize
+from .lexer import NemError, tokenize
 from .ast import VariantRef, TypeFamily, ELEM_TYPES
 from .parser import Parser, opcode_table
 
