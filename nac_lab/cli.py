@@ -126,7 +126,8 @@ def dispatch(args) -> int:
         return _quiet_broken_pipe()
     except (NacLabError, OSError) as ex:
         if getattr(args, 'debug', False): raise
-        msg = str(ex) if isinstance(ex, NacLabError) else f'{ex.strerror or ex}: {ex.filename}' if getattr(ex, 'filename', None) else str(ex)
+        msg = (str(ex) if isinstance(ex, NacLabError) else f'{ex.strerror or ex}: {ex.filename}' if getattr(ex, 'filename', None)
+               else str(ex))
         print('nac-lab: error: ' + '\n'.join(printable(line) for line in msg.split('\n')), file=sys.stderr)   # inert text, line by line
         return 1
     except KeyboardInterrupt:

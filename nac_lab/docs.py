@@ -185,7 +185,8 @@ def _wrap(body_html:str, page:dict, pages:list) -> str:
     m = re.search(r'<body[^>]*>', body_html)
     if not m: raise NacLabError('nbconvert produced a page without <body>')
     tail = _toc(page_headings(body_html)) + f'<script src="{SEARCH_INDEX}"></script><script src="{SEARCH_JS}"></script></body>'
-    return body_html[:m.end()] + _nav(pages, page['file']) + '<main class="nl-main">' + head + body_html[m.end():].replace('</body>', '</main>' + tail, 1)
+    return (body_html[:m.end()] + _nav(pages, page['file']) + '<main class="nl-main">' + head
+            + body_html[m.end():].replace('</body>', '</main>' + tail, 1))
 
 # %% ../nbs/04_docs.ipynb #4cb63969
 SEARCH_INDEX, SEARCH_JS, API_PAGE = 'search_index.js', 'search.js', 'api_index.html'

@@ -497,7 +497,8 @@ def _spot(p) -> str:
     (m, at, ops, start), k, kind = p
     q = bisect_right(start, k) - 1
     o, e = ops[q], k - start[q]
-    key, e = ('ReadTensors', e) if e < len(o.read) else ('WriteTensors', e - len(o.read)) if e < len(o.read) + len(o.write) else ('ResultTensors', e - len(o.read) - len(o.write))
+    key, e = (('ReadTensors', e) if e < len(o.read) else ('WriteTensors', e - len(o.read)) if e < len(o.read) + len(o.write)
+              else ('ResultTensors', e - len(o.read) - len(o.write)))
     return f'{m.op_path(*at[q])}.{key}[{e}].Buffer.{"SendTags" if kind == "send" else "RecvTags"}'
 
 # %% ../../nbs/71_ark_check.ipynb #c1e40863

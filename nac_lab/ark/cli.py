@@ -131,7 +131,8 @@ def _run(args):
     import io
     buf = io.BytesIO(); np.savez(buf, **{key(r, t): v for (r, t), v in outs.items()})
     atomic_write(args.output, buf.getvalue(), inputs=files, what='output')
-    print(f'ran {sum(len(s.ops) for s in ex.ranks.values())} ops on {len(ms)} rank(s); wrote {args.output}: ' + ', '.join(f'{key(r, t)} {list(v.shape)}' for (r, t), v in outs.items()))
+    print(f'ran {sum(len(s.ops) for s in ex.ranks.values())} ops on {len(ms)} rank(s); wrote {args.output}: '
+          + ', '.join(f'{key(r, t)} {list(v.shape)}' for (r, t), v in outs.items()))
 
 # %% ../../nbs/74_ark_cli.ipynb #456ee6f3
 def _from_nac(args):

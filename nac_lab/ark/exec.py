@@ -210,7 +210,8 @@ def run(self:ArkExecutor) -> ArkExecutor:
             while s.pc < len(s.ops) and _step(self, s): moved = True
         live = [s for s in live if s.pc < len(s.ops)]
         if live and not moved:
-            raise ArkExecError('deadlock: ' + '; '.join(f'rank {s.rank} waits at {s.model.op_path(*s.ops[s.pc][:2])} ({s.ops[s.pc][2].name}) for a Send that never comes' for s in live))
+            raise ArkExecError('deadlock: ' + '; '.join(f'rank {s.rank} waits at {s.model.op_path(*s.ops[s.pc][:2])} '
+                                                        f'({s.ops[s.pc][2].name}) for a Send that never comes' for s in live))
     return self
 
 ArkExecutor.run = run

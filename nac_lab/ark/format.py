@@ -514,7 +514,8 @@ def dump_compact(v) -> str:
 
 # %% ../../nbs/70_ark_format.ipynb #6c7ba35b
 def _is_leaf(v, level) -> bool:
-    return level <= 0 or not isinstance(v, (dict, list)) or (isinstance(v, list) and v and isinstance(v[0], (int, float)) and not isinstance(v[0], bool))
+    return (level <= 0 or not isinstance(v, (dict, list))
+            or (isinstance(v, list) and v and isinstance(v[0], (int, float)) and not isinstance(v[0], bool)))
 
 def _pretty(v, key, level, ind, step, out):
     head = ' ' * ind + ('' if key is None else json.dumps(key, ensure_ascii=False) + ': ')

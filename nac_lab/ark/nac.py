@@ -267,7 +267,8 @@ NAC_OPS_TO_ARK = {
     'nac.relu': _unary('relu'), 'nac.sigmoid': _unary('sigmoid'), 'nac.exp': _unary('exp'), 'nac.sqrt': _unary('sqrt'), 'nac.rsqrt': _unary('rsqrt'),
     'nac.gelu': _gelu, 'nac.silu': lambda T, a, w, o: T.b.mul(T.tensor_of(a[0], w), T.b.sigmoid(T.tensor_of(a[0], w))),
     'nac.neg': lambda T, a, w, o: T.b.scalar_mul(T.tensor_of(a[0], w), -1.0),
-    'nac.pow': lambda T, a, w, o: (T.b.mul(T.tensor_of(a[0], w), T.tensor_of(a[0], w)) if _c(a[1]) == 2 else (_ for _ in ()).throw(ArkNacError(f'{w}: only pow(x, 2) has an ARK form'))),
+    'nac.pow': lambda T, a, w, o: (T.b.mul(T.tensor_of(a[0], w), T.tensor_of(a[0], w)) if _c(a[1]) == 2
+                                   else (_ for _ in ()).throw(ArkNacError(f'{w}: only pow(x, 2) has an ARK form'))),
     'nac.softmax': lambda T, a, w, o: _softmax(T.b, T.tensor_of(a[0], w), _c(a[1])),
     'nac.layer_norm': _layer_norm, 'nac.sdpa': _sdpa,
     'nac.sum': _reduce_op('ReduceSum'), 'nac.mean': _reduce_op('ReduceMean'), 'nac.amax': _reduce_op('ReduceMax'),
@@ -405,7 +406,8 @@ def _tiling(parts:list, r:Tensor) -> tuple:
         raise ArkNacError(f'tensor {r.id}: its windows do not tile it along one dimension; to-nac cannot join them')
     d = dims.pop() if dims else 0
     parts = sorted(parts, key=lambda t: t.offsets[d])
-    if [t.offsets[d] for t in parts] != [sum(t.shape[d] for t in parts[:k]) for k in range(len(parts))] or sum(t.shape[d] for t in parts) != r.shape[d]:
+    if [t.offsets[d] for t in parts] != [sum(t.shape[d] for t in parts[:k])
+                                         for k in range(len(parts))] or sum(t.shape[d] for t in parts) != r.shape[d]:
         raise ArkNacError(f'tensor {r.id}: its windows do not tile dimension {d}; to-nac cannot join them')
     return d, parts
 

@@ -46,7 +46,9 @@ def check_decorators(ctx:Ctx, decos:list, target:str, env:dict, node=None):
         if targets is not None and not (kinds & targets):
             what = target if target != 'transfer' else 'transfer task'
             hint = ' (a decorator written right after an operand decorates that operand; put task decorators on the next line)' if target == 'operand' and 'task' in targets else ''
-            ctx.report('error', 'deco.target', f'@{d.name} cannot decorate {"an" if what[0] in "aeiou" else "a"} {what}; it applies to ' + ', '.join(sorted(targets)) + hint, d); continue
+            ctx.report('error', 'deco.target', f'@{d.name} cannot decorate {"an" if what[0] in "aeiou" else "a"} {what}; it applies to '
+                       + ', '.join(sorted(targets)) + hint, d)
+            continue
         if nargs == 'unit':
             if d.unit is None:
                 ctx.report('error', 'deco.args', f'@resource takes UNIT[index], e.g. @resource(CSTL[0])', d); continue
@@ -290,7 +292,8 @@ def _target_device(ws, prog, file, device, path, base_dir, diags) -> tuple:
             target, sub = ws.add_device_file(dp, device); diags += sub.diags
             if target is None:
                 e = sub.errors[0] if sub.errors else None
-                raise NemError(f'{device} defines no device' + (f' (it does not parse: {e.file}:{e.line}:{e.col}: {e.message})' if e else ''))
+                raise NemError(f'{device} defines no device'
+                               + (f' (it does not parse: {e.file}:{e.line}:{e.col}: {e.message})' if e else ''))
             return target, None
         if device not in ws.devices:
             raise NemError(f'device {device!r} is not defined in {file} or the files it includes' + (

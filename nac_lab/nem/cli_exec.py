@@ -80,7 +80,8 @@ def format_summary(s:dict) -> str:
     out.append('bytes per memory level: ' + '; '.join(f"{k}: {v['read']} read, {v['written']} written" for k, v in s['bytes'].items()))
     cp = s['critical_path']
     nd = sum(x.startswith('dispatch ') for x in cp)
-    out.append(f'critical path ({len(cp) - nd} tasks' + (f', {nd} dispatches' if nd else '') + '): ' + ' -> '.join(cp[:12] + (['...'] + cp[-3:] if len(cp) > 15 else cp[12:])))
+    out.append(f'critical path ({len(cp) - nd} tasks' + (f', {nd} dispatches' if nd else '') + '): '
+               + ' -> '.join(cp[:12] + (['...'] + cp[-3:] if len(cp) > 15 else cp[12:])))
     return '\n'.join(out)
 
 def _sim(args):

@@ -72,7 +72,8 @@ class DeviceSet:
          "here).")
         try: return eval_int(e, {})
         except EvalError as ex:
-            msg = ex.msg + ('; device values are integer literals and arithmetic (no booleans, names or strings)' if ex.kind == 'name' else '')
+            msg = (ex.msg
+                   + ('; device values are integer literals and arithmetic (no booleans, names or strings)' if ex.kind == 'name' else ''))
             self.diags.append(Diagnostic('error', 'device.value', f'{what} of device {node.name}: {msg}', node.file, ex.line, ex.col))
             return None
 

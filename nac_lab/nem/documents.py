@@ -97,7 +97,8 @@ class Workspace:
         try: doc = parse(text, name)
         except NemSyntaxError as ex:
             if quote: self.sources[name] = text
-            msg = ex.msg if quote or str(real or name).endswith('.nem') else 'not NEM text (the file is not quoted because it is not a .nem file)'
+            msg = (ex.msg if quote or str(real or name).endswith('.nem')
+                   else 'not NEM text (the file is not quoted because it is not a .nem file)')
             self.report('error', 'syntax', msg, ex.file, ex.line, ex.col)
             return None
         self.sources[name] = text

@@ -40,7 +40,8 @@ class Inst:
     def name(self) -> str:
         "The task's token name (else opcode@line), indexed by its iteration, e.g. `tc[3]`."
         n = self.node
-        base = getattr(n, 'assign', None) or (n.opcode if type(n) is Compute else n.kind if type(n) is Move else 'gate') + f'@{getattr(n, "line", 0)}'
+        base = (getattr(n, 'assign', None) or (n.opcode if type(n) is Compute else n.kind if type(n) is Move else 'gate')
+                + f'@{getattr(n, "line", 0)}')
         return base + (f'[{",".join(str(v) for _, v in self.it)}]' if self.it else '')
 
     @property

@@ -64,7 +64,8 @@ def _fill_inputs(el, mem, written, inputs):
         if name not in mem.bufs:
             raise NemExecError(f'input {name!r} is not a buffer of the program (buffers: {", ".join(mem.bufs)})', el.file,
                                rule='exec.input')
-        b = np.ascontiguousarray(val).view(np.uint8).reshape(-1) if not isinstance(val, (bytes, bytearray)) else np.frombuffer(bytes(val), np.uint8)
+        b = (np.ascontiguousarray(val).view(np.uint8).reshape(-1) if not isinstance(val, (bytes, bytearray))
+             else np.frombuffer(bytes(val), np.uint8))
         buf = mem.buf(name)
         if b.size > buf.size:
             raise NemExecError(f'input {name!r} has {b.size} bytes; buffer {name} has {buf.size}', el.file, rule='exec.input')

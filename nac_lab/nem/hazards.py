@@ -272,7 +272,8 @@ def simulate_block(ctx, sim, body, env):
                            f'hazard analysis simplified here: @max_in_flight({n_if}) is simulated with a window of {SIM_MAX_IN_FLIGHT} '
                            'iterations; iterations farther apart are not compared', s)
                 n_if = SIM_MAX_IN_FLIGHT
-            its = list(range(lo, hi + 1)) if trip <= 2 * n_if + 1 else list(range(lo, lo + n_if + 1)) + [None] + list(range(hi - n_if + 1, hi + 1))
+            its = (list(range(lo, hi + 1)) if trip <= 2 * n_if + 1 else list(range(lo, lo + n_if + 1)) + [None]
+                   + list(range(hi - n_if + 1, hi + 1)))
             if sim.depth >= 3 or sim.steps > SIM_BUDGET:     # deep nests / huge programs: one iteration only
                 its = [lo]
                 if not sim.simplified:

@@ -133,7 +133,9 @@ def k_eltwise(op:Op):
     with np.errstate(all='ignore'): return [op.store_real(0, f(*[op.real(k) for k in range(len(op.ins))]))]
 
 # %% ../../nbs/38c_nem_kernels.ipynb #cb73c970
-def _same_q(a, b): return (a.quant is None and b.quant is None) or (a.quant is not None and b.quant is not None and a.quant == b.quant and a.elem == b.elem)
+def _same_q(a, b):
+    return ((a.quant is None and b.quant is None)
+            or (a.quant is not None and b.quant is not None and a.quant == b.quant and a.elem == b.elem))
 
 def _view_fn(op, xs):
     a, o = op.attrs, op.opcode

@@ -90,7 +90,9 @@ def tokenize(text:str, file:str='<string>') -> list:
                 v = m[7]; col = m.start(7) + 1
                 if v in _OPEN: stack.append((v, ln, col))
                 elif not stack or stack[-1][0] != _CLOSE[v]:
-                    raise NemSyntaxError(f'unbalanced {v!r}' + (f' (the {stack[-1][0]!r} at {stack[-1][1]}:{stack[-1][2]} is still open)' if stack else ''), file, ln, col, text)
+                    raise NemSyntaxError(f'unbalanced {v!r}'
+                                         + (f' (the {stack[-1][0]!r} at {stack[-1][1]}:{stack[-1][2]} is still open)' if stack else ''),
+                                         file, ln, col, text)
                 else: stack.pop()
                 append((v, v, ln, col))
             elif g == 3: append(('FLOAT', m[3], ln, m.start(3) + 1))

@@ -26,7 +26,8 @@ def stmt(self:Parser, in_loop):
         if v == 'buffer': return self.buffer_decl()
         if v == 'loop': return self.loop()
         if v in ('program', 'device', 'include', 'type_family'):
-            raise self.error(f"'{v}' must come before the program's statements" if v != 'type_family' else 'type_family declarations belong in config documents, not in programs', t)
+            raise self.error(f"'{v}' must come before the program's statements" if v != 'type_family'
+                             else 'type_family declarations belong in config documents, not in programs', t)
         if v == 'endloop' and not in_loop: raise self.error("'endloop' without a matching 'loop'", t)
         if self.toks[self.i + 1][0] == '=':
             self.i += 2

@@ -397,7 +397,8 @@ def check_types(ctx:Ctx, t:Compute, ins:list, outs:list):
         return
     ok2, near2 = dev_res
     if not ok2:
-        notes = [f'nearest variant available on {ctx.device.name}: {near2[0].ref}: ' + '; '.join(near2[1])] if near2 else [f'device {ctx.device.name} has no variant for {t.opcode}']
+        notes = ([f'nearest variant available on {ctx.device.name}: {near2[0].ref}: ' + '; '.join(near2[1])] if near2
+                 else [f'device {ctx.device.name} has no variant for {t.opcode}'])
         ctx.report('error', 'type.device',
                    f'{_desc(inst)} needs {" or ".join(str(c.ref) for c in ok)}, which device {ctx.device.name} does not support',
                    task_pos(t), notes)

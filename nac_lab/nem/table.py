@@ -136,7 +136,8 @@ class Table:
         return pre + (((var, int(self.itv[j])),) if var is not None else ())
     def name(self, j) -> str:
         n = self.nodes[self.stmt[j]]; it = self.it(j)
-        base = getattr(n, 'assign', None) or (n.opcode if type(n) is Compute else n.kind if type(n) is Move else 'gate') + f'@{getattr(n, "line", 0)}'
+        base = (getattr(n, 'assign', None) or (n.opcode if type(n) is Compute else n.kind if type(n) is Move else 'gate')
+                + f'@{getattr(n, "line", 0)}')
         return base + (f'[{",".join(str(v) for _, v in it)}]' if it else '')
     def iteration(self, j) -> str: return ', '.join(f'{k}={v}' for k, v in self.it(j))
     def line(self, j) -> int: return getattr(self.nodes[self.stmt[j]], 'line', 0)
