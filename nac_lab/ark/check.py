@@ -225,7 +225,8 @@ def _graph_problems(m:ArkModel, file, producer, touched, touched_b, buf_prod) ->
                 ok = want | {m.nodes[p].id for b in touched_b[i] for p in buf_prod.get(b, ()) if p < i}
             if not want <= hs or not hs <= ok:
                 miss, extra = sorted(want - set(have)), sorted(set(have) - ok)
-                add(f'Nodes[{i}].{key}', f'node.{key[:8].lower()}s', f'{list(have)} should be {sorted(want)} (from the tensors the ops read and write)'
+                add(f'Nodes[{i}].{key}', f'node.{key[:8].lower()}s', f'{list(have)} should be {sorted(want)} (from the tensors the ops '
+                                                                     'read and write)'
                     + (f'; missing {miss}' if miss else '') + (f'; not a {key[:8].lower()}: {extra}' if extra else ''))
         for p in expect[i]:
             if pos[p] >= i:

@@ -29,7 +29,8 @@ DECORATORS = {
     'memmove': (0, {'transfer'}), 'max_in_flight': (1, {'loop'}), 'resource': ('unit', {'task'}),
     'seq_engine': (1, {'task'}), 'debug': (1, None), 'profile': (1, None), 'import': (0, {'buffer'}),
 }
-RESOURCE_INVALID = {'SEQ': 'the sequencer (it dispatches tasks and runs none)', 'sDMA': 'a device-level unit that the binder picks by memory level',
+RESOURCE_INVALID = {'SEQ': 'the sequencer (it dispatches tasks and runs none)', 'sDMA': 'a device-level unit that the binder picks by '
+                                                                                        'memory level',
                     'WDM': 'a device-level data-path modifier, not schedulable'}
 
 def check_decorators(ctx:Ctx, decos:list, target:str, env:dict, node=None):
@@ -305,7 +306,8 @@ def _target_device(ws, prog, file, device, path, base_dir, diags) -> tuple:
     if dr.kind == 'id':
         if dr.value in ws.devices: return dr.value, dr
         notes = [f'visible devices: {", ".join(ws.devices)}'] if ws.devices else ['include the file that defines it']
-        notes += [f'include "{t}" in {f} resolved to {ws._shown(p)}' + (' (on the built-in search path, not next to the including file)' if via else '')
+        notes += [f'include "{t}" in {f} resolved to {ws._shown(p)}' + (' (on the built-in search path, not next to the '
+                                                                        'including file)' if via else '')
                   for f, t, p, via in ws.include_log if f == file]
         diags.append(Diagnostic('error', 'device.unknown', f'device {dr.value!r} is not defined in an included file', file, dr.line, dr.col,
                                 notes))

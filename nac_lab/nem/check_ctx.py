@@ -223,7 +223,8 @@ def check_capacity(ctx:Ctx):
         if cap is not None and tot > cap:
             where = 'L2' if lv == 'L2' else f'L1[{k}]'
             big = max(bs, key=lambda b: b.size)
-            ctx.report('error', 'memory.capacity', f'buffers in {where} total {tot} bytes, more than the {cap} bytes of device {ctx.device.name} (schema rule 6)', bs[-1].node,
+            ctx.report('error', 'memory.capacity', f'buffers in {where} total {tot} bytes, more than the {cap} bytes of '
+                                                   f'device {ctx.device.name} (schema rule 6)', bs[-1].node,
                   [f'{len(bs)} buffer(s); the largest is {big.node.name} ({big.size} bytes, line {big.node.line})'])
 
 # %% ../../nbs/34_nem_check_ctx.ipynb #d6dbc65b

@@ -108,7 +108,8 @@ class DeviceSet:
             if r.family in self.broken: continue      # its family's own diagnostic says why; no second error here
             if r not in self.insts:
                 close = difflib.get_close_matches(str(r), [str(x) for x in self.insts], n=1, cutoff=0.6)
-                self.report('error', 'device.unknown-variant', f'{block} of device {node.name} lists {r}, which no type family defines', node, (r.line, r.col),
+                self.report('error', 'device.unknown-variant', f'{block} of device {node.name} lists {r}, which no '
+                                                               'type family defines', node, (r.line, r.col),
                        [f'did you mean {close[0]}?'] if close else [])
                 continue
             if r in seen:
@@ -150,7 +151,8 @@ class DeviceSet:
             pnode = self.ws.devices.get(node.extends)
             if pnode is None:
                 close = difflib.get_close_matches(node.extends, list(self.ws.devices), n=1)
-                self.report('error', 'device.parent', f'device {name} extends {node.extends!r}, which is not defined here or in an included file', node,
+                self.report('error', 'device.parent', f'device {name} extends {node.extends!r}, which is not defined here or in an '
+                                                      'included file', node,
                        notes=[f'did you mean {close[0]}?'] if close else []); return None
             self._order_check(name, node)
             parent = self.resolve(node.extends)
@@ -161,7 +163,8 @@ class DeviceSet:
                             f'{MAX_DEVICE_DEPTH} deep', node)
                 return None
             if node.spec_version is not None:
-                self.report('error', 'device.derived-spec-version', f'derived device {name} must not set spec_version; it inherits {parent.spec_version!r} from {parent.name} (inheritance rule 2)',
+                self.report('error', 'device.derived-spec-version', f'derived device {name} must not set spec_version; it inherits '
+                                                                    f'{parent.spec_version!r} from {parent.name} (inheritance rule 2)',
                        node, node.block_pos.get('spec_version'))
             spec = parent.spec_version
         else:
@@ -207,7 +210,8 @@ class DeviceSet:
         if topo is not None:
             missing = [str(r) for r in self.musts if r not in ms]
             if missing:
-                self.report('error', 'device.missing-must', f'device {name} does not list every MUST variant in opcode.mandatory (schema rule 7); missing: {", ".join(missing)}', node,
+                self.report('error', 'device.missing-must', f'device {name} does not list every MUST variant in opcode.mandatory '
+                                                            f'(schema rule 7); missing: {", ".join(missing)}', node,
                        notes=['extend nem_baseline_1_0 (include "nem_baseline_1.0.nem") to inherit them'])
         return rd
 
@@ -216,7 +220,8 @@ class DeviceSet:
         rd = self.resolve(name)
         if rd is not None and rd.abstract:
             node = rd.node
-            self.diags.append(Diagnostic('error', 'device.topology', f'device {name} has no topology after inheritance (it is abstract) and cannot be a target (schema rule 5, inheritance rule 8)',
+            self.diags.append(Diagnostic('error', 'device.topology', f'device {name} has no topology after inheritance (it is abstract) '
+                                                                     'and cannot be a target (schema rule 5, inheritance rule 8)',
                                          at.file if at else node.file, at.line if at else node.line, at.col if at else node.col))
         return rd
 

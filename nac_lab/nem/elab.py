@@ -128,7 +128,8 @@ class _Walk:
             live = self.n_tasks - self.n_marked
             if live > self.el.max_live: self.el.max_live = live
             if self.limit is not None and live > self.limit:
-                raise self.el.error(i, f'{i.name}: {live} task tokens would be live, more than the {self.limit} the sequencer of {self.el.device.name} tracks (SEQ.max_active_tokens)', 'token.limit',
+                raise self.el.error(i, f'{i.name}: {live} task tokens would be live, more than the {self.limit} the '
+                                       f'sequencer of {self.el.device.name} tracks (SEQ.max_active_tokens)', 'token.limit',
                                     ['wait for earlier tokens, or lower @max_in_flight'])
         return i
 

@@ -79,7 +79,8 @@ def _check_read(el, i, written, rv):
     if not w.all():
         k = int(np.argmin(w))
         raise el.error(i, f'{i.name} reads {rv.name} [{rv.off}, {rv.off + n}) of {rv.buffer}, but byte {rv.off + k} was never written '
-                          '(by an earlier task or an input)', 'exec.uninitialized', [f'give {rv.buffer} as an input, or write it before this task'])
+                          '(by an earlier task or an input)', 'exec.uninitialized', [f'give {rv.buffer} as an input, or write it before '
+                                                                                     'this task'])
 
 def _move(el, i, mem, written):
     (src,), (dst,) = i.reads, i.writes

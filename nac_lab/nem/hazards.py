@@ -205,7 +205,10 @@ class HazardSim:
             if pair in self.reported: continue
             self.reported.add(pair)
             a, b = ('writes' if e[4] else 'reads'), ('writes' if w else 'reads')
-            self.ctx.report('error', 'hazard.write', f'{task_name(node)} {b} {rv.name} [{lo}, {hi}) of {rv.buffer} while {task_name(e[5])} (line {e[5].line}) {a} {e[6]} [{e[2]}, {e[3]}), and no dependency orders them (hazard rule 1)', operand_pos(node, rv),
+            self.ctx.report('error', 'hazard.write', f'{task_name(node)} {b} {rv.name} [{lo}, {hi}) of {rv.buffer} '
+                                                     f'while {task_name(e[5])} (line {e[5].line}) {a} {e[6]} '
+                                                     f'[{e[2]}, {e[3]}), and no dependency orders them (hazard '
+                                                     'rule 1)', operand_pos(node, rv),
                             ['add the earlier task\'s token to deps=[...] or wait(...) for it'])
             return
 

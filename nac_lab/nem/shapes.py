@@ -219,7 +219,8 @@ def _pool(ctx, t, ins, outs, env):
         ctx.report('error', 'compute.attr-value', f'{t.opcode}: kernel_shape and strides must be >= 1', task_pos(t)); return
     want = (x.shape[0], conv_out(x.shape[1], k[0], pads[0], pads[2], st[0], 1), conv_out(x.shape[2], k[1], pads[1], pads[3], st[1], 1),
             x.shape[3])
-    if y.shape != want: _shape_err(ctx, t, rv=y, msg=f'output {y.name} is declared {list(y.shape)}; pooling {list(x.shape)} with kernel {k}, pads {pads}, strides {st} gives {list(want)}')
+    if y.shape != want: _shape_err(ctx, t, rv=y, msg=f'output {y.name} is declared {list(y.shape)}; pooling {list(x.shape)} with kernel '
+                                                     f'{k}, pads {pads}, strides {st} gives {list(want)}')
 
 # %% ../../nbs/34b_nem_shapes.ipynb #1c76e435
 def _transpose(ctx, t, ins, outs, env):

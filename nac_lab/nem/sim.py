@@ -366,8 +366,9 @@ def chrome_trace(res:SimResult) -> dict:
     for j, u, a, e, what in _phases(res):
         proc = u.split('.')[0] if '.' in u else 'device'
         cat = what if what != 'run' else 'compute' if tb.kind[j] == 1 else 'move'
-        ev.append(dict(name=tb.name(j) if what != 'dispatch' else f'dispatch {tb.name(j)}', cat=cat, ph='X', pid=pids[proc], tid=tids[u], ts=a * us,
-                       dur=(e - a) * us, args=dict(line=tb.line(j), iteration=tb.iteration(j), macs=int(tb.macs[j]) if what == 'run' else 0)))
+        ev.append(dict(name=tb.name(j) if what != 'dispatch' else f'dispatch {tb.name(j)}',
+                       cat=cat, ph='X', pid=pids[proc], tid=tids[u], ts=a * us, dur=(e - a) * us,
+                       args=dict(line=tb.line(j), iteration=tb.iteration(j), macs=int(tb.macs[j]) if what == 'run' else 0)))
     return dict(traceEvents=ev, displayTimeUnit='ns', otherData=dict(total_cycles=res.total_cycles, clock_mhz=res.clock_mhz))
 
 def write_trace(res:SimResult, path, inputs=()) -> None:

@@ -40,13 +40,15 @@ def characteristics(device) -> dict:
     for k in ('array_rows', 'array_cols'):
         v = n.get(k)
         if v is not None and not 1 <= v <= 4096:
-            raise NemExecError(f'device {getattr(device, "name", "?")}: unit_characteristics NMU.{k} = {v}; it must be in 1..4096', getattr(getattr(device, 'node', None), 'file', '<device>'),
+            raise NemExecError(f'device {getattr(device, "name", "?")}: unit_characteristics NMU.{k} = {v}; it must be in 1..4096',
+                               getattr(getattr(device, 'node', None), 'file', '<device>'),
                                getattr(getattr(device, 'node', None), 'line', 0), 0, 'sim.characteristics')
     for u, kv in uc.items():          # rates and the clock divide: they must be positive; latencies must not be negative
         for k, v in kv.items():
             if k not in _TIMING_KEYS: continue
             if k == 'compression_ratio' and not v >= 1:
-                raise NemExecError(f'device {getattr(device, "name", "?")}: unit_characteristics {u}.{k} = {v}; it must be >= 1', getattr(getattr(device, 'node', None), 'file', '<device>'),
+                raise NemExecError(f'device {getattr(device, "name", "?")}: unit_characteristics {u}.{k} = {v}; it must be >= 1',
+                                   getattr(getattr(device, 'node', None), 'file', '<device>'),
                                    getattr(getattr(device, 'node', None), 'line', 0), 0, 'sim.characteristics')
             if (v <= 0 and k != 'dispatch_cycles' and 'latency' not in k and k != 'pipeline_cycles') or v < 0:
                 raise NemExecError(f'device {getattr(device, "name", "?")}: unit_characteristics {u}.{k} = {v}; it must be ' + ('>= 0' if k in ('dispatch_cycles', 'pipeline_cycles') or 'latency' in k else '> 0'),
