@@ -42,7 +42,8 @@ ARG_RULES = {
     'Transpose': {'Permutation': ('DIMS',)},
 }
 #: optional arguments that, when present, must have this type (Matmul's shape args of May 2024 files)
-OPTIONAL_ARGS = {'Matmul': {'InputDimNC': 'DIMS', 'OtherDimNC': 'DIMS', 'ShapeMNK': 'DIMS', 'PaddedShapeMNK': 'DIMS', 'StridesACDB': 'DIMS'},
+OPTIONAL_ARGS = {'Matmul': {'InputDimNC': 'DIMS', 'OtherDimNC': 'DIMS', 'ShapeMNK': 'DIMS', 'PaddedShapeMNK': 'DIMS',
+                            'StridesACDB': 'DIMS'},
                  'Gelu': {'Approximate': 'BOOL'}}
 KNOWN_OPS = {'Add', 'Sub', 'Mul', 'Div', 'ScalarAssign', 'ScalarAdd', 'ScalarMul', 'Exp', 'Rsqrt', 'Sqrt', 'Relu', 'Gelu', 'Sigmoid',
              'ReduceSum', 'ReduceMax', 'ReduceMean', 'Matmul', 'Transpose', 'Reshape', 'Tensor', 'Identity', 'Refer', 'Cast',

@@ -84,7 +84,8 @@ def parse_shape(spec:str) -> tuple:
     try: shape = tuple(int(x) for x in dims.split(','))
     except ValueError: raise ArkCliError(f'--shape {spec!r}: expected NAME=D1,D2,… (optionally :int64/:int32/:float32)') from None
     dts = {'': torch.float32, 'float32': torch.float32, 'int64': torch.int64, 'int32': torch.int32}
-    if not name or dt not in dts: raise ArkCliError(f'--shape {spec!r}: expected NAME=D1,D2,… with an optional :int64, :int32 or :float32')
+    if not name or dt not in dts:
+        raise ArkCliError(f'--shape {spec!r}: expected NAME=D1,D2,… with an optional :int64, :int32 or :float32')
     return name, (shape, dts[dt])
 
 # %% ../../nbs/74_ark_cli.ipynb #bc20c271

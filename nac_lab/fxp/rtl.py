@@ -49,7 +49,8 @@ class RtlConfig:
                            f'{str(self.name)[:60]!r}')
     def datapath(self, **kw) -> Datapath:
         "The `Datapath` this RTL implements (epilogue parameters from `kw`)."
-        return Datapath(rows=self.rows, cols=self.cols, in_fmt=QFormat(self.in_bits, self.in_bits), w_fmt=QFormat(self.in_bits, self.in_bits),
+        return Datapath(rows=self.rows, cols=self.cols, in_fmt=QFormat(self.in_bits, self.in_bits),
+                        w_fmt=QFormat(self.in_bits, self.in_bits),
                         acc=QFormat(self.acc_bits, self.acc_bits), overflow=self.overflow, out=QFormat(self.out_bits, self.out_bits),
                         rounding=self.rounding, pipeline_depth=1, **kw)
 

@@ -46,7 +46,8 @@ def check_decorators(ctx:Ctx, decos:list, target:str, env:dict, node=None):
         kinds = {target} | ({'task'} if target == 'transfer' else set())
         if targets is not None and not (kinds & targets):
             what = target if target != 'transfer' else 'transfer task'
-            hint = ' (a decorator written right after an operand decorates that operand; put task decorators on the next line)' if target == 'operand' and 'task' in targets else ''
+            hint = (' (a decorator written right after an operand decorates that operand; put task decorators on the next line)'
+                    if target == 'operand' and 'task' in targets else '')
             ctx.report('error', 'deco.target', f'@{d.name} cannot decorate {"an" if what[0] in "aeiou" else "a"} {what}; it applies to '
                        + ', '.join(sorted(targets)) + hint, d)
             continue

@@ -79,7 +79,8 @@ class DeviceSet:
 
     def _topology(self, node):
         t = node.topology
-        topo = dict(num_engines=self._int(t.num_engines, node, 'num_engines'), l2_size_bytes=self._int(t.l2_size_bytes, node, 'l2_size_bytes'),
+        topo = dict(num_engines=self._int(t.num_engines, node, 'num_engines'),
+                    l2_size_bytes=self._int(t.l2_size_bytes, node, 'l2_size_bytes'),
                     l1_size_bytes=self._int(t.l1_size_bytes, node, 'l1_size_bytes'), device_units={}, per_engine={})
         for block, allowed, lo in (('device_units', DEVICE_UNITS, 0), ('per_engine', PER_ENGINE_UNITS, 1)):
             for u, e in getattr(t, block).items():
@@ -139,7 +140,8 @@ class DeviceSet:
 
     def _order_check(self, name, node):
         "Inheritance rule 7: a parent is defined before its child."
-        if node.extends is not None and node.extends in self.ws.devices and self.ws.device_order.get(node.extends, 0) > self.ws.device_order.get(name, 0):
+        if (node.extends is not None and node.extends in self.ws.devices
+                and self.ws.device_order.get(node.extends, 0) > self.ws.device_order.get(name, 0)):
             self.report('error', 'device.parent', f'device {name} extends {node.extends}, which is defined after it (inheritance rule 7)',
                         node)
 

@@ -347,7 +347,8 @@ def gantt(res:SimResult, ax=None, max_tasks:int=2000):
     from matplotlib.patches import Patch
     extra = [Patch(color=col[w], label=lab) for w,
              lab in (('dispatch', 'SEQ dispatch'), ('wdm', 'WDM decompression')) if any(b[4] == w for b in bars)]
-    ax.legend(handles=[Patch(color='#c44e52', label='NMU compute'), Patch(color='#dd8452', label='other compute'), Patch(color='#4c72b0', label='transfer / store')] + extra,
+    ax.legend(handles=[Patch(color='#c44e52', label='NMU compute'), Patch(color='#dd8452', label='other compute'),
+                       Patch(color='#4c72b0', label='transfer / store')] + extra,
               loc='lower right', fontsize=8, framealpha=0.8)
     ax.set_xlabel(f'cycles ({res.total_cycles} total, {res.time_us:.2f} us at {res.clock_mhz} MHz)')
     ax.set_title(f'{tb.program} on {tb.device.name}')

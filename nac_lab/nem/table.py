@@ -51,8 +51,10 @@ def characteristics(device) -> dict:
                                    getattr(getattr(device, 'node', None), 'file', '<device>'),
                                    getattr(getattr(device, 'node', None), 'line', 0), 0, 'sim.characteristics')
             if (v <= 0 and k != 'dispatch_cycles' and 'latency' not in k and k != 'pipeline_cycles') or v < 0:
-                raise NemExecError(f'device {getattr(device, "name", "?")}: unit_characteristics {u}.{k} = {v}; it must be ' + ('>= 0' if k in ('dispatch_cycles', 'pipeline_cycles') or 'latency' in k else '> 0'),
-                                   getattr(getattr(device, 'node', None), 'file', '<device>'), getattr(getattr(device, 'node', None), 'line', 0), 0, 'sim.characteristics')
+                raise NemExecError(f'device {getattr(device, "name", "?")}: unit_characteristics {u}.{k} = {v}; it must be '
+                                   + ('>= 0' if k in ('dispatch_cycles', 'pipeline_cycles') or 'latency' in k else '> 0'),
+                                   getattr(getattr(device, 'node', None), 'file', '<device>'), getattr(getattr(device, 'node', None), 'line', 0),
+                                   0, 'sim.characteristics')
     return uc
 
 _TIMING_KEYS = {'clock_mhz', 'dispatch_cycles', 'int4_macs', 'int8_macs', 'int16_macs', 'fp16_macs', 'fp32_macs', 'pipeline_cycles',
@@ -267,7 +269,8 @@ def _task_info(b, node, kind, reads, writes, env, it):
         lvl = x.level if x.level != 'L1' else f'L1[{x.index or 0}]'
         d = b.level_bytes.setdefault(lvl, dict(read=0, written=0))
         d[w] += reads[0].ext if kind != 'compute' else _bytes([(rv.elem, rv.shape, rv.ext)])
-    up = _PORT.get(lv[0].level, 0) if kind != 'compute' and lv[0].level != lv[-1].level else 0    # an L2 -> L2 copy: no port carries fewer bytes
+    # an L2 -> L2 copy: no port carries fewer bytes
+    up = _PORT.get(lv[0].level, 0) if kind != 'compute' and lv[0].level != lv[-1].level else 0
     return b.pool((-1, 'sDMA') if unit == 'sDMA' else (eng, unit)), pin, c, lat, bpc, ports, eng, up
 
 def _record(b, node, kind, ops, rows):
@@ -281,7 +284,8 @@ def _record(b, node, kind, ops, rows):
 def _emit(b, node, kind, reads, writes, deps, env, it):
     pool, pin, c, lat, bpc, ports, eng, up = _task_info(b, node, kind, reads, writes, env, it)
     if b.gate is not None: deps = deps + [b.gate]
-    j = _row(b, kind=1 if kind == 'compute' else 2, pool=pool, pin=pin, fixed=c[0], nbytes=c[1], macs=c[2], work=c[3], touch=c[4], ideal=c[5],
+    j = _row(b, kind=1 if kind == 'compute' else 2, pool=pool, pin=pin, fixed=c[0], nbytes=c[1], macs=c[2], work=c[3], touch=c[4],
+             ideal=c[5],
              lat=lat, bpc=bpc, ports=ports, stmt=b.sid(node), itp=b.pid(it), itv=0, eng=eng, up=up)
     if b.wdm_on:
         a = lambda v: np.array([v], np.int64)
@@ -342,7 +346,8 @@ def _walk(b, body, env, regions, it):
                 a = b.n; _walk(b, s.body, e2, dict(regions), it2); spans.append((a, b.n))
 
 # %% ../../nbs/38e_nem_table.ipynb #0af10521
-_DT = dict(kind=np.int8, pool=np.int32, pin=np.int32, fixed=np.float64, nbytes=np.int64, macs=np.int64, work=np.int64, touch=np.int64, ideal=np.float64,
+_DT = dict(kind=np.int8, pool=np.int32, pin=np.int32, fixed=np.float64, nbytes=np.int64, macs=np.int64, work=np.int64, touch=np.int64,
+           ideal=np.float64,
            lat=np.float64, bpc=np.float64, ports=np.int8, stmt=np.int32, itp=np.int32, itv=np.int64, eng=np.int32, up=np.int8)
 
 def _vregion(b, op, regs, venv, e0, varying, T):
@@ -570,5 +575,6 @@ def build_table(cr:CheckResult, uc:dict|None=None, token_limit:bool=True) -> Tab
     order = np.argsort(dst, kind='stable')
     ptr = np.zeros(n + 1, np.int64); ptr[1:] = np.cumsum(np.bincount(dst, minlength=n))
     wdm, cbytes = _weights(b, cols['nbytes'])
-    return Table(**cols, dep_ptr=ptr, dep_idx=src[order], wdm=wdm, cbytes=cbytes, nodes=b.nodes, prefixes=b.prefixes, pools=b.pools, pool_count=b.pool_count,
+    return Table(**cols, dep_ptr=ptr, dep_idx=src[order], wdm=wdm, cbytes=cbytes, nodes=b.nodes, prefixes=b.prefixes, pools=b.pools,
+                 pool_count=b.pool_count,
                  level_bytes=b.level_bytes, file=b.file, device=cr.device, uc=uc, program=cr.program.name, max_live=b.max_live)
