@@ -439,7 +439,8 @@ def build_docs(root=None, out=None, notebooks=None, cache=None, progress=None) -
             mod = _module_of(nbformat.read(src, as_version=4))
             rank, area = area_of(src.name)
             pages.append(dict(file=file, title=title, desc=str(fm.get('description', '')), nb=src.name, rank=rank, area=area,
-                              label='Home' if src.stem == 'index' else 'nac_lab' if mod == '__init__' else mod.removesuffix('.__init__') if mod else title, nbpath=f'nbs/{src.name}',
+                              label=('Home' if src.stem == 'index' else 'nac_lab' if mod == '__init__'
+                                     else mod.removesuffix('.__init__') if mod else title), nbpath=f'nbs/{src.name}',
                               src=f'{git}/blob/{st.get("branch", "main")}/nbs/{src.name}' if git else ''))
             nb.cells = cells
             nb.metadata['title'] = title

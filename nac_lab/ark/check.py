@@ -184,7 +184,9 @@ def check_model(m:ArkModel, file:str|None=None) -> list:
                     else:
                         buf_seen[b.id] = (bk, at)
                         if b.send_tags or b.recv_tags:
-                            for code, msg in _tags_problems(b.send_tags, 'SendTags', b.rank != -1) + _tags_problems(b.recv_tags, 'RecvTags', b.rank != -1): add(f'{where(at)}.Buffer', code, msg)
+                            for code, msg in (_tags_problems(b.send_tags, 'SendTags', b.rank != -1)
+                                              + _tags_problems(b.recv_tags, 'RecvTags', b.rank != -1)):
+                                add(f'{where(at)}.Buffer', code, msg)
                     types = buf_types.get(b.id)
                     if types is None: buf_types[b.id] = {t.dtype: at}
                     elif t.dtype not in types: types[t.dtype] = at
@@ -251,7 +253,8 @@ def _graph_problems(m:ArkModel, file, producer, touched, touched_b, buf_prod) ->
 
 # %% ../../nbs/71_ark_check.ipynb #dfa040d3
 _GET = {k: attrgetter(k) for k in ('id', 'ops', 'type', 'name', 'is_virtual', 'read', 'write', 'result', 'buffer', 'dtype',
-                                   'shape', 'strides', 'offsets', 'padded_shape', 'producers', 'consumers', 'send_tags', 'recv_tags', 'rank')}
+                                   'shape', 'strides', 'offsets', 'padded_shape', 'producers', 'consumers', 'send_tags',
+                                   'recv_tags', 'rank')}
 _VIEW = attrgetter('dtype', 'shape', 'strides', 'offsets', 'padded_shape', 'buffer')
 _RULED, _FIRST = set(ARG_RULES) | set(OPTIONAL_ARGS), itemgetter(0)
 

@@ -122,7 +122,8 @@ def _lazy(T, item, where) -> _Lazy:
 _META = {'nac.view': lambda x, a, o: x.view(tuple(o.shape)), 'nac.flatten': lambda x, a, o: x.view(tuple(o.shape)),
          'nac.unsqueeze': lambda x, a, o: x.view(tuple(o.shape)), 'nac.squeeze': lambda x, a, o: x.view(tuple(o.shape)),
          'nac.squeeze_dim': lambda x, a, o: x.view(tuple(o.shape)), 'nac.pass': lambda x, a, o: x, 'nac.clone': lambda x, a, o: x,
-         'nac.dropout': lambda x, a, o: x, 'nac.transpose': lambda x, a, o: x.transpose(a[0], a[1]), 'nac.permute': lambda x, a, o: x.permute(*a[0]),
+         'nac.dropout': lambda x, a, o: x, 'nac.transpose': lambda x, a, o: x.transpose(a[0], a[1]),
+         'nac.permute': lambda x, a, o: x.permute(*a[0]),
          'nac.unbind': lambda x, a, o: x.unbind(a[0] if a else 0), 'nac.split': lambda x, a, o: x.split(a[0], a[1] if len(a) > 1 else 0),
          'nac.select': lambda x, a, o: x.select(a[0], a[1]), 'nac.narrow': lambda x, a, o: x.narrow(a[0], a[1], a[2])}
 
@@ -264,7 +265,8 @@ def _repeat_interleave(T, a, where, out):
 NAC_OPS_TO_ARK = {
     'nac.linear': _linear, 'nac.matmul': lambda T, a, w, o: T.b.matmul(T.tensor_of(a[0], w), T.tensor_of(a[1], w)),
     'nac.add': _binary('Add'), 'nac.sub': _binary('Sub'), 'nac.mul': _binary('Mul'), 'nac.div': _binary('Div'),
-    'nac.relu': _unary('relu'), 'nac.sigmoid': _unary('sigmoid'), 'nac.exp': _unary('exp'), 'nac.sqrt': _unary('sqrt'), 'nac.rsqrt': _unary('rsqrt'),
+    'nac.relu': _unary('relu'), 'nac.sigmoid': _unary('sigmoid'), 'nac.exp': _unary('exp'), 'nac.sqrt': _unary('sqrt'),
+    'nac.rsqrt': _unary('rsqrt'),
     'nac.gelu': _gelu, 'nac.silu': lambda T, a, w, o: T.b.mul(T.tensor_of(a[0], w), T.b.sigmoid(T.tensor_of(a[0], w))),
     'nac.neg': lambda T, a, w, o: T.b.scalar_mul(T.tensor_of(a[0], w), -1.0),
     'nac.pow': lambda T, a, w, o: (T.b.mul(T.tensor_of(a[0], w), T.tensor_of(a[0], w)) if _c(a[1]) == 2

@@ -51,7 +51,8 @@ def find_race(el:Elab) -> NemExecError|None:
                     if e[0] in anc: continue
                     o = insts[e[0]]
                     return el.error(i, f'{i.name} {"writes" if w else "reads"} {rv.name} [{lo}, {hi}) of {rv.buffer} while {o.name} '
-                                       f'(line {o.node.line}{", " + o.iteration if o.iteration else ""}) {"writes" if e[3] else "reads"} [{e[1]}, {e[2]}), '
+                                       f'(line {o.node.line}{", " + o.iteration if o.iteration else ""}) '
+                                       f'{"writes" if e[3] else "reads"} [{e[1]}, {e[2]}), '
                                        'and no dependency orders them: the result would depend on which runs first (E7)', 'hazard.race',
                                     ['add the earlier task\'s token to deps=[...], wait for it, or lower @max_in_flight'])
                 lst.append((i.id, lo, hi, w))

@@ -139,7 +139,8 @@ def _device_lines(d:DeviceConfig, ind='') -> list:
         if t.device_units:
             out += [(up(('block', 'device_units')), f'{i3}device_units {{')] + \
                    [(up(('device_units', u)), f'{i4}{u} = {fmt_expr(v)}') for u, v in t.device_units.items()] + [(None, f'{i3}}}')]
-        out += [(up(('block', 'per_engine')), f'{i3}per_engine {{')] + [(up(('per_engine', u)), f'{i4}{u} = {fmt_expr(v)}') for u, v in t.per_engine.items()] + \
+        out += [(up(('block', 'per_engine')), f'{i3}per_engine {{')] + \
+               [(up(('per_engine', u)), f'{i4}{u} = {fmt_expr(v)}') for u, v in t.per_engine.items()] + \
                [(_ln(t.l1_size_bytes), f'{i4}l1_size_bytes = {fmt_expr(t.l1_size_bytes)}'), (None, f'{i3}}}'), (None, f'{i2}}}')]
     if d.unit_chars is not None:
         out.append((bp('unit_characteristics'), f'{i2}unit_characteristics {{'))
