@@ -312,7 +312,8 @@ _JA = rf'\[(?:{_J}(?:,{_J})*)?\]'
 _JP = rf'\[(?:\[{_J32},{_J32}\](?:,\[{_J32},{_J32}\])*)?\]'
 _PLAIN = re.compile(rf'^\{{"Id":({_J}),("DataType":"(?:{"|".join(DTYPES)})","Shape":{_JA},"Strides":{_JA},"Offsets":{_JA},'
                     rf'"PaddedShape":{_JA}),"Buffer":(\{{"Id":{_J},"Rank":{_J32},"SendTags":{_JP},"RecvTags":{_JP}\}})\}}$', re.M)
-_LOOSE = re.compile(r'^\{"Id":(-?\d+),("DataType":"[A-Z0-9]+","Shape":\[[-\d,]*\],"Strides":\[[-\d,]*\],"Offsets":\[[-\d,]*\],"PaddedShape":\[[-\d,]*\]),'
+_LOOSE = re.compile(r'^\{"Id":(-?\d+),("DataType":"[A-Z0-9]+","Shape":\[[-\d,]*\],"Strides":\[[-\d,]*\],"Offsets":\[[-\d,]*\],'
+                    r'"PaddedShape":\[[-\d,]*\]),'
                     r'"Buffer":(\{"Id":-?\d+,"Rank":-?\d+,"SendTags":\[[-\d,\[\]]*\],"RecvTags":\[[-\d,\[\]]*\]\})\}$', re.M)
 _ID = re.compile(rf'^{_J}$', re.M)
 _LAYOUT = re.compile(rf'"DataType":"(?:{"|".join(DTYPES)})","Shape":{_JA},"Strides":{_JA},"Offsets":{_JA},"PaddedShape":{_JA}')

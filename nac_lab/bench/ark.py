@@ -149,10 +149,12 @@ def report(rc:dict, re_:dict) -> str:
             f'  json.loads alone (floor, GC paused): {rc["json"]:6.2f} s ({rc["json_best"]:.2f})\n'
             f'  read_ark (typed objects):            {rc["read"]:6.2f} s ({rc["read_best"]:.2f})   {c("read")} json.loads\n'
             f'  check_ranks (all rules):             {rc["check"]:6.2f} s ({rc["check_best"]:.2f})   {c("check")} json.loads\n'
-            f'  read + check:                        {rc["total"]:6.2f} s ({rc["total_best"]:.2f})   {c("total")} json.loads   goal <= 1 s: {goal}\n'
+            f'  read + check:                        {rc["total"]:6.2f} s ({rc["total_best"]:.2f})   {c("total")} json.loads   '
+            f'goal <= 1 s: {goal}\n'
             f'executor, {re_["ops"]} ops on {re_["d"]}x{re_["d"]} FP32, 1 thread, interleaved medians:\n'
             f'  ArkExecutor {re_["exec_ms"]:.2f} ms, numpy direct {re_["numpy_ms"]:.2f} ms, torch eager {re_["torch_ms"]:.2f} ms\n'
-            f'  executor / numpy direct: {re_["ratio_numpy"]:.2f}x (IQR of round ratios {re_["iqr_numpy"][0]:.2f}-{re_["iqr_numpy"][1]:.2f}); '
+            f'  executor / numpy direct: {re_["ratio_numpy"]:.2f}x '
+            f'(IQR of round ratios {re_["iqr_numpy"][0]:.2f}-{re_["iqr_numpy"][1]:.2f}); '
             f'overhead {re_["per_op_us"]:.0f} us per op\n'
             f'  executor / torch eager:  {re_["ratio_torch"]:.2f}x (IQR {re_["iqr_torch"][0]:.2f}-{re_["iqr_torch"][1]:.2f})')
 

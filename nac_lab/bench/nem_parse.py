@@ -126,7 +126,8 @@ def report(res:dict) -> str:
          f'{res["parse"]/res["cpython_ast"]:.2f}x ast.parse',
          f'  parse + check          {res["parse_check"]:>10,.0f} statements/s   {res["parse_check"]/res["lex"]:.2f}x lexing, '
          f'{res["parse_check"]/res["cpython_ast"]:.2f}x ast.parse',
-         f'  goal 100,000 statements/s for parse + check: {"met" if res["parse_check"] >= 100_000 else "not met"} ({res["parse_check"]/100_000:.2f}x the goal)']
+         f'  goal 100,000 statements/s for parse + check: {"met" if res["parse_check"] >= 100_000 else "not met"} '
+         f'({res["parse_check"]/100_000:.2f}x the goal)']
     cs = res.get('comparisons')
     if cs: s += [f'  time / lexing time, median [quartiles] of {next(iter(cs.values())).pairs} interleaved rounds: '
                  + ', '.join(f'{k} {c}' for k, c in cs.items())]

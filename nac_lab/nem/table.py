@@ -53,12 +53,13 @@ def characteristics(device) -> dict:
             if (v <= 0 and k != 'dispatch_cycles' and 'latency' not in k and k != 'pipeline_cycles') or v < 0:
                 raise NemExecError(f'device {getattr(device, "name", "?")}: unit_characteristics {u}.{k} = {v}; it must be '
                                    + ('>= 0' if k in ('dispatch_cycles', 'pipeline_cycles') or 'latency' in k else '> 0'),
-                                   getattr(getattr(device, 'node', None), 'file', '<device>'), getattr(getattr(device, 'node', None), 'line', 0),
-                                   0, 'sim.characteristics')
+                                   getattr(getattr(device, 'node', None), 'file', '<device>'),
+                                   getattr(getattr(device, 'node', None), 'line', 0), 0, 'sim.characteristics')
     return uc
 
 _TIMING_KEYS = {'clock_mhz', 'dispatch_cycles', 'int4_macs', 'int8_macs', 'int16_macs', 'fp16_macs', 'fp32_macs', 'pipeline_cycles',
-                'elems_per_cycle', 'latency', 'store_bytes_per_cycle', 'macs_per_cycle', 'bytes_per_cycle', 'l2_bytes_per_cycle', 'ddr_bytes_per_cycle',
+                'elems_per_cycle', 'latency', 'store_bytes_per_cycle', 'macs_per_cycle', 'bytes_per_cycle', 'l2_bytes_per_cycle',
+                'ddr_bytes_per_cycle',
                 'compression_ratio'}
 
 MAC_KEY = dict(i4='int4_macs', i8='int8_macs', u8='int8_macs', i16='int16_macs', u16='int16_macs', f16='fp16_macs', bf16='fp16_macs',
