@@ -4,7 +4,7 @@
 
 # %% ../nbs/03_cli.ipynb #dd5a2d64
 from __future__ import annotations
-import argparse, difflib, importlib, io, os, pkgutil, re, sys, time, traceback
+import argparse, difflib, importlib, io, os, pkgutil, re, sys, time
 from contextlib import redirect_stdout, redirect_stderr
 from pathlib import Path
 import nac_lab
@@ -27,7 +27,8 @@ def area_clis() -> list:
     return mods
 
 def command_group(sub, name:str):
-    "The sub-parser action of command group `name` (`nem`, `irv2`, …): a `cli_*` module adds its commands to the group that its area's `cli` module made (`cli` registers first: modules load in name order)."
+    ("The sub-parser action of command group `name` (`nem`, `irv2`, …): a `cli_*` module adds its commands to the group that its area's "
+     "`cli` module made (`cli` registers first: modules load in name order).")
     group = sub.choices.get(name)
     if group is None: raise KeyError(f'no command group {name!r}: its area cli module must register it first')
     return next(a for a in group._actions if isinstance(a, argparse._SubParsersAction))
@@ -125,7 +126,8 @@ def dispatch(args) -> int:
         return _quiet_broken_pipe()
     except (NacLabError, OSError) as ex:
         if getattr(args, 'debug', False): raise
-        msg = str(ex) if isinstance(ex, NacLabError) else f'{ex.strerror or ex}: {ex.filename}' if getattr(ex, 'filename', None) else str(ex)
+        msg = (str(ex) if isinstance(ex, NacLabError) else f'{ex.strerror or ex}: {ex.filename}' if getattr(ex, 'filename', None)
+               else str(ex))
         print('nac-lab: error: ' + '\n'.join(printable(line) for line in msg.split('\n')), file=sys.stderr)   # inert text, line by line
         return 1
     except KeyboardInterrupt:

@@ -4,7 +4,7 @@
 
 # %% ../nbs/04_docs.ipynb #8cac4626
 from __future__ import annotations
-import configparser, html, json, os, re, shutil, tempfile
+import configparser, html, json, os, re, tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from .binio import NacLabError
@@ -148,7 +148,8 @@ def _nav(pages, here) -> str:
             items.append(f'<a href="{html.escape(p["file"])}"{cls} title="{html.escape(p["title"])}">{html.escape(p["label"])}</a>')
     search = ('<input id="nl-q" type="search" placeholder="Search the docs" aria-label="search" autocomplete="off">'
               '<div id="nl-results" role="list"></div>')
-    return f'<nav class="nl-side" aria-label="pages"><div class="nl-brand"><a href="index.html">nac_lab</a></div>{search}{"".join(items)}</nav>'
+    return ('<nav class="nl-side" aria-label="pages"><div class="nl-brand"><a '
+            f'href="index.html">nac_lab</a></div>{search}{"".join(items)}</nav>')
 
 _HEADING = re.compile(r'<h([23])[^>]*\sid="([^"]+)"[^>]*>(.*?)</h\1>', re.S)
 
@@ -184,7 +185,8 @@ def _wrap(body_html:str, page:dict, pages:list) -> str:
     m = re.search(r'<body[^>]*>', body_html)
     if not m: raise NacLabError('nbconvert produced a page without <body>')
     tail = _toc(page_headings(body_html)) + f'<script src="{SEARCH_INDEX}"></script><script src="{SEARCH_JS}"></script></body>'
-    return body_html[:m.end()] + _nav(pages, page['file']) + '<main class="nl-main">' + head + body_html[m.end():].replace('</body>', '</main>' + tail, 1)
+    return (body_html[:m.end()] + _nav(pages, page['file']) + '<main class="nl-main">' + head
+            + body_html[m.end():].replace('</body>', '</main>' + tail, 1))
 
 # %% ../nbs/04_docs.ipynb #4cb63969
 SEARCH_INDEX, SEARCH_JS, API_PAGE = 'search_index.js', 'search.js', 'api_index.html'
@@ -273,7 +275,8 @@ def _default_exprs(fn) -> dict:
 _DEFAULT_REPR = re.compile(r'(\w+)(:[^=,\n]*)?=(<(?:[^<>\n]|<[^<>\n]*>)*>)')
 
 def _fix_reprs(md:str, sym) -> str:
-    "Replace an object's repr (`<X object at 0x…>`, `<_io.TextIOWrapper name='<stdout>' …>`) in a rendered signature by the default's source expression, or its type's name."
+    ("Replace an object's repr (`<X object at 0x…>`, `<_io.TextIOWrapper name='<stdout>' …>`) in a rendered signature by the default's "
+     "source expression, or its type's name.")
     if not _DEFAULT_REPR.search(md): return md
     exprs = _default_exprs(sym.__init__ if isinstance(sym, type) else sym)
     def sub(m):
@@ -314,7 +317,8 @@ def _class_md(sym) -> str|None:
             if f.name in exprs: d = f' = {exprs[f.name]}'
             elif isinstance(f.default, enum.Enum): d = f' = {type(f.default).__name__}.{f.default.name}'
             elif f.default is not dataclasses.MISSING: d = f' = {f.default!r}'
-            elif f.default_factory is not dataclasses.MISSING: d = f' = field(default_factory={getattr(f.default_factory, "__name__", "...")})'
+            elif f.default_factory is not dataclasses.MISSING:
+                d = f' = field(default_factory={getattr(f.default_factory, "__name__", "...")})'
             lines.append(f'    {f.name}: {_anno(f.type)}{_OBJ_REPR.sub(lambda m: m.group(1).rsplit(".", 1)[-1], d)}')
         return '```python\n@dataclass\n' + head[len('```python\n'):] + '\n' + '\n'.join(lines or ['    pass']) + f'\n```\n\n{doc}\n'
     return None
@@ -334,7 +338,9 @@ class SymbolDoc:
     def _repr_markdown_(self):
         from nbdev.showdoc import BasicMarkdownRenderer
         md = _class_md(self.sym)
-        if md is None: return _class_sig(_fix_reprs(BasicMarkdownRenderer(self.sym, name=self.name, title_level=self.level)._repr_markdown_(), self.sym), self.sym)
+        if md is None:
+            return _class_sig(_fix_reprs(BasicMarkdownRenderer(self.sym, name=self.name, title_level=self.level)._repr_markdown_(),
+                                         self.sym), self.sym)
         return f'---\n\n{"#" * self.level} {self.name or self.sym.__name__}\n\n{md}'
 
 def show_symbol(sym, renderer=None, name:str|None=None, title_level:int=3):
@@ -377,7 +383,8 @@ def _doc_processors():
             super().begin()
             mod = _module_of(self.nb)
             if mod and hasattr(self, 'k'):
-                self.k.run_cell(f"import importlib as _il; globals().update(vars(_il.import_module('nac_lab.{mod}'.removesuffix('.__init__'))))")
+                self.k.run_cell("import importlib as _il; "
+                                f"globals().update(vars(_il.import_module('nac_lab.{mod}'.removesuffix('.__init__'))))")
             if hasattr(self, 'k'):
                 import atexit  # the shell's exit hook would write history into IPYTHONDIR after `nac-lab docs` removed it
                 atexit.unregister(self.k.atexit_operations)
@@ -432,7 +439,8 @@ def build_docs(root=None, out=None, notebooks=None, cache=None, progress=None) -
             mod = _module_of(nbformat.read(src, as_version=4))
             rank, area = area_of(src.name)
             pages.append(dict(file=file, title=title, desc=str(fm.get('description', '')), nb=src.name, rank=rank, area=area,
-                              label='Home' if src.stem == 'index' else 'nac_lab' if mod == '__init__' else mod.removesuffix('.__init__') if mod else title, nbpath=f'nbs/{src.name}',
+                              label=('Home' if src.stem == 'index' else 'nac_lab' if mod == '__init__'
+                                     else mod.removesuffix('.__init__') if mod else title), nbpath=f'nbs/{src.name}',
                               src=f'{git}/blob/{st.get("branch", "main")}/nbs/{src.name}' if git else ''))
             nb.cells = cells
             nb.metadata['title'] = title
@@ -538,7 +546,8 @@ def readme_text(root=None) -> str:
         text = ''
         for o in cell.outputs:
             if o.output_type == 'stream': text += o.text
-            elif o.output_type in ('execute_result', 'display_data') and 'text/plain' in o.data and not (set(o.data) & {'image/svg+xml', 'image/png', 'text/html'}):
+            elif o.output_type in ('execute_result', 'display_data') and 'text/plain' in o.data and not (
+                set(o.data) & {'image/svg+xml', 'image/png', 'text/html'}):
                 text += o.data['text/plain'] + '\n'
         if text.strip(): parts.append(f'```\n{text.rstrip()}\n```')
     return '\n\n'.join(parts) + '\n'
@@ -551,7 +560,8 @@ def write_readme(root=None, out=None) -> Path:
 # %% ../nbs/04_docs.ipynb #d392141e
 def add_docs_arguments(p):
     "Add the options of `nac-lab docs` to argparse parser `p`."
-    p.add_argument('-o', '--out', default=None, help='output folder: the site (or, with --readme-only, README.md) is written there and nowhere else (default: _docs/ and README.md of the checkout)')
+    p.add_argument('-o', '--out', default=None, help='output folder: the site (or, with --readme-only, README.md) is written there and '
+                                                     'nowhere else (default: _docs/ and README.md of the checkout)')
     p.add_argument('--project', default=None, help='the nac_lab source checkout to document (default: the one holding the current folder)')
     p.add_argument('--readme-only', action='store_true', help='only regenerate README.md')
 

@@ -31,7 +31,8 @@ def render(g:graphviz.Digraph, path=None):
 # %% ../nbs/02_viz.ipynb #534642be
 def pipeline_graph() -> graphviz.Digraph:
     "The nac_lab pipeline: from a PyTorch module and LLM configs to the formats nac_lab reads, checks and runs."
-    g = graphviz.Digraph('nac_lab', graph_attr=dict(rankdir='LR', fontsize='10'), node_attr=dict(shape='box', style='rounded,filled', fillcolor='#eef3fb', fontname='Helvetica', fontsize='10'))
+    g = graphviz.Digraph('nac_lab', graph_attr=dict(rankdir='LR', fontsize='10'),
+                         node_attr=dict(shape='box', style='rounded,filled', fillcolor='#eef3fb', fontname='Helvetica', fontsize='10'))
     for n, label in [('torch', 'PyTorch module'), ('nac', '.nac (ABCD, MMAP)'), ('run', 'interpreter'), ('mmap', 'memory coprocessor sim'),
                      ('nem', 'NEM program'), ('dev', 'NeuPro-M device'), ('hf', 'HF config.json'), ('trl', 'Trillim manifest + engine'),
                      ('ir', 'IR v2 JSON'), ('c', 'generated C runtime')]:

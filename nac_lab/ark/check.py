@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from itertools import accumulate, chain, repeat
 from operator import add, attrgetter, itemgetter, lt, mul
 import numpy as np
-from .format import ArkModel, Node, Op, Tensor, Buffer, Arg, Style, ArkFormatError, DTYPE_SIZE, read_ark, paused_gc
+from .format import ArkModel, Node, Op, Tensor, Buffer, Arg, Style, ArkFormatError, DTYPE_SIZE, paused_gc
 
 # %% auto #0
 __all__ = ['ARG_RULES', 'OPTIONAL_ARGS', 'KNOWN_OPS', 'Diagnostic', 'summary_line', 'view_key', 'tensor_problems',
@@ -42,7 +42,8 @@ ARG_RULES = {
     'Transpose': {'Permutation': ('DIMS',)},
 }
 #: optional arguments that, when present, must have this type (Matmul's shape args of May 2024 files)
-OPTIONAL_ARGS = {'Matmul': {'InputDimNC': 'DIMS', 'OtherDimNC': 'DIMS', 'ShapeMNK': 'DIMS', 'PaddedShapeMNK': 'DIMS', 'StridesACDB': 'DIMS'},
+OPTIONAL_ARGS = {'Matmul': {'InputDimNC': 'DIMS', 'OtherDimNC': 'DIMS', 'ShapeMNK': 'DIMS', 'PaddedShapeMNK': 'DIMS',
+                            'StridesACDB': 'DIMS'},
                  'Gelu': {'Approximate': 'BOOL'}}
 KNOWN_OPS = {'Add', 'Sub', 'Mul', 'Div', 'ScalarAssign', 'ScalarAdd', 'ScalarMul', 'Exp', 'Rsqrt', 'Sqrt', 'Relu', 'Gelu', 'Sigmoid',
              'ReduceSum', 'ReduceMax', 'ReduceMean', 'Matmul', 'Transpose', 'Reshape', 'Tensor', 'Identity', 'Refer', 'Cast',
@@ -61,19 +62,22 @@ def layout_problems(s, st, of, p) -> list:
     "`tensor_problems` of a layout given as Shape, Strides, Offsets, PaddedShape."
     if not 1 <= len(s) <= 4: return [('tensor.rank', f'has {len(s)} dimensions; a tensor has 1 to 4')]
     if not len(s) == len(st) == len(of) == len(p):
-        return [('tensor.dims', f'Shape, Strides, Offsets and PaddedShape have {len(s)}, {len(st)}, {len(of)} and {len(p)} entries; they must be equal')]
+        return [('tensor.dims',
+                 f'Shape, Strides, Offsets and PaddedShape have {len(s)}, {len(st)}, {len(of)} and {len(p)} entries; they must be equal')]
     out = []
     for d in range(len(s)):
         if s[d] <= 0: out.append(('tensor.bounds', f'Shape[{d}] = {s[d]}; dimensions are positive'))
         elif p[d] < s[d]: out.append(('tensor.bounds', f'PaddedShape[{d}] = {p[d]} is smaller than Shape[{d}] = {s[d]}'))
         if of[d] < 0: out.append(('tensor.bounds', f'Offsets[{d}] = {of[d]} is negative'))
-        elif of[d] + p[d] > st[d]: out.append(('tensor.bounds', f'Offsets[{d}] + PaddedShape[{d}] = {of[d]} + {p[d]} exceeds Strides[{d}] = {st[d]}'))
+        elif of[d] + p[d] > st[d]:
+            out.append(('tensor.bounds', f'Offsets[{d}] + PaddedShape[{d}] = {of[d]} + {p[d]} exceeds Strides[{d}] = {st[d]}'))
     return out
 
 def _tags_problems(tags, name, standin) -> list:
     out = []
     if list(tags) != sorted(set(tags)): out.append(('buffer.tags', f'{name} {[list(x) for x in tags]} is not sorted and duplicate-free'))
-    if standin and any(r != -1 for r, _ in tags): out.append(('buffer.tags', f'{name} of a stand-in buffer (Rank ≠ -1) must be [-1, tag] pairs, got {[list(x) for x in tags]}'))
+    if standin and any(r != -1 for r, _ in tags):
+        out.append(('buffer.tags', f'{name} of a stand-in buffer (Rank ≠ -1) must be [-1, tag] pairs, got {[list(x) for x in tags]}'))
     return out
 
 # %% ../../nbs/71_ark_check.ipynb #3e9f5a46
@@ -82,36 +86,50 @@ def _arg_problems(o:Op, ndim) -> list:
     for name, types in rules.items():
         names = name.split('|')
         have = [n for n in names if n in o.args]
-        if not have: out.append(('arg.missing', f'{o.type} needs argument {" or ".join(map(repr, names))} of type {"/".join(types)}', 'Args')); continue
+        if not have:
+            out.append(('arg.missing', f'{o.type} needs argument {" or ".join(map(repr, names))} of type {"/".join(types)}', 'Args'))
+            continue
         if len(have) > 1: out.append(('arg.extra', f'{o.type} takes one of {", ".join(names)}, not both', 'Args'))
         for n in have:
-            if o.args[n].type not in types: out.append(('arg.type', f'{n} must be declared {"/".join(types)}, not {o.args[n].type}', f'Args.{n}'))
+            if o.args[n].type not in types:
+                out.append(('arg.type', f'{n} must be declared {"/".join(types)}, not {o.args[n].type}', f'Args.{n}'))
     for n, ty in OPTIONAL_ARGS.get(o.type, {}).items():
         if n in o.args and o.args[n].type != ty: out.append(('arg.type', f'{n} must be declared {ty}, not {o.args[n].type}', f'Args.{n}'))
     a = o.args
     if o.type == 'Transpose' and 'Permutation' in a and a['Permutation'].type == 'DIMS' and ndim:
         p = list(a['Permutation'].value)
-        if sorted(p) != list(range(ndim)): out.append(('arg.value', f'Permutation {p} is not a permutation of 0..{ndim - 1} (the input has {ndim} dimensions)', 'Args.Permutation.DIMS'))
+        if sorted(p) != list(range(ndim)):
+            out.append(('arg.value', f'Permutation {p} is not a permutation of 0..{ndim - 1} (the input has {ndim} dimensions)',
+                        'Args.Permutation.DIMS'))
     if o.type.startswith('Reduce') and 'Axis' in a and a['Axis'].type == 'INT' and ndim:
-        if not 0 <= a['Axis'].value < ndim: out.append(('arg.value', f'Axis {a["Axis"].value} is not an axis of the {ndim}-dimensional input (0..{ndim - 1}, RULINGS ARK 3)', 'Args.Axis.INT'))
+        if not 0 <= a['Axis'].value < ndim:
+            out.append(('arg.value',
+                        f'Axis {a["Axis"].value} is not an axis of the {ndim}-dimensional input (0..{ndim - 1}, RULINGS ARK 3)',
+                        'Args.Axis.INT'))
     if o.type == 'Matmul' and 'ShapeMNK' in a and len(o.read) == 2 and a['ShapeMNK'].type == 'DIMS':
         x, w = o.read[0].shape, o.read[1].shape
         ti = a.get('TransposeInput'); tw = a.get('TransposeOther')
         if len(x) >= 2 and len(w) >= 2:
             m, k = (x[-1], x[-2]) if ti and ti.value else (x[-2], x[-1])
             n = w[-2] if tw and tw.value else w[-1]
-            if list(a['ShapeMNK'].value) != [m, n, k]: out.append(('arg.value', f'ShapeMNK {list(a["ShapeMNK"].value)} disagrees with the tensors ([M,N,K] = {[m, n, k]})', 'Args.ShapeMNK.DIMS'))
+            if list(a['ShapeMNK'].value) != [m, n, k]:
+                out.append(('arg.value', f'ShapeMNK {list(a["ShapeMNK"].value)} disagrees with the tensors ([M,N,K] = {[m, n, k]})',
+                            'Args.ShapeMNK.DIMS'))
     return out
 
 def _result_problems(o:Op) -> list:
     if o.is_virtual:
         return [('op.results', 'a virtual op never writes a tensor (RULINGS ARK 4)', 'WriteTensors')] if o.write else []
     if o.type == 'Noop': return []
-    if len(o.result) != 1: return [('op.results', f'{o.type} returns {len(o.result)} tensors; a non-virtual op returns exactly one (RULINGS ARK 5)', 'ResultTensors')]
+    if len(o.result) != 1:
+        return [('op.results', f'{o.type} returns {len(o.result)} tensors; a non-virtual op returns exactly one (RULINGS ARK 5)',
+                 'ResultTensors')]
     src = o.read[0] if o.type == 'SendDone' and o.read else (o.write[0] if o.write else None)
     r = o.result[0]
     if src is not None and view_key(src)[1:] != view_key(r)[1:] or (src is not None and src.dtype != r.dtype):
-        return [('op.results', f'result t{r.id} must be the same view as {"read" if o.type == "SendDone" else "write"} tensor t{src.id} (same buffer, shape, strides, offsets)', 'ResultTensors[0]')]
+        return [('op.results',
+                 f'result t{r.id} must be the same view as {"read" if o.type == "SendDone" else "write"} tensor t{src.id} (same buffer, '
+                 'shape, strides, offsets)', 'ResultTensors[0]')]
     return []
 
 # %% ../../nbs/71_ark_check.ipynb #c2f5fc44
@@ -130,10 +148,14 @@ def check_model(m:ArkModel, file:str|None=None) -> list:
     touched, touched_b, buf_prod, seen_obj = [set() for _ in m.nodes], [set() for _ in m.nodes], {}, set()
     for i, j, o in m.ops():
         if o.name:
-            if o.name in names: add(f'{m.op_path(i, j)}.Name', 'op.name', f'name {o.name!r} is already used by {m.op_path(*names[o.name])}', 'warning')
+            if o.name in names:
+                add(f'{m.op_path(i, j)}.Name', 'op.name', f'name {o.name!r} is already used by {m.op_path(*names[o.name])}', 'warning')
             else: names[o.name] = (i, j)
-        if o.type not in KNOWN_OPS: add(f'{m.op_path(i, j)}.Type', 'op.type', f'unknown op type {o.type!r}; the checker knows {", ".join(sorted(KNOWN_OPS))}', 'warning')
-        for code, msg, sub in _result_problems(o) + _arg_problems(o, len(o.read[0].shape) if o.read else 0): add(f'{m.op_path(i, j)}.{sub}', code, msg)
+        if o.type not in KNOWN_OPS:
+            add(f'{m.op_path(i, j)}.Type', 'op.type', f'unknown op type {o.type!r}; the checker knows {", ".join(sorted(KNOWN_OPS))}',
+                'warning')
+        for code, msg, sub in _result_problems(o) + _arg_problems(o, len(o.read[0].shape) if o.read else 0):
+            add(f'{m.op_path(i, j)}.{sub}', code, msg)
         ti, tb = touched[i], touched_b[i]
         for lst, key in ((o.read, 'ReadTensors'), (o.write, 'WriteTensors'), (o.result, 'ResultTensors')):
             for k, t in enumerate(lst):
@@ -144,7 +166,9 @@ def check_model(m:ArkModel, file:str|None=None) -> list:
                     vk = view_key(t)
                     prev = seen_t.get(t.id)
                     if prev is not None:
-                        if prev != vk: add(where(at), 'tensor.id', f'tensor {t.id} differs from its first occurrence at {where(first_at[t.id])} ({vk} vs {prev})')
+                        if prev != vk:
+                            add(where(at), 'tensor.id',
+                                f'tensor {t.id} differs from its first occurrence at {where(first_at[t.id])} ({vk} vs {prev})')
                     else:
                         seen_t[t.id], first_at[t.id] = vk, at
                         sk = (t.shape, t.strides, t.offsets, t.padded)     # equal layouts have equal problems
@@ -154,21 +178,29 @@ def check_model(m:ArkModel, file:str|None=None) -> list:
                     bk = (b.rank, tuple(b.send_tags), tuple(b.recv_tags))
                     bs = buf_seen.get(b.id)
                     if bs is not None:
-                        if bs[0] != bk: add(f'{where(at)}.Buffer', 'buffer.copies', f'buffer {b.id} has Rank/SendTags/RecvTags {bk}, but {where(bs[1])}.Buffer says {bs[0]}')
+                        if bs[0] != bk:
+                            add(f'{where(at)}.Buffer', 'buffer.copies',
+                                f'buffer {b.id} has Rank/SendTags/RecvTags {bk}, but {where(bs[1])}.Buffer says {bs[0]}')
                     else:
                         buf_seen[b.id] = (bk, at)
                         if b.send_tags or b.recv_tags:
-                            for code, msg in _tags_problems(b.send_tags, 'SendTags', b.rank != -1) + _tags_problems(b.recv_tags, 'RecvTags', b.rank != -1): add(f'{where(at)}.Buffer', code, msg)
+                            for code, msg in (_tags_problems(b.send_tags, 'SendTags', b.rank != -1)
+                                              + _tags_problems(b.recv_tags, 'RecvTags', b.rank != -1)):
+                                add(f'{where(at)}.Buffer', code, msg)
                     types = buf_types.get(b.id)
                     if types is None: buf_types[b.id] = {t.dtype: at}
                     elif t.dtype not in types: types[t.dtype] = at
                 if key == 'ResultTensors':
                     buf_prod.setdefault(b.id, set()).add(i)
-                    if t.id in producer: add(where((i, j, key, k)), 'tensor.id', f'tensor {t.id} is already the result of {m.op_path(*producer[t.id])}; a result is a new tensor')
+                    if t.id in producer:
+                        add(where((i, j, key, k)), 'tensor.id',
+                            f'tensor {t.id} is already the result of {m.op_path(*producer[t.id])}; a result is a new tensor')
                     else: producer[t.id] = (i, j)
                 else: ti.add(t.id); tb.add(b.id)
     for bid, types in buf_types.items():
-        if len(types) > 1: add(where(next(iter(types.values()))) + '.Buffer', 'buffer.dtype', f'buffer {bid} is used as {", ".join(types)}: a reinterpretation of its bytes', 'warning')
+        if len(types) > 1:
+            add(where(next(iter(types.values()))) + '.Buffer', 'buffer.dtype',
+                f'buffer {bid} is used as {", ".join(types)}: a reinterpretation of its bytes', 'warning')
     out += _graph_problems(m, file, producer, touched, touched_b, buf_prod)
     return out
 
@@ -196,10 +228,13 @@ def _graph_problems(m:ArkModel, file, producer, touched, touched_b, buf_prod) ->
                 ok = want | {m.nodes[p].id for b in touched_b[i] for p in buf_prod.get(b, ()) if p < i}
             if not want <= hs or not hs <= ok:
                 miss, extra = sorted(want - set(have)), sorted(set(have) - ok)
-                add(f'Nodes[{i}].{key}', f'node.{key[:8].lower()}s', f'{list(have)} should be {sorted(want)} (from the tensors the ops read and write)'
+                add(f'Nodes[{i}].{key}', f'node.{key[:8].lower()}s', f'{list(have)} should be {sorted(want)} (from the tensors the ops '
+                                                                     'read and write)'
                     + (f'; missing {miss}' if miss else '') + (f'; not a {key[:8].lower()}: {extra}' if extra else ''))
         for p in expect[i]:
-            if pos[p] >= i: add(f'Nodes[{i}].ProducerNodeIds', 'node.order', f'producer node {p} comes at or after this node; Nodes are in topological order (RULINGS ARK 6)')
+            if pos[p] >= i:
+                add(f'Nodes[{i}].ProducerNodeIds', 'node.order',
+                    f'producer node {p} comes at or after this node; Nodes are in topological order (RULINGS ARK 6)')
     # cycles in the declared graph (Kahn's algorithm)
     indeg = [0] * n; succ = [[] for _ in range(n)]
     for i, nd in enumerate(m.nodes):
@@ -218,7 +253,8 @@ def _graph_problems(m:ArkModel, file, producer, touched, touched_b, buf_prod) ->
 
 # %% ../../nbs/71_ark_check.ipynb #dfa040d3
 _GET = {k: attrgetter(k) for k in ('id', 'ops', 'type', 'name', 'is_virtual', 'read', 'write', 'result', 'buffer', 'dtype',
-                                   'shape', 'strides', 'offsets', 'padded_shape', 'producers', 'consumers', 'send_tags', 'recv_tags', 'rank')}
+                                   'shape', 'strides', 'offsets', 'padded_shape', 'producers', 'consumers', 'send_tags',
+                                   'recv_tags', 'rank')}
 _VIEW = attrgetter('dtype', 'shape', 'strides', 'offsets', 'padded_shape', 'buffer')
 _RULED, _FIRST = set(ARG_RULES) | set(OPTIONAL_ARGS), itemgetter(0)
 
@@ -310,7 +346,8 @@ class ArkBuilder:
     def view(self, x:Tensor, shape, strides=None, offsets=None, name='tensor') -> Tensor:
         "A virtual `Tensor` op: a new view (reshape when contiguous) of `x`'s buffer."
         shape = tuple(shape)
-        if strides is None and x.strides != x.shape: raise ArkFormatError(f'cannot reshape the strided view t{x.id} without explicit strides')
+        if strides is None and x.strides != x.shape:
+            raise ArkFormatError(f'cannot reshape the strided view t{x.id} without explicit strides')
         r = Tensor(self._tid, x.dtype, shape, tuple(strides or shape), tuple(offsets or (0,) * len(shape)), shape, x.buffer); self._tid += 1
         self.ops.append(Op('Tensor', self._name(name), True, [x], [], [r], {}))
         return r
@@ -350,7 +387,8 @@ ArkBuilder.scalar_assign = _assign
 def _reduce(self, kind, x, axis, keepdim=True, out=None):
     "`ReduceSum/Max/Mean` over `axis` (non-negative, RULINGS ARK 3)."
     axis = axis % len(x.shape)
-    shape = tuple(1 if d == axis else s for d, s in enumerate(x.shape)) if keepdim else (tuple(s for d, s in enumerate(x.shape) if d != axis) or (1,))
+    shape = tuple(1 if d == axis else s for d, s in enumerate(x.shape)) if keepdim else (
+        tuple(s for d, s in enumerate(x.shape) if d != axis) or (1,))
     return self.op(kind, [x], shape, out, args={'Axis': Arg('INT', axis), 'KeepDim': Arg('BOOL', bool(keepdim))})
 ArkBuilder.reduce = _reduce
 
@@ -359,7 +397,8 @@ def _matmul(self, x, w, trans_x=False, trans_w=False, out=None):
     m = x.shape[-1] if trans_x else x.shape[-2]
     n = w.shape[-2] if trans_w else w.shape[-1]
     batch = _bshape(x.shape[:-2], w.shape[:-2])
-    return self.op('Matmul', [x, w], batch + (m, n), out, args={'TransposeInput': Arg('BOOL', bool(trans_x)), 'TransposeOther': Arg('BOOL', bool(trans_w))})
+    return self.op('Matmul', [x, w], batch + (m, n), out,
+                   args={'TransposeInput': Arg('BOOL', bool(trans_x)), 'TransposeOther': Arg('BOOL', bool(trans_w))})
 ArkBuilder.matmul = _matmul
 
 def _transpose(self, x, perm, out=None):
@@ -416,7 +455,8 @@ ArkBuilder.model = _model
 
 # %% ../../nbs/71_ark_check.ipynb #1cb25722
 def tp_mlp(rank:int, world:int=2, batch:int=4, d:int=8, hidden:int=16, tag:int=0) -> tuple:
-    "Rank `rank`'s part of `relu(x @ W1ᵀ) @ W2ᵀ` with the hidden units split over `world` ranks (2 for the all-reduce); returns `(model, tensors)`."
+    ("Rank `rank`'s part of `relu(x @ W1ᵀ) @ W2ᵀ` with the hidden units split over `world` ranks (2 for the all-reduce); returns `(model, "
+     "tensors)`.")
     if world != 2: raise ValueError('the Send/Recv all-reduce here is written for 2 ranks')
     b = ArkBuilder(rank, world)
     h = hidden // world
@@ -449,10 +489,12 @@ def _comm(m:ArkModel, file:str) -> tuple:
         if not (o.read and o.write): continue
         if o.type == 'Send':
             w = o.write[0].buffer
-            for _, tag in w.recv_tags: sizes[('send', w.rank, tag)] = (math.prod(o.read[0].shape) * DTYPE_SIZE[o.read[0].dtype], m.op_path(*at[q]))
+            for _, tag in w.recv_tags:
+                sizes[('send', w.rank, tag)] = (math.prod(o.read[0].shape) * DTYPE_SIZE[o.read[0].dtype], m.op_path(*at[q]))
         else:
             r = o.read[0].buffer
-            for _, tag in r.send_tags: sizes[('recv', r.rank, tag)] = (math.prod(o.write[0].shape) * DTYPE_SIZE[o.write[0].dtype], m.op_path(*at[q]))
+            for _, tag in r.send_tags:
+                sizes[('recv', r.rank, tag)] = (math.prod(o.write[0].shape) * DTYPE_SIZE[o.write[0].dtype], m.op_path(*at[q]))
     return tags, sizes
 
 def _spot(p) -> str:
@@ -460,7 +502,8 @@ def _spot(p) -> str:
     (m, at, ops, start), k, kind = p
     q = bisect_right(start, k) - 1
     o, e = ops[q], k - start[q]
-    key, e = ('ReadTensors', e) if e < len(o.read) else ('WriteTensors', e - len(o.read)) if e < len(o.read) + len(o.write) else ('ResultTensors', e - len(o.read) - len(o.write))
+    key, e = (('ReadTensors', e) if e < len(o.read) else ('WriteTensors', e - len(o.read)) if e < len(o.read) + len(o.write)
+              else ('ResultTensors', e - len(o.read) - len(o.write)))
     return f'{m.op_path(*at[q])}.{key}[{e}].Buffer.{"SendTags" if kind == "send" else "RecvTags"}'
 
 # %% ../../nbs/71_ark_check.ipynb #c1e40863
@@ -473,7 +516,9 @@ def _check_ranks(models:list, files:list|None=None) -> list:
     out = [d for m, f in zip(models, files) for d in check_model(m, f)]
     def add(f, path, code, msg): out.append(Diagnostic(f, path, code, msg))
     ws = {m.world_size for m in models}
-    if len(ws) > 1: add(files[0], 'WorldSize', 'rank.world', f'the files disagree on WorldSize: {", ".join(f"{f}: {m.world_size}" for m, f in zip(models, files))}')
+    if len(ws) > 1:
+        add(files[0], 'WorldSize', 'rank.world',
+            f'the files disagree on WorldSize: {", ".join(f"{f}: {m.world_size}" for m, f in zip(models, files))}')
     by_rank = {}
     for m, f in zip(models, files):
         if not 0 <= m.rank < m.world_size: add(f, 'Rank', 'rank.range', f'Rank {m.rank} is outside 0..WorldSize-1 = 0..{m.world_size - 1}')
@@ -484,14 +529,22 @@ def _check_ranks(models:list, files:list|None=None) -> list:
         f = by_rank[a][1]
         for (kind, r, tag), ent in sorted(tags.items(), key=lambda x: (x[0][0], x[0][1], x[0][2])):
             if r == -1: continue
-            if len(ent) > 1: add(f, _spot(ent[1][1]), 'rank.tag', f'{kind} tag [{r}, {tag}] is on buffers {[e[0] for e in ent]}: a tag pairs one buffer with one remote buffer')
+            if len(ent) > 1:
+                add(f, _spot(ent[1][1]), 'rank.tag',
+                    f'{kind} tag [{r}, {tag}] is on buffers {[e[0] for e in ent]}: a tag pairs one buffer with one remote buffer')
             other = 'recv' if kind == 'send' else 'send'
             if r not in info:
-                add(f, _spot(ent[0][1]), 'rank.missing', f'{kind} tag [{r}, {tag}] names rank {r}, but no file of rank {r} was given'); continue
+                add(f, _spot(ent[0][1]), 'rank.missing', f'{kind} tag [{r}, {tag}] names rank {r}, but no file of rank {r} was given')
+                continue
             if (other, a, tag) not in info[r][0]:
-                add(f, _spot(ent[0][1]), 'rank.unmatched', f'{"SendTags" if kind == "send" else "RecvTags"} [{r}, {tag}] on rank {a} has no {"RecvTags" if kind == "send" else "SendTags"} [{a}, {tag}] on rank {r} ({by_rank[r][1]}): the exchange would hang')
+                add(f, _spot(ent[0][1]), 'rank.unmatched',
+                    f'{"SendTags" if kind == "send" else "RecvTags"} [{r}, {tag}] on rank {a} has no '
+                    f'{"RecvTags" if kind == "send" else "SendTags"} [{a}, {tag}] on rank {r} ({by_rank[r][1]}): the exchange would hang')
         for (kind, r, tag), (n, op) in sizes.items():
             if kind == 'send' and r in info and ('recv', a, tag) in info[r][1]:
                 n2, op2 = info[r][1][('recv', a, tag)]
-                if n != n2: add(f, op, 'rank.size', f'Send of {n} bytes to rank {r} with tag {tag}, but the Recv on rank {r} ({by_rank[r][1]}: {op2}) writes {n2} bytes')
+                if n != n2:
+                    add(f, op, 'rank.size',
+                        f'Send of {n} bytes to rank {r} with tag {tag}, but the Recv on rank {r} ({by_rank[r][1]}: {op2}) writes {n2} '
+                        'bytes')
     return out

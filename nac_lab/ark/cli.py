@@ -4,7 +4,7 @@
 
 # %% ../../nbs/74_ark_cli.ipynb #19047485
 from __future__ import annotations
-import json, re
+import re
 from pathlib import Path
 import numpy as np
 from ..binio import NacLabError
@@ -52,7 +52,9 @@ def ark_graph(models, max_ops:int=300):
                             s = o.read[0].buffer
                             for _, tag in s.send_tags: recvs[(s.rank, r, tag)] = oid
     for key, (oid, t) in sends.items():
-        if key in recvs: g.edge(oid, recvs[key], label=f'tag {key[2]}: {_tlabel(t)}', style='dashed', color='#c0392b', fontcolor='#c0392b', constraint='false')
+        if key in recvs:
+            g.edge(oid, recvs[key], label=f'tag {key[2]}: {_tlabel(t)}', style='dashed', color='#c0392b', fontcolor='#c0392b',
+                   constraint='false')
     return g
 
 # %% ../../nbs/74_ark_cli.ipynb #91cfa06f
@@ -69,7 +71,9 @@ def parse_input(spec:str, default_rank:int, names:dict) -> tuple:
     key = m[2].strip()
     if key.isdigit(): tid = int(key)
     elif key in names.get(rank, {}): tid = names[rank][key]
-    else: raise ArkCliError(f'--input {spec!r}: {key!r} is not a tensor id or a known input name ({", ".join(names.get(rank, {})) or "no names: give the tensor id"})')
+    else:
+        raise ArkCliError(f'--input {spec!r}: {key!r} is not a tensor id or a known input name '
+                          f'({", ".join(names.get(rank, {})) or "no names: give the tensor id"})')
     return rank, tid, Path(m[3])
 
 def parse_shape(spec:str) -> tuple:
@@ -80,7 +84,8 @@ def parse_shape(spec:str) -> tuple:
     try: shape = tuple(int(x) for x in dims.split(','))
     except ValueError: raise ArkCliError(f'--shape {spec!r}: expected NAME=D1,D2,… (optionally :int64/:int32/:float32)') from None
     dts = {'': torch.float32, 'float32': torch.float32, 'int64': torch.int64, 'int32': torch.int32}
-    if not name or dt not in dts: raise ArkCliError(f'--shape {spec!r}: expected NAME=D1,D2,… with an optional :int64, :int32 or :float32')
+    if not name or dt not in dts:
+        raise ArkCliError(f'--shape {spec!r}: expected NAME=D1,D2,… with an optional :int64, :int32 or :float32')
     return name, (shape, dts[dt])
 
 # %% ../../nbs/74_ark_cli.ipynb #bc20c271
@@ -89,7 +94,8 @@ def _rewrite(args):
     m = read_ark(src)
     write_ark(m, dst, era=args.era)
     same = src.read_bytes() == dst.read_bytes()
-    print(f'wrote {dst} ({dst.stat().st_size} bytes, era {args.era or m.style.era!r}, {"identical to" if same else "differs from"} {src.name})')
+    print(f'wrote {dst} ({dst.stat().st_size} bytes, era {args.era or m.style.era!r}, {"identical to" if same else "differs from"} '
+          f'{src.name})')
 
 def _show(args): print(summary_text(read_ark(args.file)))
 
@@ -126,7 +132,8 @@ def _run(args):
     import io
     buf = io.BytesIO(); np.savez(buf, **{key(r, t): v for (r, t), v in outs.items()})
     atomic_write(args.output, buf.getvalue(), inputs=files, what='output')
-    print(f'ran {sum(len(s.ops) for s in ex.ranks.values())} ops on {len(ms)} rank(s); wrote {args.output}: ' + ', '.join(f'{key(r, t)} {list(v.shape)}' for (r, t), v in outs.items()))
+    print(f'ran {sum(len(s.ops) for s in ex.ranks.values())} ops on {len(ms)} rank(s); wrote {args.output}: '
+          + ', '.join(f'{key(r, t)} {list(v.shape)}' for (r, t), v in outs.items()))
 
 # %% ../../nbs/74_ark_cli.ipynb #456ee6f3
 def _from_nac(args):
@@ -147,7 +154,8 @@ def _to_nac(args):
     from nac_lab.fileio import check_output
     check_output(args.output, [args.model, wp])
     nm.save(args.output)
-    print(f'wrote {args.output} ({nm.n_instructions} instructions, {len(w)} weights{"" if wp.is_file() else "; no weights file: inputs are the tensors nobody produces"})')
+    print(f'wrote {args.output} ({nm.n_instructions} instructions, {len(w)} '
+          f'weights{"" if wp.is_file() else "; no weights file: inputs are the tensors nobody produces"})')
 
 def _graph(args):
     from nac_lab.viz import render
@@ -160,14 +168,19 @@ def register(sub):
     p = sub.add_parser('ark', help='ARK model files: rewrite, show, check (several ranks), run, exchange with NAC, draw')
     s = p.add_subparsers(dest='ark_command', metavar='SUBCOMMAND', required=True)
     a = s.add_parser('rewrite', help='read an ARK model file and write it back (byte-identical in its own era)')
-    a.add_argument('input'); a.add_argument('-o', '--output', required=True); a.add_argument('--era', choices=['ops', 'op'], default=None, help="'ops' (Ops arrays) or 'op' (one Op per node); default: the input's")
+    a.add_argument('input')
+    a.add_argument('-o', '--output', required=True)
+    a.add_argument('--era', choices=['ops', 'op'], default=None, help="'ops' (Ops arrays) or 'op' (one Op per node); default: the input's")
     a.set_defaults(func=_rewrite)
     a = s.add_parser('show', help='summary table of nodes, ops, tensors and buffers'); a.add_argument('file'); a.set_defaults(func=_show)
-    a = s.add_parser('check', help='check one file, or the rank files of one model together'); a.add_argument('files', nargs='+'); a.set_defaults(func=_check)
+    a = s.add_parser('check', help='check one file, or the rank files of one model together')
+    a.add_argument('files', nargs='+')
+    a.set_defaults(func=_check)
     a = s.add_parser('run', help='execute with numpy (several ranks in one process)')
     a.add_argument('file'); a.add_argument('--rank-files', nargs='*', default=[], help="the other ranks' files")
     a.add_argument('--input', action='append', help='[RANK:]TENSOR_ID=X.npy or NAME=X.npy (repeat)')
-    a.add_argument('--output', required=True, help='.npz for the outputs'); a.add_argument('--no-check', action='store_true', help='skip the model checks')
+    a.add_argument('--output', required=True, help='.npz for the outputs')
+    a.add_argument('--no-check', action='store_true', help='skip the model checks')
     a.set_defaults(func=_run)
     a = s.add_parser('from-nac', help='NAC program -> ARK JSON + .safetensors weights beside it')
     a.add_argument('model'); a.add_argument('-o', '--output', required=True)

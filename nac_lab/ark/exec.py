@@ -32,7 +32,8 @@ def tensor_view(mem:np.ndarray, t:Tensor, padded:bool=False) -> np.ndarray:
     start = sum(o * s for o, s in zip(t.offsets, es))
     last = start + sum((n - 1) * s for n, s in zip(shape, es))
     if start < 0 or (last + 1) * isz > mem.nbytes:
-        raise ArkExecError(f'tensor {t.id} ({list(shape)} in region {list(t.strides)} at {list(t.offsets)}) reaches byte {(last + 1) * isz}, beyond its buffer {t.buffer.id} of {mem.nbytes} bytes')
+        raise ArkExecError(f'tensor {t.id} ({list(shape)} in region {list(t.strides)} at {list(t.offsets)}) reaches byte '
+                           f'{(last + 1) * isz}, beyond its buffer {t.buffer.id} of {mem.nbytes} bytes')
     return np.ndarray(shape, DTYPES[t.dtype], buffer=mem, offset=start * isz, strides=tuple(s * isz for s in es))
 
 def bf16_to_f32(u:np.ndarray) -> np.ndarray:
@@ -97,7 +98,9 @@ class RankState:
         self.pc, self.views = 0, {}
 
     def buf(self, t:Tensor) -> np.ndarray:
-        if t.buffer.id not in self.mem: raise ArkExecError(f'rank {self.rank}: tensor {t.id} is on buffer {t.buffer.id} of rank {t.buffer.rank}, which this rank cannot address')
+        if t.buffer.id not in self.mem:
+            raise ArkExecError(f'rank {self.rank}: tensor {t.id} is on buffer {t.buffer.id} of rank {t.buffer.rank}, which this rank '
+                               'cannot address')
         return self.mem[t.buffer.id]
 
     def view(self, t:Tensor) -> np.ndarray:
@@ -121,7 +124,9 @@ class RankState:
             if value.size == v.size and value.ndim and value.size > 1: value = value.reshape(v.shape)
             else:
                 try: value = np.broadcast_to(value, v.shape)
-                except ValueError: raise ArkExecError(f'rank {self.rank}: a value of shape {list(value.shape)} does not fit tensor {t.id} of shape {list(t.shape)}') from None
+                except ValueError:
+                    raise ArkExecError(f'rank {self.rank}: a value of shape {list(value.shape)} does not fit tensor {t.id} of '
+                                       f'shape {list(t.shape)}') from None
         v[...] = f32_to_bf16(value.astype(np.float32)) if t.dtype == 'BF16' else value
 
 # %% ../../nbs/72_ark_exec.ipynb #1f90caba
@@ -164,7 +169,8 @@ def _remote(self:ArkExecutor, src:int, o:Op):
     if dst not in self.ranks: raise ArkExecError(f'rank {src}: {o.name} sends to rank {dst}, whose file is not part of this run')
     st = self.ranks[dst]
     bid = next((b.id for b in st.model.buffers().values() if b.rank in (-1, dst) and (src, tag) in b.recv_tags), None)
-    if bid is None: raise ArkExecError(f'rank {src}: {o.name} sends with tag {tag} but rank {dst} has no buffer with RecvTags [{src}, {tag}]')
+    if bid is None:
+        raise ArkExecError(f'rank {src}: {o.name} sends with tag {tag} but rank {dst} has no buffer with RecvTags [{src}, {tag}]')
     return st, bid, tag
 
 def _step(self:ArkExecutor, st:RankState) -> bool:
@@ -187,7 +193,9 @@ def _step(self:ArkExecutor, st:RankState) -> bool:
         elif o.type in KERNELS:
             if not o.write: raise ArkExecError('has no write tensor to store its result in')
             st.write(o.write[0], KERNELS[o.type]([st.read(t) for t in o.read], o.args))
-        else: raise ArkExecError(f'op type {o.type!r} is not supported by the executor (supported: {", ".join(sorted([*KERNELS, *NO_COMPUTE, "Send", "Recv", "ScalarAssign"]))})')
+        else:
+            raise ArkExecError(f'op type {o.type!r} is not supported by the executor (supported: '
+                               f'{", ".join(sorted([*KERNELS, *NO_COMPUTE, "Send", "Recv", "ScalarAssign"]))})')
     except ArkExecError as ex: raise ArkExecError(f'{where()}: {ex}') from None
     except (ValueError, IndexError, TypeError, KeyError) as ex: raise ArkExecError(f'{where()}: {type(ex).__name__}: {ex}') from None
     st.pc += 1
@@ -202,7 +210,8 @@ def run(self:ArkExecutor) -> ArkExecutor:
             while s.pc < len(s.ops) and _step(self, s): moved = True
         live = [s for s in live if s.pc < len(s.ops)]
         if live and not moved:
-            raise ArkExecError('deadlock: ' + '; '.join(f'rank {s.rank} waits at {s.model.op_path(*s.ops[s.pc][:2])} ({s.ops[s.pc][2].name}) for a Send that never comes' for s in live))
+            raise ArkExecError('deadlock: ' + '; '.join(f'rank {s.rank} waits at {s.model.op_path(*s.ops[s.pc][:2])} '
+                                                        f'({s.ops[s.pc][2].name}) for a Send that never comes' for s in live))
     return self
 
 ArkExecutor.run = run

@@ -151,7 +151,8 @@ class ArkModel:
 
 # %% ../../nbs/70_ark_format.ipynb #eb8db942
 def parse_text(text:str|bytes, where:str='') -> object:
-    "JSON parsed by `nac_lab.fileio.parse_json` (no NaN/Infinity, depth and huge-number limits), failures as `ArkFormatError` with line:column."
+    ("JSON parsed by `nac_lab.fileio.parse_json` (no NaN/Infinity, depth and huge-number limits), failures as `ArkFormatError` with "
+     "line:column.")
     try: return parse_json(text, fmt='ARK', where=where or None)
     except BadValueError as ex: raise ArkFormatError(ex.msg, where) from None
 
@@ -222,7 +223,9 @@ def parse_tensor(d, path, memo:dict|None=None) -> Tensor:
 # %% ../../nbs/70_ark_format.ipynb #771cca61
 def parse_arg(d, path) -> Arg:
     "One `Args` entry `{TYPE: value}` at `path`."
-    if not isinstance(d, dict) or len(d) != 1: raise ArkFormatError(f'expected an object with exactly one key (the argument type), got {_kind(d) if not isinstance(d, dict) else f"{len(d)} keys"}', path)
+    if not isinstance(d, dict) or len(d) != 1:
+        raise ArkFormatError('expected an object with exactly one key (the argument type), got '
+                             f'{_kind(d) if not isinstance(d, dict) else f"{len(d)} keys"}', path)
     (t, v), = d.items()
     p = f'{path}.{t}'
     if t in INT_RANGES: return Arg(t, _int(v, p, *INT_RANGES[t]))
@@ -248,7 +251,8 @@ def _tensors(v, path, memo) -> list:
 def parse_op(d, path, memo:dict|None=None) -> Op:
     "An `Op` from its JSON object at `path`."
     _obj(d, path, OP_KEYS)
-    if type(d['Type']) is not str or not d['Type']: raise ArkFormatError(f'expected a non-empty string, got {_kind(d["Type"])}', path + '.Type')
+    if type(d['Type']) is not str or not d['Type']:
+        raise ArkFormatError(f'expected a non-empty string, got {_kind(d["Type"])}', path + '.Type')
     if type(d['Name']) is not str: raise ArkFormatError(f'expected a string, got {_kind(d["Name"])}', path + '.Name')
     if type(d['IsVirtual']) is not bool: raise ArkFormatError(f'expected true or false, got {_kind(d["IsVirtual"])}', path + '.IsVirtual')
     a = d['Args']
@@ -265,7 +269,8 @@ def parse_node(d, path, era=None, memo:dict|None=None) -> tuple:
     if not has: raise ArkFormatError("missing key 'Ops' (an array of operators) or 'Op' (one operator)", path)
     if len(has) == 2: raise ArkFormatError("has both 'Ops' and 'Op': a node uses one of them", path)
     e = has[0].lower()
-    if era is not None and e != era: raise ArkFormatError(f'uses {has[0]!r} while earlier nodes use {"Ops" if era == "ops" else "Op"!r}: one file has one era', path)
+    if era is not None and e != era:
+        raise ArkFormatError(f'uses {has[0]!r} while earlier nodes use {"Ops" if era == "ops" else "Op"!r}: one file has one era', path)
     if e == 'op': ops = [parse_op(d['Op'], path + '.Op', memo)]
     else:
         if type(d['Ops']) is not list: raise ArkFormatError(f'expected an array of operators, got {_kind(d["Ops"])}', path + '.Ops')
@@ -307,7 +312,8 @@ _JA = rf'\[(?:{_J}(?:,{_J})*)?\]'
 _JP = rf'\[(?:\[{_J32},{_J32}\](?:,\[{_J32},{_J32}\])*)?\]'
 _PLAIN = re.compile(rf'^\{{"Id":({_J}),("DataType":"(?:{"|".join(DTYPES)})","Shape":{_JA},"Strides":{_JA},"Offsets":{_JA},'
                     rf'"PaddedShape":{_JA}),"Buffer":(\{{"Id":{_J},"Rank":{_J32},"SendTags":{_JP},"RecvTags":{_JP}\}})\}}$', re.M)
-_LOOSE = re.compile(r'^\{"Id":(-?\d+),("DataType":"[A-Z0-9]+","Shape":\[[-\d,]*\],"Strides":\[[-\d,]*\],"Offsets":\[[-\d,]*\],"PaddedShape":\[[-\d,]*\]),'
+_LOOSE = re.compile(r'^\{"Id":(-?\d+),("DataType":"[A-Z0-9]+","Shape":\[[-\d,]*\],"Strides":\[[-\d,]*\],"Offsets":\[[-\d,]*\],'
+                    r'"PaddedShape":\[[-\d,]*\]),'
                     r'"Buffer":(\{"Id":-?\d+,"Rank":-?\d+,"SendTags":\[[-\d,\[\]]*\],"RecvTags":\[[-\d,\[\]]*\]\})\}$', re.M)
 _ID = re.compile(rf'^{_J}$', re.M)
 _LAYOUT = re.compile(rf'"DataType":"(?:{"|".join(DTYPES)})","Shape":{_JA},"Strides":{_JA},"Offsets":{_JA},"PaddedShape":{_JA}')
@@ -315,10 +321,12 @@ _BUF = re.compile(rf'^\{{"Id":{_J},"Rank":{_J32},"SendTags":{_JP},"RecvTags":{_J
 _TAGS = itemgetter('SendTags'), itemgetter('RecvTags')
 
 def _plain_tensors(rows:list) -> list|None:
-    "Tensors from the captures (id, layout, buffer) of plain lines, column by column; each distinct layout and buffer is checked and parsed once, equal tuples and equal buffers are one object. None if a field is not in ARK's plain form."
+    ("Tensors from the captures (id, layout, buffer) of plain lines, column by column; each distinct layout and buffer is checked and "
+     "parsed once, equal tuples and equal buffers are one object. None if a field is not in ARK's plain form.")
     ids, lay, buf = zip(*rows)
     lu, bu, tup = list(dict.fromkeys(lay)), list(dict.fromkeys(buf)), {}
-    if len(_ID.findall('\n'.join(ids))) != len(ids) or not all(map(_LAYOUT.fullmatch, lu)) or len(_BUF.findall('\n'.join(bu))) != len(bu): return None
+    if len(_ID.findall('\n'.join(ids))) != len(ids) or not all(map(_LAYOUT.fullmatch, lu)) or len(_BUF.findall('\n'.join(bu))) != len(bu):
+        return None
     def tt(v): v = tuple(v); return tup.setdefault(v, v)
     lays = {s: (d['DataType'], tt(d['Shape']), tt(d['Strides']), tt(d['Offsets']), tt(d['PaddedShape']))
             for s, d in zip(lu, json.loads('[{' + '},{'.join(lu) + '}]'))}   # plain text (checked above): json.loads is exact
@@ -385,7 +393,8 @@ def _read_dense(text:str, path=None) -> ArkModel:
     except (KeyError, TypeError, ArkFormatError): got = None
     if got is None: raise _NotCompact()
     nodes, era = got
-    m = ArkModel(_int(doc['Rank'], 'Rank', -2**31, 2**31 - 1), _int(doc['WorldSize'], 'WorldSize', -2**31, 2**31 - 1), nodes, Style(era), {}, path)
+    m = ArkModel(_int(doc['Rank'], 'Rank', -2**31, 2**31 - 1), _int(doc['WorldSize'], 'WorldSize', -2**31, 2**31 - 1), nodes, Style(era),
+                 {}, path)
     first = next((o for nd in nodes for o in nd.ops[:1] if o.read or o.write or o.result), None)   # parse_model's rule
     if first is not None:
         t = (first.read + first.write + first.result)[0]
@@ -463,7 +472,9 @@ def ark_tree(m:ArkModel, style:Style|None=None) -> dict:
     for i, n in enumerate(m.nodes):
         d = {'Id': n.id, 'ProducerNodeIds': list(n.producers), 'ConsumerNodeIds': list(n.consumers)}
         if st.era == 'op':
-            if len(n.ops) != 1: raise ArkFormatError(f'has {len(n.ops)} ops; the `Op` era holds exactly one op per node (write it with era "ops")', f'Nodes[{i}]')
+            if len(n.ops) != 1:
+                raise ArkFormatError(f'has {len(n.ops)} ops; the `Op` era holds exactly one op per node (write it with era "ops")',
+                                     f'Nodes[{i}]')
             d['Op'] = _op_tree(n.ops[0], st)
         else: d['Ops'] = [_op_tree(o, st) for o in n.ops]
         d.update(n.extra); nodes.append(d)
@@ -504,7 +515,8 @@ def dump_compact(v) -> str:
 
 # %% ../../nbs/70_ark_format.ipynb #6c7ba35b
 def _is_leaf(v, level) -> bool:
-    return level <= 0 or not isinstance(v, (dict, list)) or (isinstance(v, list) and v and isinstance(v[0], (int, float)) and not isinstance(v[0], bool))
+    return (level <= 0 or not isinstance(v, (dict, list))
+            or (isinstance(v, list) and v and isinstance(v[0], (int, float)) and not isinstance(v[0], bool)))
 
 def _pretty(v, key, level, ind, step, out):
     head = ' ' * ind + ('' if key is None else json.dumps(key, ensure_ascii=False) + ': ')
@@ -513,7 +525,8 @@ def _pretty(v, key, level, ind, step, out):
     if not items: out.append(head + o + c); return
     out.append(head + o + '\n')
     for k, (ik, x) in enumerate(items):
-        if _is_leaf(x, level): out.append(' ' * (ind + step) + ('' if ik is None else json.dumps(ik, ensure_ascii=False) + ': ') + dump_compact(x))
+        if _is_leaf(x, level):
+            out.append(' ' * (ind + step) + ('' if ik is None else json.dumps(ik, ensure_ascii=False) + ': ') + dump_compact(x))
         else: _pretty(x, ik, level - 1, ind + step, step, out)
         out.append(',\n' if k < len(items) - 1 else '\n')
     out.append(' ' * ind + c)

@@ -11,7 +11,7 @@ import numpy as np
 import torch, torch.nn as nn, torch.nn.functional as F
 from ..binio import NacLabError
 from ..fileio import atomic_write
-from .format import ArkModel, Op, Tensor, DTYPES, read_ark, write_ark
+from .format import ArkModel, Op, Tensor, write_ark
 from .check import ArkBuilder
 
 # %% auto #0
@@ -100,8 +100,11 @@ def _materialise(T, L:_Lazy, where) -> Tensor:
     for d in sorted(keep, key=lambda d: -E[d]):                                # memory order
         if groups and keep.index(d) == keep.index(groups[-1][-1]) + 1 and E[groups[-1][-1]] == E[d] * S[d]: groups[-1].append(d)
         else: groups.append([d])
-    r = _region([math.prod(S[d] for d in g) for g in groups], [E[g[-1]] for g in groups], o, n) if 1 <= len(groups) <= 4 and len(S) <= 4 else None
-    if r is None: raise ArkNacError(f'{where}: a view of shape {list(S)} with element strides {list(E)} (offset {o}) cannot be written as ARK tensors of at most 4 dimensions')
+    r = _region([math.prod(S[d] for d in g) for g in groups], [E[g[-1]] for g in groups], o,
+                n) if 1 <= len(groups) <= 4 and len(S) <= 4 else None
+    if r is None:
+        raise ArkNacError(f'{where}: a view of shape {list(S)} with element strides {list(E)} (offset {o}) cannot be written as ARK '
+                          'tensors of at most 4 dimensions')
     src = b.view(L.base, *r)
     perm = sorted(range(len(groups)), key=lambda k: keep.index(groups[k][0]))   # the groups in the value's order
     t = b.transpose(src, perm) if perm != list(range(len(groups))) else b.copy(src)
@@ -119,7 +122,8 @@ def _lazy(T, item, where) -> _Lazy:
 _META = {'nac.view': lambda x, a, o: x.view(tuple(o.shape)), 'nac.flatten': lambda x, a, o: x.view(tuple(o.shape)),
          'nac.unsqueeze': lambda x, a, o: x.view(tuple(o.shape)), 'nac.squeeze': lambda x, a, o: x.view(tuple(o.shape)),
          'nac.squeeze_dim': lambda x, a, o: x.view(tuple(o.shape)), 'nac.pass': lambda x, a, o: x, 'nac.clone': lambda x, a, o: x,
-         'nac.dropout': lambda x, a, o: x, 'nac.transpose': lambda x, a, o: x.transpose(a[0], a[1]), 'nac.permute': lambda x, a, o: x.permute(*a[0]),
+         'nac.dropout': lambda x, a, o: x, 'nac.transpose': lambda x, a, o: x.transpose(a[0], a[1]),
+         'nac.permute': lambda x, a, o: x.permute(*a[0]),
          'nac.unbind': lambda x, a, o: x.unbind(a[0] if a else 0), 'nac.split': lambda x, a, o: x.split(a[0], a[1] if len(a) > 1 else 0),
          'nac.select': lambda x, a, o: x.select(a[0], a[1]), 'nac.narrow': lambda x, a, o: x.narrow(a[0], a[1], a[2])}
 
@@ -141,7 +145,8 @@ def _viewish(name, eager=None):
 
 # %% ../../nbs/73_ark_nac.ipynb #3d16df54
 def _shape_ok(shape, where):
-    if not 1 <= len(shape) <= 4: raise ArkNacError(f'{where}: a value of shape {list(shape)} has {len(shape)} dimensions; ARK tensors have 1 to 4 (spec §Tensor)')
+    if not 1 <= len(shape) <= 4:
+        raise ArkNacError(f'{where}: a value of shape {list(shape)} has {len(shape)} dimensions; ARK tensors have 1 to 4 (spec §Tensor)')
     return tuple(int(s) for s in shape)
 
 def _binary(kind):
@@ -239,10 +244,12 @@ def _cat(T, a, where, out):
     return r
 
 def _masked_fill(T, a, where, out):
-    "`masked_fill(x, mask, v)` with a mask known when converting (a weight): `x + where(mask, v, 0)` for v = ±inf, else `x·(1-mask) + where(mask, v, 0)`."
+    ("`masked_fill(x, mask, v)` with a mask known when converting (a weight): `x + where(mask, v, 0)` for v = ±inf, else `x·(1-mask) + "
+     "where(mask, v, 0)`.")
     x, mk, v = T.tensor_of(a[0], where), T.tensor_of(a[1], where), _c(a[2])
     if mk is None or mk.id not in T.weights or v is None:
-        raise ArkNacError(f'{where}: masked_fill with a mask computed at run time has no ARK form (ARK has no comparison or select op); a constant mask is supported')
+        raise ArkNacError(f'{where}: masked_fill with a mask computed at run time has no ARK form (ARK has no comparison or select op); a '
+                          'constant mask is supported')
     m = T.weights[mk.id].astype(bool)
     fill = T.const(np.where(m, np.float32(v), np.float32(0)), where)
     return T.b.add(x if math.isinf(v) else T.b.mul(x, T.const((~m).astype(np.float32), where)), fill)
@@ -258,14 +265,17 @@ def _repeat_interleave(T, a, where, out):
 NAC_OPS_TO_ARK = {
     'nac.linear': _linear, 'nac.matmul': lambda T, a, w, o: T.b.matmul(T.tensor_of(a[0], w), T.tensor_of(a[1], w)),
     'nac.add': _binary('Add'), 'nac.sub': _binary('Sub'), 'nac.mul': _binary('Mul'), 'nac.div': _binary('Div'),
-    'nac.relu': _unary('relu'), 'nac.sigmoid': _unary('sigmoid'), 'nac.exp': _unary('exp'), 'nac.sqrt': _unary('sqrt'), 'nac.rsqrt': _unary('rsqrt'),
+    'nac.relu': _unary('relu'), 'nac.sigmoid': _unary('sigmoid'), 'nac.exp': _unary('exp'), 'nac.sqrt': _unary('sqrt'),
+    'nac.rsqrt': _unary('rsqrt'),
     'nac.gelu': _gelu, 'nac.silu': lambda T, a, w, o: T.b.mul(T.tensor_of(a[0], w), T.b.sigmoid(T.tensor_of(a[0], w))),
     'nac.neg': lambda T, a, w, o: T.b.scalar_mul(T.tensor_of(a[0], w), -1.0),
-    'nac.pow': lambda T, a, w, o: (T.b.mul(T.tensor_of(a[0], w), T.tensor_of(a[0], w)) if _c(a[1]) == 2 else (_ for _ in ()).throw(ArkNacError(f'{w}: only pow(x, 2) has an ARK form'))),
+    'nac.pow': lambda T, a, w, o: (T.b.mul(T.tensor_of(a[0], w), T.tensor_of(a[0], w)) if _c(a[1]) == 2
+                                   else (_ for _ in ()).throw(ArkNacError(f'{w}: only pow(x, 2) has an ARK form'))),
     'nac.softmax': lambda T, a, w, o: _softmax(T.b, T.tensor_of(a[0], w), _c(a[1])),
     'nac.layer_norm': _layer_norm, 'nac.sdpa': _sdpa,
     'nac.sum': _reduce_op('ReduceSum'), 'nac.mean': _reduce_op('ReduceMean'), 'nac.amax': _reduce_op('ReduceMax'),
-    **{k: _viewish(k, _view) for k in ('nac.view', 'nac.flatten', 'nac.unsqueeze', 'nac.squeeze', 'nac.squeeze_dim', 'nac.pass', 'nac.clone', 'nac.dropout')},
+    **{k: _viewish(k, _view) for k in ('nac.view', 'nac.flatten', 'nac.unsqueeze', 'nac.squeeze', 'nac.squeeze_dim', 'nac.pass',
+                                       'nac.clone', 'nac.dropout')},
     **{k: _viewish(k) for k in ('nac.unbind', 'nac.split', 'nac.select', 'nac.narrow', 'nac.getitem')},
     'nac.transpose': _viewish('nac.transpose', _transpose),
     'nac.permute': _viewish('nac.permute', lambda T, a, w, o: T.b.transpose(T.tensor_of(a[0], w), [d % len(o.shape) for d in _c(a[1])])),
@@ -278,7 +288,8 @@ _VIEW_OPS = set(_META) | {'nac.getitem'}
 def from_nac(nm, shapes:dict) -> tuple:
     """ARK model + weights of NAC program `nm` (a `NacFile` or `Interpreter`); `shapes` maps each input name to
     a shape or `(shape, torch dtype)`. Returns `(ArkModel, {tensor id: array}, meta)`."""
-    shapes = {k: (tuple(v), torch.float32) if not (len(v) == 2 and isinstance(v[1], torch.dtype)) else (tuple(v[0]), v[1]) for k, v in shapes.items()}
+    shapes = {k: (tuple(v), torch.float32) if not (len(v) == 2 and isinstance(v[1], torch.dtype)) else (tuple(v[0]), v[1]) for k,
+              v in shapes.items()}
     T = _FromNac(nm, shapes)
     it, b = T.it, T.b
     pname = {pid: n for pid, n in it.nac.param_names.items()}
@@ -300,7 +311,8 @@ def from_nac(nm, shapes:dict) -> tuple:
             if fn is None: raise ArkNacError(f'{where}: {s.name} has no ARK equivalent (supported: {", ".join(sorted(NAC_OPS_TO_ARK))})')
             args = list(s.args) + list(s.kwargs.values())
             if s.name in _VIEW_OPS: T.t[s.index] = fn(T, args, where, out); continue      # views: lazy where ARK needs it
-            if not isinstance(out, torch.Tensor): raise ArkNacError(f'{where}: {s.name} returns {type(out).__name__}, not one tensor; ARK ops return one tensor')
+            if not isinstance(out, torch.Tensor):
+                raise ArkNacError(f'{where}: {s.name} returns {type(out).__name__}, not one tensor; ARK ops return one tensor')
             _shape_ok(tuple(out.shape), where)
             T.t[s.index] = fn(T, args, where, out)
         elif s.kind == 'output':
@@ -316,7 +328,8 @@ def from_nac(nm, shapes:dict) -> tuple:
 def save_weights(weights:dict, meta:dict, path, inputs=()) -> Path:
     "Write `{tensor id: array}` and the exchange metadata as safetensors `path` (ruling 1)."
     from nac_lab.nac.format import DataTensor, DType
-    codes = {np.dtype(np.float32): DType.F32, np.dtype(np.float16): DType.F16, np.dtype(np.int32): DType.I32, np.dtype(np.uint8): DType.U8, np.dtype(np.int8): DType.I8}
+    codes = {np.dtype(np.float32): DType.F32, np.dtype(np.float16): DType.F16, np.dtype(np.int32): DType.I32, np.dtype(np.uint8): DType.U8,
+             np.dtype(np.int8): DType.I8}
     from nac_lab.nac.weights import safetensors_bytes
     named = {}
     for tid, a in sorted(weights.items()):
@@ -332,7 +345,8 @@ def load_weights(path) -> tuple:
     entries, meta = read_safetensors(Path(path))
     w = {}
     for name, (_, shape, arr) in entries.items():
-        if not (name.startswith('t') and name[1:].isdigit()): raise ArkNacError(f'{path}: tensor {name!r} is not named t<ARK tensor id> (ruling 1)')
+        if not (name.startswith('t') and name[1:].isdigit()):
+            raise ArkNacError(f'{path}: tensor {name!r} is not named t<ARK tensor id> (ruling 1)')
         w[int(name[1:])] = np.array(arr)
     try: m = json.loads(meta.get(WEIGHTS_KEY, '{}'))
     except json.JSONDecodeError as ex: raise ArkNacError(f'{path}: metadata {WEIGHTS_KEY!r} is not JSON: {ex.msg}') from None
@@ -390,10 +404,12 @@ def _gather(parts:list, r:Tensor, env:dict) -> torch.Tensor:
 def _tiling(parts:list, r:Tensor) -> tuple:
     "`(dim, parts in order)` when the windows `parts` tile `r` along one dimension; else ArkNacError."
     dims = {d for t in parts for d in range(len(r.shape)) if t.shape[d] != r.shape[d] or t.offsets[d]}
-    if len(dims) > 1 or any(t.strides != r.shape or len(t.shape) != len(r.shape) for t in parts): raise ArkNacError(f'tensor {r.id}: its windows do not tile it along one dimension; to-nac cannot join them')
+    if len(dims) > 1 or any(t.strides != r.shape or len(t.shape) != len(r.shape) for t in parts):
+        raise ArkNacError(f'tensor {r.id}: its windows do not tile it along one dimension; to-nac cannot join them')
     d = dims.pop() if dims else 0
     parts = sorted(parts, key=lambda t: t.offsets[d])
-    if [t.offsets[d] for t in parts] != [sum(t.shape[d] for t in parts[:k]) for k in range(len(parts))] or sum(t.shape[d] for t in parts) != r.shape[d]:
+    if [t.offsets[d] for t in parts] != [sum(t.shape[d] for t in parts[:k])
+                                         for k in range(len(parts))] or sum(t.shape[d] for t in parts) != r.shape[d]:
         raise ArkNacError(f'tensor {r.id}: its windows do not tile dimension {d}; to-nac cannot join them')
     return d, parts
 
@@ -413,20 +429,24 @@ class ArkModule(nn.Module):
                 if parts:
                     try: _tiling(parts, o.result[0])
                     except ArkNacError as ex: raise ArkNacError(f'{where}: {ex}') from None
-            if o.type in ('Send', 'Recv', 'SendDone'): raise ArkNacError(f'{where}: {o.type} needs several ranks; NAC programs are single-device (use the executor)')
-            if not o.is_virtual and o.type not in T_KERNELS and o.type != 'Noop': raise ArkNacError(f'{where}: op type {o.type!r} has no NAC form')
+            if o.type in ('Send', 'Recv', 'SendDone'):
+                raise ArkNacError(f'{where}: {o.type} needs several ranks; NAC programs are single-device (use the executor)')
+            if not o.is_virtual and o.type not in T_KERNELS and o.type != 'Noop':
+                raise ArkNacError(f'{where}: op type {o.type!r} has no NAC form')
             src = o.read[0] if o.is_virtual and o.read else None
             windows_ok = src is not None and not _window(src)          # a virtual op may cut a window out of a whole buffer
             if o.type == 'Copy' and o.result and o.result[0].id in gathered: self.windows.update(t.id for t in (*o.write, *o.result))
             for t in (*o.read, *o.write, *o.result):
                 if _window(t) and not (windows_ok and t in o.result) and t.id not in self.windows:
-                    raise ArkNacError(f'{where}: tensor {t.id} is a window {list(t.shape)} of region {list(t.strides)} at {list(t.offsets)}; to-nac needs whole-buffer tensors (or windows cut by a virtual op)')
+                    raise ArkNacError(f'{where}: tensor {t.id} is a window {list(t.shape)} of region {list(t.strides)} at '
+                                      f'{list(t.offsets)}; to-nac needs whole-buffer tensors (or windows cut by a virtual op)')
             if windows_ok: self.windows.update(t.id for t in o.result if _window(t))
         self.params = nn.ParameterDict()
         self.names = dict(meta.get('params', {}))
         for tid, a in weights.items():
             if tid not in ts: raise ArkNacError(f'weight t{tid} is not a tensor of the model')
-            self.params[f't{tid}'] = nn.Parameter(torch.from_numpy(np.array(a)).to(TORCH_DTYPES[ts[tid].dtype]).reshape(ts[tid].shape), requires_grad=False)
+            self.params[f't{tid}'] = nn.Parameter(torch.from_numpy(np.array(a)).to(TORCH_DTYPES[ts[tid].dtype]).reshape(ts[tid].shape),
+                                                  requires_grad=False)
         ins = meta.get('inputs') or {f't{t}': t for t in sorted(ts) if t not in produced and t not in weights}
         self.input_ids = list(ins.values())
         outs = meta.get('outputs')

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/75_ark_bench.ipynb #9550bf3f
 from __future__ import annotations
-import argparse, json, os, statistics, tempfile, time
+import argparse, json, statistics, tempfile, time
 from pathlib import Path
 import numpy as np
 
@@ -31,7 +31,8 @@ def gen_rank(rank:int, n_ops:int=10_000, d:int=64):
 
 # %% ../../nbs/75_ark_bench.ipynb #5de0bc37
 def bench_read_check(n_ops:int=10_000, rounds:int=7) -> dict:
-    "Process CPU seconds of json.loads, read_ark, check_ranks and read + check of both rank files: `rounds` interleaved rounds, collector on as users run it; medians, bests and ratios to json.loads (quartiles via `nac_lab.bench.timing.summarize`)."
+    ("Process CPU seconds of json.loads, read_ark, check_ranks and read + check of both rank files: `rounds` interleaved rounds, "
+     "collector on as users run it; medians, bests and ratios to json.loads (quartiles via `nac_lab.bench.timing.summarize`).")
     from nac_lab.ark.format import ark_text, read_ark, paused_gc
     from nac_lab.ark.check import check_ranks
     from nac_lab.bench.timing import pin_threads, summarize
@@ -122,7 +123,13 @@ def bench_exec(n_ops:int=120, d:int=64, rounds:int=15) -> dict:
         run_ex(); ref = _numpy_direct(X, W, seq); _torch_direct(TX, TW, seq)
         np.testing.assert_allclose(ex.get(y.id), ref, rtol=1e-4, atol=1e-5)
         for _ in range(rounds):
-            t0 = time.perf_counter(); run_ex(); t1 = time.perf_counter(); _numpy_direct(X, W, seq); t2 = time.perf_counter(); _torch_direct(TX, TW, seq); t3 = time.perf_counter()
+            t0 = time.perf_counter()
+            run_ex()
+            t1 = time.perf_counter()
+            _numpy_direct(X, W, seq)
+            t2 = time.perf_counter()
+            _torch_direct(TX, TW, seq)
+            t3 = time.perf_counter()
             te.append(t1 - t0); tn.append(t2 - t1); tt.append(t3 - t2)
     def iqr(v):
         q = statistics.quantiles(v, n=4); return q[0], q[2]
@@ -142,10 +149,12 @@ def report(rc:dict, re_:dict) -> str:
             f'  json.loads alone (floor, GC paused): {rc["json"]:6.2f} s ({rc["json_best"]:.2f})\n'
             f'  read_ark (typed objects):            {rc["read"]:6.2f} s ({rc["read_best"]:.2f})   {c("read")} json.loads\n'
             f'  check_ranks (all rules):             {rc["check"]:6.2f} s ({rc["check_best"]:.2f})   {c("check")} json.loads\n'
-            f'  read + check:                        {rc["total"]:6.2f} s ({rc["total_best"]:.2f})   {c("total")} json.loads   goal <= 1 s: {goal}\n'
+            f'  read + check:                        {rc["total"]:6.2f} s ({rc["total_best"]:.2f})   {c("total")} json.loads   '
+            f'goal <= 1 s: {goal}\n'
             f'executor, {re_["ops"]} ops on {re_["d"]}x{re_["d"]} FP32, 1 thread, interleaved medians:\n'
             f'  ArkExecutor {re_["exec_ms"]:.2f} ms, numpy direct {re_["numpy_ms"]:.2f} ms, torch eager {re_["torch_ms"]:.2f} ms\n'
-            f'  executor / numpy direct: {re_["ratio_numpy"]:.2f}x (IQR of round ratios {re_["iqr_numpy"][0]:.2f}-{re_["iqr_numpy"][1]:.2f}); '
+            f'  executor / numpy direct: {re_["ratio_numpy"]:.2f}x '
+            f'(IQR of round ratios {re_["iqr_numpy"][0]:.2f}-{re_["iqr_numpy"][1]:.2f}); '
             f'overhead {re_["per_op_us"]:.0f} us per op\n'
             f'  executor / torch eager:  {re_["ratio_torch"]:.2f}x (IQR {re_["iqr_torch"][0]:.2f}-{re_["iqr_torch"][1]:.2f})')
 
@@ -153,7 +162,8 @@ def main(argv=None):
     "`python -m nac_lab.bench.ark [--ops N] [--repeats R]`"
     p = argparse.ArgumentParser(prog='python -m nac_lab.bench.ark', description='ARK read/check speed and executor overhead')
     p.add_argument('--ops', type=int, default=10_000, help='ops per rank of the generated model (default 10000)')
-    p.add_argument('--repeats', type=int, default=7, help='interleaved rounds of the read/check timing (default 7)'); p.add_argument('--rounds', type=int, default=15)
+    p.add_argument('--repeats', type=int, default=7, help='interleaved rounds of the read/check timing (default 7)')
+    p.add_argument('--rounds', type=int, default=15)
     a = p.parse_args(argv)
     print(report(bench_read_check(a.ops, a.repeats), bench_exec(rounds=a.rounds)))
 

@@ -155,7 +155,8 @@ def report(rows:list) -> str:
 
 def main(argv=None):
     "Run all cases and print the table (`python -m nac_lab.bench.fxp`)."
-    ap = argparse.ArgumentParser(prog='python -m nac_lab.bench.fxp', description='fixed-point model benchmark (interleaved, threads pinned)')
+    ap = argparse.ArgumentParser(prog='python -m nac_lab.bench.fxp',
+                                 description='fixed-point model benchmark (interleaved, threads pinned)')
     ap.add_argument('--rounds', type=int, default=15, help='timed rounds per contender (default 15)')
     ap.add_argument('--threads', type=int, default=1, help='apytypes thread pool size (default 1; numpy ops here are single-threaded)')
     ap.add_argument('--no-apytypes', action='store_true', help='skip the apytypes contender')
@@ -167,7 +168,8 @@ def main(argv=None):
             import apytypes as apy
             apy.reset_thread_pool(a.threads)
         except ImportError: print('apytypes is not installed: its column is skipped (pip install apytypes)')
-    rows = bench_casts(rounds=a.rounds, apy=apy) + bench_requant(rounds=a.rounds, apy=apy) + bench_mac(rounds=max(3, a.rounds // 3), apy=apy)
+    rows = bench_casts(rounds=a.rounds, apy=apy) + bench_requant(rounds=a.rounds, apy=apy) + bench_mac(
+        rounds=max(3, a.rounds // 3), apy=apy)
     print(f'1M values per cast/requant case; threads pinned to 1 (apytypes pool: {a.threads}); process CPU time, medians [IQR] '
           f'of {a.rounds} interleaved rounds; freed memory kept: {kept}')
     print(report(rows))

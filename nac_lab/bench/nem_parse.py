@@ -122,9 +122,12 @@ def report(res:dict) -> str:
     s = [f'NEM front end: {res["statements"]} statements ({res["tokens"]} tokens)',
          f'  lexing only            {res["lex"]:>10,.0f} statements/s   (baseline 1)',
          f'  CPython ast.parse      {res["cpython_ast"]:>10,.0f} statements/s   (baseline 2, C parser, same statement count)',
-         f'  parse                  {res["parse"]:>10,.0f} statements/s   {res["parse"]/res["lex"]:.2f}x lexing, {res["parse"]/res["cpython_ast"]:.2f}x ast.parse',
-         f'  parse + check          {res["parse_check"]:>10,.0f} statements/s   {res["parse_check"]/res["lex"]:.2f}x lexing, {res["parse_check"]/res["cpython_ast"]:.2f}x ast.parse',
-         f'  goal 100,000 statements/s for parse + check: {"met" if res["parse_check"] >= 100_000 else "not met"} ({res["parse_check"]/100_000:.2f}x the goal)']
+         f'  parse                  {res["parse"]:>10,.0f} statements/s   {res["parse"]/res["lex"]:.2f}x lexing, '
+         f'{res["parse"]/res["cpython_ast"]:.2f}x ast.parse',
+         f'  parse + check          {res["parse_check"]:>10,.0f} statements/s   {res["parse_check"]/res["lex"]:.2f}x lexing, '
+         f'{res["parse_check"]/res["cpython_ast"]:.2f}x ast.parse',
+         f'  goal 100,000 statements/s for parse + check: {"met" if res["parse_check"] >= 100_000 else "not met"} '
+         f'({res["parse_check"]/100_000:.2f}x the goal)']
     cs = res.get('comparisons')
     if cs: s += [f'  time / lexing time, median [quartiles] of {next(iter(cs.values())).pairs} interleaved rounds: '
                  + ', '.join(f'{k} {c}' for k, c in cs.items())]
@@ -133,8 +136,10 @@ def report(res:dict) -> str:
         both = us(res['floor_lex']) + us(res['floor_ast'])
         s += ['', '  floors for any CPython front end that builds this AST (measured in this run):',
               f'    tokenizing in C only (re.findall)   {res["floor_lex"]:>10,.0f} statements/s   {us(res["floor_lex"]):5.2f} us/statement',
-              f'    allocating the AST only             {res["floor_ast"]:>10,.0f} statements/s   {us(res["floor_ast"]):5.2f} us/statement ({res["nodes"]/res["statements"]:.2f} nodes/statement)',
-              f'    the two together                    {1e6/both:>10,.0f} statements/s   {both:5.2f} us/statement = {both/10:.0%} of the goal\'s 10 us,',
+              f'    allocating the AST only             {res["floor_ast"]:>10,.0f} statements/s   {us(res["floor_ast"]):5.2f} '
+              f'us/statement ({res["nodes"]/res["statements"]:.2f} nodes/statement)',
+              f'    the two together                    {1e6/both:>10,.0f} statements/s   {both:5.2f} us/statement = {both/10:.0%} of the '
+              'goal\'s 10 us,',
               f'    leaving {max(10 - both, 0):.2f} us/statement for every grammar decision, all rules and the hazard simulation']
     ph = res.get('phases')
     if ph:

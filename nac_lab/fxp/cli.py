@@ -113,7 +113,8 @@ def _cycles(args):
         if getattr(args, a) < 0: raise FxpError(f'{a} must be >= 0, got {getattr(args, a)}')
     dp = Datapath(rows=args.rows, cols=args.cols, pipeline_depth=args.depth)
     t = dp.tiles(args.M, args.N)
-    print(f'{args.M}x{args.K} by {args.K}x{args.N} on {args.rows}x{args.cols}: {t} tiles x {args.K} + {args.depth} = {dp.cycles(args.M, args.K, args.N)} cycles')
+    print(f'{args.M}x{args.K} by {args.K}x{args.N} on {args.rows}x{args.cols}: {t} tiles x {args.K} + {args.depth} = '
+          f'{dp.cycles(args.M, args.K, args.N)} cycles')
     return 0
 
 # %% ../../nbs/65b_fxp_cli.ipynb #eb8a66cc

@@ -37,12 +37,14 @@ class Datapath:
     def __post_init__(self):
         for k in ('rows', 'cols'):
             v = getattr(self, k)
-            if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= 4096: raise FxpError(f'Datapath {k} must be an int in 1..4096, got {v!r}')
+            if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= 4096:
+                raise FxpError(f'Datapath {k} must be an int in 1..4096, got {v!r}')
         if not isinstance(self.pipeline_depth, int) or not 0 <= self.pipeline_depth <= 1000:
             raise FxpError(f'Datapath pipeline_depth must be an int in 0..1000, got {self.pipeline_depth!r}')
         self.overflow = self.overflow.upper() if isinstance(self.overflow, str) else self.overflow
         if self.overflow not in ('WRAP', 'SAT'): raise ModeError(f"accumulator overflow must be 'WRAP' or 'SAT', got {self.overflow!r}")
-        if self.acc.word_bits > 32 or not self.acc.signed: raise FxpError(f'the requant epilogue takes a signed accumulator of at most 32 bits, got {self.acc}')
+        if self.acc.word_bits > 32 or not self.acc.signed:
+            raise FxpError(f'the requant epilogue takes a signed accumulator of at most 32 bits, got {self.acc}')
         as_raw(self.x_zero, self.in_fmt, 'x_zero'); as_raw(self.w_zero, self.w_fmt, 'w_zero'); as_raw(self.out_zero, self.out, 'out_zero')
         for k in ('act_min', 'act_max'):
             if getattr(self, k) is not None: as_raw(getattr(self, k), self.out, k)
@@ -86,7 +88,8 @@ def _block(self:Datapath, xs, ws, b, m0, shift, lo, hi):
 def run(self:Datapath, x_raw, w_raw, b_raw=None, by_tile:bool=False) -> DatapathResult:
     "Compute the layer as the array does: k-order accumulation per output, bias, requant, clamp (`by_tile`: loop over the tiles)."
     x = as_raw(x_raw, self.in_fmt, 'x'); w = as_raw(w_raw, self.w_fmt, 'w')
-    if x.ndim != 2 or w.ndim != 2 or x.shape[1] != w.shape[0]: raise FxpError(f'Datapath.run needs x (M×K) and w (K×N), got {x.shape} and {w.shape}')
+    if x.ndim != 2 or w.ndim != 2 or x.shape[1] != w.shape[0]:
+        raise FxpError(f'Datapath.run needs x (M×K) and w (K×N), got {x.shape} and {w.shape}')
     M, K = x.shape; N = w.shape[1]
     b = np.zeros(N, dtype=np.int64) if b_raw is None else as_raw(b_raw, QFormat(32, 32), 'bias')
     if b.shape != (N,): raise FxpError(f'bias must have shape ({N},), got {b.shape}')
@@ -102,7 +105,8 @@ def run(self:Datapath, x_raw, w_raw, b_raw=None, by_tile:bool=False) -> Datapath
         for i0 in range(0, M, self.rows):
             for j0 in range(0, N, self.cols):
                 i1, j1 = min(i0 + self.rows, M), min(j0 + self.cols, N)
-                y[i0:i1, j0:j1], accs[i0:i1, j0:j1], ev[i0:i1, j0:j1] = self._block(xs[i0:i1], ws[:, j0:j1], b[j0:j1], m0[j0:j1], sh[j0:j1], lo, hi)
+                y[i0:i1, j0:j1], accs[i0:i1, j0:j1], ev[i0:i1, j0:j1] = self._block(
+                    xs[i0:i1], ws[:, j0:j1], b[j0:j1], m0[j0:j1], sh[j0:j1], lo, hi)
     tile_events = {}
     for i0 in range(0, M, self.rows):
         for j0 in range(0, N, self.cols):

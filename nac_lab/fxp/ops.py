@@ -5,7 +5,7 @@
 # %% ../../nbs/61_fxp_ops.ipynb #90ef0df3
 from __future__ import annotations
 import numpy as np
-from .types import QFormat, FxpError, ModeError, as_raw, cast, _as, _wrap
+from .types import QFormat, FxpError, ModeError, as_raw, _wrap
 
 # %% auto #0
 __all__ = ['ACC_OVERFLOW', 'add_format', 'mul_format', 'fx_add', 'fx_sub', 'fx_mul', 'fx_neg', 'fx_shift', 'mac_matmul',
@@ -63,7 +63,8 @@ def _mac_args(a_raw, b_raw, acc, overflow):
     if acc.word_bits > 62: raise FxpError(f'accumulators wider than 62 bits are not modelled (got {acc})')
     a, b = (np.asarray(v) for v in (a_raw, b_raw))
     for n, v in (('a', a), ('b', b)):
-        if v.dtype.kind not in 'iu' or v.dtype == np.uint64: raise FxpError(f'{n} must be an integer array (int64 or narrower), got dtype {v.dtype}')
+        if v.dtype.kind not in 'iu' or v.dtype == np.uint64:
+            raise FxpError(f'{n} must be an integer array (int64 or narrower), got dtype {v.dtype}')
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
         raise FxpError(f'mac_matmul needs A (M×K) and B (K×N), got shapes {a.shape} and {b.shape}')
     a, b = a.astype(np.int64), b.astype(np.int64)

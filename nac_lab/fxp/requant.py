@@ -6,7 +6,7 @@
 from __future__ import annotations
 import math
 import numpy as np
-from .types import QFormat, FxpError, ModeError, RawRangeError, as_raw
+from .types import QFormat, FxpError, ModeError, as_raw
 
 # %% auto #0
 __all__ = ['INT32_MIN', 'INT32_MAX', 'quantize_multiplier', 'srdhm', 'rdbpot', 'mbqm_double', 'mbqm_single', 'requantize']

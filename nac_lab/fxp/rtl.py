@@ -4,7 +4,7 @@
 
 # %% ../../nbs/64_fxp_rtl.ipynb #d3a1e7ca
 from __future__ import annotations
-import os, re, shutil, subprocess, tempfile
+import re, shutil, subprocess, tempfile
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
@@ -45,10 +45,12 @@ class RtlConfig:
         if r not in ('double', 'single'): raise FxpError(f"rounding must be 'double' or 'single', got {self.rounding!r}")
         object.__setattr__(self, 'overflow', o); object.__setattr__(self, 'rounding', r)
         if not isinstance(self.name, str) or not _IDENT.fullmatch(self.name) or self.name.lower() in _KEYWORDS:
-            raise FxpError(f'module name must be a Verilog identifier [A-Za-z_][A-Za-z0-9_]* of at most 48 characters, got {str(self.name)[:60]!r}')
+            raise FxpError('module name must be a Verilog identifier [A-Za-z_][A-Za-z0-9_]* of at most 48 characters, got '
+                           f'{str(self.name)[:60]!r}')
     def datapath(self, **kw) -> Datapath:
         "The `Datapath` this RTL implements (epilogue parameters from `kw`)."
-        return Datapath(rows=self.rows, cols=self.cols, in_fmt=QFormat(self.in_bits, self.in_bits), w_fmt=QFormat(self.in_bits, self.in_bits),
+        return Datapath(rows=self.rows, cols=self.cols, in_fmt=QFormat(self.in_bits, self.in_bits),
+                        w_fmt=QFormat(self.in_bits, self.in_bits),
                         acc=QFormat(self.acc_bits, self.acc_bits), overflow=self.overflow, out=QFormat(self.out_bits, self.out_bits),
                         rounding=self.rounding, pipeline_depth=1, **kw)
 
@@ -357,13 +359,15 @@ def iverilog_available() -> bool:
 def _tool(cmd, cwd, timeout, what):
     try: r = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired: raise SimError(f'{what} did not finish within {timeout} s') from None
-    except FileNotFoundError: raise SimError(f'{cmd[0]} not found: install Icarus Verilog (Debian package iverilog; `make test` installs it)') from None
+    except FileNotFoundError:
+        raise SimError(f'{cmd[0]} not found: install Icarus Verilog (Debian package iverilog; `make test` installs it)') from None
     if r.returncode != 0: raise SimError(f'{what} failed (exit {r.returncode}): {(r.stderr or r.stdout).strip()[:2000]}')
     return r
 
 def simulate(cfg:RtlConfig, layers:list, timeout:float=120, workdir=None, trace:list|None=None) -> tuple:
     "Run `layers` through the generated Verilog under Icarus Verilog; returns (outputs per layer, cycles from first step to last output)."
-    if not iverilog_available(): raise SimError('iverilog not found: install Icarus Verilog (Debian package iverilog; `make test` installs it)')
+    if not iverilog_available():
+        raise SimError('iverilog not found: install Icarus Verilog (Debian package iverilog; `make test` installs it)')
     lines = vector_lines(cfg, layers)
     tiles = [(l, t) for l in layers for t in l.tiles(cfg)]
     with tempfile.TemporaryDirectory(prefix='nac_fxp_rtl_') as tmp:

@@ -164,7 +164,8 @@ def _wrap(x, fmt:QFormat):
     return ((x - fmt.min_raw) & m) + fmt.min_raw
 
 def overflow_adjust(x, fmt:QFormat, overflow:str='WRAP', lead=None, inplace:bool=False):
-    "Bring exact integers `x` (in `fmt`'s LSB units) into `fmt`'s range by `overflow`; `lead` is the truncated value for WRAP_SM; `inplace` may reuse `x`."
+    ("Bring exact integers `x` (in `fmt`'s LSB units) into `fmt`'s range by `overflow`; `lead` is the truncated value for WRAP_SM; "
+     "`inplace` may reuse `x`.")
     o = _mode(overflow, OVERFLOW, 'overflow')
     lo, hi = fmt.min_raw, fmt.max_raw
     if fmt.wide and x.dtype != object: x = np.asarray(x).astype(object)   # exact Python ints for wide words
@@ -200,7 +201,8 @@ def _as(x, fmt:QFormat):
 _BLOCK = 1 << 17     # int64 values per block of the fused check + cast (1 MiB: each pass over a block stays in cache)
 
 def _fused_cast(raw:np.ndarray, src:QFormat, dst:QFormat, s:int, r:str, o:str) -> np.ndarray:
-    "A narrowing int64 cast (`s` fraction bits dropped) done block by block, so every pass, range check included, reads a block still in cache; a bad block hands over to `as_raw`, which names the first bad index."
+    ("A narrowing int64 cast (`s` fraction bits dropped) done block by block, so every pass, range check included, reads a block still in "
+     "cache; a bad block hands over to `as_raw`, which names the first bad index.")
     x, y = raw.reshape(-1), np.empty(raw.size, np.int64)
     on_y = r == 'TRN' and s < src.word_bits + (not src.signed)   # then x is in range exactly when x >> s is in the shifted range
     lo, hi = (src.min_raw >> s, src.max_raw >> s) if on_y else (src.min_raw, src.max_raw)
@@ -218,7 +220,8 @@ def _fused_cast(raw:np.ndarray, src:QFormat, dst:QFormat, s:int, r:str, o:str) -
     return y
 
 def cast(raw, src:QFormat, dst:QFormat, rounding:str='TRN', overflow:str='WRAP', check:bool=True) -> np.ndarray:
-    "Raw values of `src` converted to raw values of `dst` exactly as `ap_fixed` assignment does (`check=False` skips the input range check)."
+    ("Raw values of `src` converted to raw values of `dst` exactly as `ap_fixed` assignment does (`check=False` skips the input range "
+     "check).")
     r, o = _mode(rounding, ROUNDING, 'rounding'), _mode(overflow, OVERFLOW, 'overflow')
     if o == 'WRAP_SM' and not dst.signed: raise ModeError(f'WRAP_SM needs a signed target format, not {dst}')
     d = dst.frac_bits - src.frac_bits

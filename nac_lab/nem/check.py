@@ -6,8 +6,8 @@
 from __future__ import annotations
 import time
 from pathlib import Path
-from .ast import (Num, Name, BinOp, Neg, Str, ListV, Region, Quant, Deco, Ref, Operand,
-    Const, Let, Buffer, RegionDecl, Move, Wait, Compute, Loop, Program, ELEM_TYPES)
+from .ast import (Num, Name, BinOp, Neg, ListV, Region, Const, Let, Buffer, RegionDecl, Move, Wait, Compute,
+    Loop, Program, ELEM_TYPES)
 from .lexer import NemError
 from .evaluate import names_in
 from .parser import no_gc
@@ -29,7 +29,8 @@ DECORATORS = {
     'memmove': (0, {'transfer'}), 'max_in_flight': (1, {'loop'}), 'resource': ('unit', {'task'}),
     'seq_engine': (1, {'task'}), 'debug': (1, None), 'profile': (1, None), 'import': (0, {'buffer'}),
 }
-RESOURCE_INVALID = {'SEQ': 'the sequencer (it dispatches tasks and runs none)', 'sDMA': 'a device-level unit that the binder picks by memory level',
+RESOURCE_INVALID = {'SEQ': 'the sequencer (it dispatches tasks and runs none)', 'sDMA': 'a device-level unit that the binder picks by '
+                                                                                        'memory level',
                     'WDM': 'a device-level data-path modifier, not schedulable'}
 
 def check_decorators(ctx:Ctx, decos:list, target:str, env:dict, node=None):
@@ -45,8 +46,11 @@ def check_decorators(ctx:Ctx, decos:list, target:str, env:dict, node=None):
         kinds = {target} | ({'task'} if target == 'transfer' else set())
         if targets is not None and not (kinds & targets):
             what = target if target != 'transfer' else 'transfer task'
-            hint = ' (a decorator written right after an operand decorates that operand; put task decorators on the next line)' if target == 'operand' and 'task' in targets else ''
-            ctx.report('error', 'deco.target', f'@{d.name} cannot decorate {"an" if what[0] in "aeiou" else "a"} {what}; it applies to ' + ', '.join(sorted(targets)) + hint, d); continue
+            hint = (' (a decorator written right after an operand decorates that operand; put task decorators on the next line)'
+                    if target == 'operand' and 'task' in targets else '')
+            ctx.report('error', 'deco.target', f'@{d.name} cannot decorate {"an" if what[0] in "aeiou" else "a"} {what}; it applies to '
+                       + ', '.join(sorted(targets)) + hint, d)
+            continue
         if nargs == 'unit':
             if d.unit is None:
                 ctx.report('error', 'deco.args', f'@resource takes UNIT[index], e.g. @resource(CSTL[0])', d); continue
@@ -54,7 +58,9 @@ def check_decorators(ctx:Ctx, decos:list, target:str, env:dict, node=None):
             continue
         got = len(d.args or [])
         if d.unit is not None or got != nargs:
-            ctx.report('error', 'deco.args', f'@{d.name} takes ' + ('no arguments' if nargs == 0 else f'{nargs} argument') + f', got {got if d.unit is None else "a unit"}', d); continue
+            ctx.report('error', 'deco.args', f'@{d.name} takes ' + ('no arguments' if nargs == 0 else f'{nargs} argument') + f', got '
+                       f'{got if d.unit is None else "a unit"}', d)
+            continue
         if d.name in ('max_in_flight', 'seq_engine'):
             a = d.args[0]
             v = ctx.eval_or_report(a, env, f'@{d.name}') if type(a) in (Num, Name, BinOp, Neg) else None
@@ -66,28 +72,38 @@ def check_decorators(ctx:Ctx, decos:list, target:str, env:dict, node=None):
             if d.name == 'seq_engine':
                 ne = ctx.device.topology['num_engines'] if ctx.device is not None and not ctx.device.abstract else None
                 if v < 0 or (ne is not None and v >= ne):
-                    ctx.report('error', 'deco.seq-engine', f'@seq_engine({v}): ' + (f'device {ctx.device.name} has engines 0..{ne-1}' if ne is not None else 'engine indices start at 0'), d)
+                    ctx.report('error', 'deco.seq-engine', f'@seq_engine({v}): ' + (
+                        f'device {ctx.device.name} has engines 0..{ne-1}' if ne is not None else 'engine indices start at 0'), d)
 
 def _check_resource(ctx, d, env, node):
     if d.unit in RESOURCE_INVALID:
-        ctx.report('error', 'deco.resource', f'@resource({d.unit}[...]) is not allowed: {d.unit} is {RESOURCE_INVALID[d.unit]}; valid units are NMU, CSTL, DMA, VPU', d); return
+        ctx.report('error', 'deco.resource',
+                   f'@resource({d.unit}[...]) is not allowed: {d.unit} is {RESOURCE_INVALID[d.unit]}; valid units are NMU, CSTL, DMA, VPU',
+                   d)
+        return
     if d.unit not in PER_ENGINE_UNITS:
         ctx.report('error', 'deco.resource', f'@resource: unknown unit type {d.unit!r}; valid units are NMU, CSTL, DMA, VPU', d); return
     idx = ctx.eval_or_report(d.index, env, '@resource index')
     if idx is None: return
     if idx < 0: ctx.report('error', 'deco.resource', f'@resource({d.unit}[{idx}]): the index must be >= 0', d); return
     if node is not None:
-        prim = ctx.ops[node.opcode]['unit'] if type(node) is Compute and node.opcode in ctx.ops else ('DMA' if type(node) is Move and node.kind == 'transfer' else 'CSTL' if type(node) is Move else None)
+        prim = ctx.ops[node.opcode]['unit'] if type(node) is Compute and node.opcode in ctx.ops else (
+            'DMA' if type(node) is Move and node.kind == 'transfer' else 'CSTL' if type(node) is Move else None)
         if prim is not None and d.unit not in (prim, 'VPU'):
             what = node.opcode if type(node) is Compute else node.kind
-            ctx.report('warning', 'deco.resource', f'@resource({d.unit}[{idx}]): {what} runs on {prim}; binding it to {d.unit} needs a cross-type translation', d)
+            ctx.report('warning', 'deco.resource',
+                       f'@resource({d.unit}[{idx}]): {what} runs on {prim}; binding it to {d.unit} needs a cross-type translation', d)
     dev = ctx.device
     if dev is not None and not dev.abstract:
         n = dev.topology['per_engine'].get(d.unit, 0)
         if n == 0:
-            ctx.report('warning', 'deco.resource', f'device {dev.name} has no {d.unit}; the binder must translate the task to another unit type or reject it (resource rule 3)', d)
+            ctx.report('warning', 'deco.resource',
+                       f'device {dev.name} has no {d.unit}; the binder must translate the task to another unit type or reject it '
+                       '(resource rule 3)', d)
         elif idx >= n:
-            ctx.report('info', 'deco.resource', f'device {dev.name} has {n} {d.unit} per engine; {d.unit}[{idx}] is remapped to an available instance (resource rule 2)', d)
+            ctx.report('info', 'deco.resource',
+                       f'device {dev.name} has {n} {d.unit} per engine; {d.unit}[{idx}] is remapped to an available instance (resource '
+                       'rule 2)', d)
 
 # %% ../../nbs/34d_nem_check.ipynb #a544c86d
 def check_placement(ctx:Ctx, t, rvs:list, env:dict):
@@ -97,13 +113,16 @@ def check_placement(ctx:Ctx, t, rvs:list, env:dict):
         bi = ctx.buffers.get(rv.buffer) if rv is not None else None
         if bi is not None and bi.level == 'L1' and bi.index is not None: engines.setdefault(bi.index, rv.name)
     if len(engines) > 1:
-        ctx.report('error', 'placement.multi-engine', 'task touches ' + ' and '.join(f'{n} in L1[{k}]' for k, n in sorted(engines.items())) + '; a task runs on one engine and may reference one L1', t)
+        ctx.report('error', 'placement.multi-engine',
+                   'task touches ' + ' and '.join(f'{n} in L1[{k}]' for k, n in sorted(engines.items())) + '; a task runs on one engine '
+                   'and may reference one L1', t)
     for d in t.decos:
         if d.name == 'seq_engine' and d.args and len(engines) == 1:
             v = quiet_eval(ctx)(d.args[0], env, '') if type(d.args[0]) in (Num, Name, BinOp, Neg) else None
             (k, n), = engines.items()
             if v is not None and v != k:
-                ctx.report('error', 'placement.seq-engine', f'@seq_engine({v}) conflicts with operand {n} in L1[{k}], which places the task on engine {k}', d)
+                ctx.report('error', 'placement.seq-engine',
+                           f'@seq_engine({v}) conflicts with operand {n} in L1[{k}], which places the task on engine {k}', d)
 
 # %% ../../nbs/34d_nem_check.ipynb #655f7b30
 def _loop_tokens(body, acc):
@@ -121,7 +140,8 @@ def check_tokens(ctx:Ctx, t, defined:set, carried:set):
         if kind and kind != 'token':
             ctx.report('error', 'token.not-token', f'{r.id} is a {kind}, not a task token', r)
         else:
-            ctx.report('error', 'token.undefined', f'token {r.id!r} is not produced by an earlier task' + (' (nor by this loop body)' if carried else ''), r)
+            ctx.report('error', 'token.undefined',
+                       f'token {r.id!r} is not produced by an earlier task' + (' (nor by this loop body)' if carried else ''), r)
     if type(t) is Wait and t.assign:
         ctx.report('error', 'token.wait-assign', f'wait produces no token, so {t.assign} = wait(...) assigns nothing', t)
 
@@ -136,7 +156,9 @@ def check_statements(ctx:Ctx, body, envs, defined, carried):
             for e in envs[1:]: check_buffer_extra(ctx, s, e)
             check_decorators(ctx, s.decos, 'buffer', envs[0]); continue
         if t is RegionDecl:
-            if s.name in ctx.buffers or (s.name in ctx.consts): ctx.report('error', 'name.duplicate', f'{s.name} is already declared as a ' + ('buffer' if s.name in ctx.buffers else 'constant'), s)
+            if s.name in ctx.buffers or (s.name in ctx.consts):
+                ctx.report('error', 'name.duplicate',
+                           f'{s.name} is already declared as a ' + ('buffer' if s.name in ctx.buffers else 'constant'), s)
             ctx.scope[s.name] = ('region', s)
             for e in envs: eval_region(ctx, s.name, s.region, s.decos, e)
             check_decorators(ctx, s.decos, 'region', envs[0]); continue
@@ -158,13 +180,15 @@ def check_statements(ctx:Ctx, body, envs, defined, carried):
                 lo = ctx.eval_or_report(s.start, e, f'start of loop {s.var}'); hi = ctx.eval_or_report(s.end, e, f'end of loop {s.var}')
                 if lo is None or hi is None: continue
                 if hi < lo:
-                    ctx.report('warning', 'loop.bounds', f'loop {s.var} in [{lo}..{hi}] runs zero times (both ends are inclusive)', s); continue
+                    ctx.report('warning', 'loop.bounds', f'loop {s.var} in [{lo}..{hi}] runs zero times (both ends are inclusive)', s)
+                    continue
                 for v in ((lo, hi) if hi != lo else (lo,)):
                     e2 = dict(e); e2[s.var] = v; new_envs.append(e2)
             if len(new_envs) > 64:   # deep nests: keep the all-first and all-last corners only
                 new_envs = [new_envs[0], new_envs[-1]]
             if s.var in ctx.consts or s.var in ctx.buffers:
-                ctx.report('error', 'name.duplicate', f'loop variable {s.var} shadows a ' + ('constant' if s.var in ctx.consts else 'buffer'), s)
+                ctx.report('error', 'name.duplicate',
+                           f'loop variable {s.var} shadows a ' + ('constant' if s.var in ctx.consts else 'buffer'), s)
             old = ctx.scope.get(s.var); ctx.scope[s.var] = ('loop variable', s)
             if new_envs: check_statements(ctx, s.body, new_envs, defined, carried | _loop_tokens(s.body, set()))
             if old is None: ctx.scope.pop(s.var, None)
@@ -216,7 +240,8 @@ def _attr_exprs(t):
 def check_buffer_extra(ctx, b, env):
     "Re-check a buffer declared inside a loop at another loop corner (size and level only)."
     size = ctx.eval_or_report(b.size, env, f'size of buffer {b.name}')
-    if size is not None and size <= 0: ctx.report('error', 'buffer.size', f'buffer {b.name} has size {size}; a buffer size must be a positive number of bytes', b)
+    if size is not None and size <= 0:
+        ctx.report('error', 'buffer.size', f'buffer {b.name} has size {size}; a buffer size must be a positive number of bytes', b)
 
 def check_access(ctx, t, reads, writes):
     "@readonly regions are not written, @writeonly regions not read (decorator rules)."
@@ -235,14 +260,17 @@ def _resolve_operand(ctx, op, env, typed=True):
     if ent is None:
         if ref.id in ctx.consts: ent = ('constant', None)
         else:
-            ctx.report('error', 'expr.undefined', f'operand {ref.id!r} is not a declared region' + (' or buffer' if not typed else ''), ref); return None
+            ctx.report('error', 'expr.undefined', f'operand {ref.id!r} is not a declared region' + (' or buffer' if not typed else ''), ref)
+            return None
     kind, node = ent
     if kind == 'region' or (kind == 'let' and type(node) is RegionDecl):
         return eval_region(ctx, ref.id, node.region, node.decos + op.decos if node.decos or op.decos else (), env, report=False)
     if kind == 'buffer' and not typed:
         bi = ctx.buffers.get(ref.id)
-        return RegionVal(ref.id, ref.id, 0, bi.size, None, None, None, None, None, list(bi.node.decos) + list(op.decos), ref) if bi and bi.size is not None else None
-    ctx.report('error', 'compute.operands' if typed else 'transfer.operand', f'operand {ref.id} is a {kind}, not a region' + ('' if typed else ' or buffer'), ref)
+        return RegionVal(ref.id, ref.id, 0, bi.size, None, None, None, None, None, list(bi.node.decos) + list(op.decos),
+                         ref) if bi and bi.size is not None else None
+    ctx.report('error', 'compute.operands' if typed else 'transfer.operand',
+               f'operand {ref.id} is a {kind}, not a region' + ('' if typed else ' or buffer'), ref)
     return None
 
 def check(path=None, text:str|None=None, name:str|None=None, device:str|None=None, base_dir=None, timings:dict|None=None) -> CheckResult:
@@ -257,7 +285,8 @@ class PhaseClock:
         t = time.process_time(); self.d[phase] = self.d.get(phase, 0.0) + t - self.t; self.t = t
 
 def _target_device(ws, prog, file, device, path, base_dir, diags) -> tuple:
-    "(target device name or None, the directive naming it or None): `device` (a name or a file) overrides the program's `device` directive; device files go through `Workspace.add_device_file`."
+    ("(target device name or None, the directive naming it or None): `device` (a name or a file) overrides the program's `device` "
+     "directive; device files go through `Workspace.add_device_file`.")
     if device is not None:
         dp = Path(device)
         if device.endswith('.nem') or dp.is_file():
@@ -265,10 +294,12 @@ def _target_device(ws, prog, file, device, path, base_dir, diags) -> tuple:
             target, sub = ws.add_device_file(dp, device); diags += sub.diags
             if target is None:
                 e = sub.errors[0] if sub.errors else None
-                raise NemError(f'{device} defines no device' + (f' (it does not parse: {e.file}:{e.line}:{e.col}: {e.message})' if e else ''))
+                raise NemError(f'{device} defines no device'
+                               + (f' (it does not parse: {e.file}:{e.line}:{e.col}: {e.message})' if e else ''))
             return target, None
         if device not in ws.devices:
-            raise NemError(f'device {device!r} is not defined in {file} or the files it includes' + (f' (known: {", ".join(ws.devices)})' if ws.devices else ''))
+            raise NemError(f'device {device!r} is not defined in {file} or the files it includes' + (
+                f' (known: {", ".join(ws.devices)})' if ws.devices else ''))
         return device, None
     if prog is None or prog.device is None: return None, None
     dr = prog.device
@@ -276,9 +307,11 @@ def _target_device(ws, prog, file, device, path, base_dir, diags) -> tuple:
     if dr.kind == 'id':
         if dr.value in ws.devices: return dr.value, dr
         notes = [f'visible devices: {", ".join(ws.devices)}'] if ws.devices else ['include the file that defines it']
-        notes += [f'include "{t}" in {f} resolved to {ws._shown(p)}' + (' (on the built-in search path, not next to the including file)' if via else '')
+        notes += [f'include "{t}" in {f} resolved to {ws._shown(p)}' + (' (on the built-in search path, not next to the '
+                                                                        'including file)' if via else '')
                   for f, t, p, via in ws.include_log if f == file]
-        diags.append(Diagnostic('error', 'device.unknown', f'device {dr.value!r} is not defined in an included file', file, dr.line, dr.col, notes))
+        diags.append(Diagnostic('error', 'device.unknown', f'device {dr.value!r} is not defined in an included file', file, dr.line, dr.col,
+                                notes))
         return None, dr
     base = Path(path).resolve().parent if path is not None else Path(base_dir or '.')
     p = ws.resolve_include(dr.value, base)
@@ -286,7 +319,8 @@ def _target_device(ws, prog, file, device, path, base_dir, diags) -> tuple:
         diags.append(Diagnostic('error', 'device.unknown', f'device file {dr.value!r} not found', file, dr.line, dr.col))
         return None, dr
     target, sub = ws.add_device_file(p, ws._shown(p)); diags += sub.diags
-    if target is None: diags.append(Diagnostic('error', 'device.unknown', f'device file {dr.value!r} defines no device', file, dr.line, dr.col))
+    if target is None:
+        diags.append(Diagnostic('error', 'device.unknown', f'device file {dr.value!r} defines no device', file, dr.line, dr.col))
     return target, dr
 
 def _run_checks(path, text, name, device, base_dir, timings=None):
@@ -345,7 +379,8 @@ def task_graph(program:Program):
         for s in body:
             if type(s) is Loop:
                 with g.subgraph(name=f'cluster_{s.line}') as sg:
-                    sg.attr(label=f'loop {s.var} in [{fmt_expr(s.start)}..{fmt_expr(s.end)}]' + ''.join(' ' + fmt_deco(d) for d in s.decos), style='rounded', color='#999999')
+                    sg.attr(label=f'loop {s.var} in [{fmt_expr(s.start)}..{fmt_expr(s.end)}]' + ''.join(' ' + fmt_deco(d) for d in s.decos),
+                            style='rounded', color='#999999')
                     walk(s.body, sg, _loop_tokens(s.body, set()))
                 continue
             if type(s) not in (Move, Compute, Wait): continue

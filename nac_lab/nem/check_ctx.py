@@ -6,8 +6,8 @@
 from __future__ import annotations
 import math, operator
 from dataclasses import dataclass
-from .ast import (Num, Name, BinOp, Neg, Str, ListV, Region, Quant, Deco, Ref, Operand,
-    Const, Let, Buffer, RegionDecl, Move, Wait, Compute, Loop, Program, ELEM_TYPES)
+from .ast import (Num, Name, BinOp, Neg, Region, Quant, Const, Let,
+    Buffer, RegionDecl, Move, Wait, Compute, Loop, Program)
 from .lexer import INT_MAX
 from .evaluate import EvalError, eval_int, names_in
 from .grammar import opcode_table
@@ -131,7 +131,9 @@ def check_consts(ctx:Ctx):
             if type(s) is Loop: walk(s.body, True); continue
             if type(s) is not Const: continue
             if in_loop:
-                ctx.report('error', 'const.in-loop', f'const {s.name} is declared inside a loop; constants are iteration-invariant and belong before the loop (const rule 6)', s)
+                ctx.report('error', 'const.in-loop',
+                           f'const {s.name} is declared inside a loop; constants are iteration-invariant and belong before the loop '
+                           '(const rule 6)', s)
             if s.name in ctx.consts or (s.name in seen):
                 ctx.report('error', 'const.duplicate', f'const {s.name} is declared twice; constants are immutable (const rule 1)', s,
                       [f'first declared at line {seen[s.name].line}'] if s.name in seen else [])
@@ -139,25 +141,33 @@ def check_consts(ctx:Ctx):
             seen[s.name] = s
             if s.name in others:
                 k, n = others[s.name]
-                ctx.report('error', 'const.name-conflict', f'const {s.name} conflicts with the {k} of the same name at line {n.line} (const rule 7)', s)
+                ctx.report('error', 'const.name-conflict',
+                           f'const {s.name} conflicts with the {k} of the same name at line {n.line} (const rule 7)', s)
             ok = True
             for e in _walk_expr(s.expr):
                 if type(e) is Num and e.text is not None:
-                    ctx.report('error', 'const.integer', f'const {s.name}: FLOAT literal {e.text}; constants are integers (const rule 2)', e); ok = False
+                    ctx.report('error', 'const.integer', f'const {s.name}: FLOAT literal {e.text}; constants are integers (const rule 2)',
+                               e)
+                    ok = False
                 elif type(e) is Name and e.id not in ctx.consts:
                     if e.id in seen and seen[e.id] is not s:
                         ok = False; continue       # an earlier const whose value failed: reported there, not again here
                     if e.id in others and e.id not in later:
-                        ctx.report('error', 'const.non-const', f'const {s.name} uses {e.id}, a {others[e.id][0]}, not a constant (const rule 3)', e)
+                        ctx.report('error', 'const.non-const',
+                                   f'const {s.name} uses {e.id}, a {others[e.id][0]}, not a constant (const rule 3)', e)
                     elif e.id in later and later[e.id] is not s and later[e.id].line >= s.line:
-                        ctx.report('error', 'const.forward-ref', f'const {s.name} uses {e.id}, which is declared later (line {later[e.id].line}); constants must be declared on a preceding line (const rule 4)', e)
+                        ctx.report('error', 'const.forward-ref',
+                                   f'const {s.name} uses {e.id}, which is declared later (line {later[e.id].line}); constants must be '
+                                   'declared on a preceding line (const rule 4)', e)
                     else:
-                        ctx.report('error', 'const.forward-ref', f'const {s.name} uses {e.id!r}, which is not declared as a const on a preceding line (const rule 4)', e)
+                        ctx.report('error', 'const.forward-ref',
+                                   f'const {s.name} uses {e.id!r}, which is not declared as a const on a preceding line (const rule 4)', e)
                     ok = False
             if not ok: continue
             try: ctx.consts[s.name] = eval_int(s.expr, ctx.consts)
             except EvalError as ex:
-                if ex.kind == 'div-zero': ctx.report('error', 'const.div-zero', f'const {s.name}: {ex.msg} (const rule 5)', (ex.line, ex.col))
+                if ex.kind == 'div-zero':
+                    ctx.report('error', 'const.div-zero', f'const {s.name}: {ex.msg} (const rule 5)', (ex.line, ex.col))
                 elif ex.kind == 'range': ctx.report('error', 'const.range', f'const {s.name}: {ex.msg}', (ex.line, ex.col))
                 else: ctx.report('error', 'const.integer', f'const {s.name}: {ex.msg}', (ex.line, ex.col))
     seen = {}
@@ -174,20 +184,23 @@ def check_buffer(ctx:Ctx, b:Buffer, env:dict):
     "Buffer rules for one declaration: size, alignment, memory level; registers it in scope."
     size = ctx.eval_or_report(b.size, env, f'size of buffer {b.name}')
     if size is not None and size <= 0:
-        ctx.report('error', 'buffer.size', f'buffer {b.name} has size {size}; a buffer size must be a positive number of bytes', b.size if hasattr(b.size, 'line') and b.size.line else b)
+        ctx.report('error', 'buffer.size', f'buffer {b.name} has size {size}; a buffer size must be a positive number of bytes',
+                   b.size if hasattr(b.size, 'line') and b.size.line else b)
         size = None
     align = None
     if b.align is not None:
         align = ctx.eval_or_report(b.align, env, f'alignment of buffer {b.name}')
         if align is not None and (align <= 0 or align & (align - 1)):
-            ctx.report('error', 'buffer.align', f'buffer {b.name} has align={align}; alignment must be a power of two', b.align if b.align.line else b)
+            ctx.report('error', 'buffer.align', f'buffer {b.name} has align={align}; alignment must be a power of two',
+                       b.align if b.align.line else b)
     idx = None
     if b.level == 'L1':
         idx = ctx.eval_or_report(b.index, env, f'L1 index of buffer {b.name}')
         if idx is not None:
             ne = ctx.device.topology['num_engines'] if ctx.device is not None and not ctx.device.abstract else None
             if idx < 0 or (ne is not None and idx >= ne):
-                lim = f'device {ctx.device.name} has {ne} engine(s), so k must be in 0..{ne-1}' if ne is not None else 'engine indices start at 0'
+                lim = (f'device {ctx.device.name} has {ne} engine(s), so k must be in 0..{ne-1}' if ne is not None else 'engine indices '
+                       'start at 0')
                 ctx.report('error', 'buffer.level', f'buffer {b.name} is in L1[{idx}]: {lim}', b.index if b.index.line else b)
     if b.name in ctx.buffers:
         ctx.report('error', 'name.duplicate', f'buffer {b.name} is declared twice (first at line {ctx.buffers[b.name].node.line})', b)
@@ -210,7 +223,8 @@ def check_capacity(ctx:Ctx):
         if cap is not None and tot > cap:
             where = 'L2' if lv == 'L2' else f'L1[{k}]'
             big = max(bs, key=lambda b: b.size)
-            ctx.report('error', 'memory.capacity', f'buffers in {where} total {tot} bytes, more than the {cap} bytes of device {ctx.device.name} (schema rule 6)', bs[-1].node,
+            ctx.report('error', 'memory.capacity', f'buffers in {where} total {tot} bytes, more than the {cap} bytes of '
+                                                   f'device {ctx.device.name} (schema rule 6)', bs[-1].node,
                   [f'{len(bs)} buffer(s); the largest is {big.node.name} ({big.size} bytes, line {big.node.line})'])
 
 # %% ../../nbs/34_nem_check_ctx.ipynb #d6dbc65b
@@ -293,42 +307,61 @@ def check_region(ctx:Ctx, rv:RegionVal, env:dict):
     bi = ctx.buffers.get(rv.buffer)
     if bi is None:
         kind = ctx.scope.get(rv.buffer, (None,))[0]
-        ctx.report('error', 'region.buffer', f'region {name} refers to {rv.buffer!r}, which is ' + (f'a {kind}, not a buffer' if kind else 'not a declared buffer'), r)
+        ctx.report('error', 'region.buffer',
+                   f'region {name} refers to {rv.buffer!r}, which is ' + (f'a {kind}, not a buffer' if kind else 'not a declared buffer'),
+                   r)
     if rv.off is not None and rv.off < 0:
-        ctx.report('error', 'region.bounds', f'region {name} starts at byte offset {rv.off}; offsets are >= 0', r.offset if getattr(r.offset, 'line', 0) else r)
+        ctx.report('error', 'region.bounds', f'region {name} starts at byte offset {rv.off}; offsets are >= 0',
+                   r.offset if getattr(r.offset, 'line', 0) else r)
     if rv.ext is not None and rv.ext <= 0:
-        ctx.report('error', 'region.bounds', f'region {name} has extent {rv.ext}; an extent must be a positive number of bytes', r.extent if getattr(r.extent, 'line', 0) else r)
+        ctx.report('error', 'region.bounds', f'region {name} has extent {rv.ext}; an extent must be a positive number of bytes',
+                   r.extent if getattr(r.extent, 'line', 0) else r)
     if bi is not None and bi.size is not None and rv.off is not None and rv.ext is not None and rv.off + rv.ext > bi.size:
         loopv = [k for k in names_in(r.offset) | names_in(r.extent) if k in env and k not in ctx.consts]
         at = f' (with {", ".join(f"{k}={env[k]}" for k in sorted(loopv))})' if loopv else ''
-        ctx.report('error', 'region.bounds', f'region {name} covers bytes [{rv.off}, {rv.off + rv.ext}) of buffer {rv.buffer}{at}, which has only {bi.size} bytes (hazard rule 4: out-of-bounds access)', r)
+        ctx.report('error', 'region.bounds',
+                   f'region {name} covers bytes [{rv.off}, {rv.off + rv.ext}) of buffer {rv.buffer}{at}, which has only {bi.size} bytes '
+                   '(hazard rule 4: out-of-bounds access)', r)
     ta = r.types
     if ta is None: return
     missing = [k for k, v in (('elem', ta.elem), ('shape', ta.shape)) if v is None]
     if ta.layout is None and ta.strides is None: missing.append('layout or strides')
     if missing:
-        ctx.report('error', 'region.types', f'region {name} has incomplete type attributes: missing {", ".join(missing)}', ta if ta.line else r)
+        ctx.report('error', 'region.types', f'region {name} has incomplete type attributes: missing {", ".join(missing)}',
+                   ta if ta.line else r)
     if rv.shape is not None:
         if any(d <= 0 for d in rv.shape):
-            ctx.report('error', 'region.types', f'region {name} has shape {list(rv.shape)}; dimensions must be positive', ta if ta.line else r); return
+            ctx.report('error', 'region.types', f'region {name} has shape {list(rv.shape)}; dimensions must be positive',
+                       ta if ta.line else r)
+            return
         if rv.elem is not None and rv.ext is not None:
             n = math.prod(rv.shape); need = nbytes(rv.elem, n)
             if n > INT_MAX:      # a huge rank: say so without printing a number of thousands of digits
-                ctx.report('error', 'region.extent', f'region {name}: shape of rank {len(rv.shape)} has more than {INT_MAX} elements (2**63 - 1), beyond any extent', r); return
+                ctx.report('error', 'region.extent',
+                           f'region {name}: shape of rank {len(rv.shape)} has more than {INT_MAX} elements (2**63 - 1), beyond any extent',
+                           r)
+                return
             if rv.ext < need:
                 how = f'ceil({n} x {BITWIDTH[rv.elem]} bits / 8)' if BITWIDTH[rv.elem] < 8 else f'{n} x {BITWIDTH[rv.elem] // 8}'
-                ctx.report('error', 'region.extent', f'region {name}: extent {rv.ext} bytes is less than the {need} bytes that {n} {rv.elem} elements of shape {list(rv.shape)} need ({how})', r)
+                ctx.report('error', 'region.extent',
+                           f'region {name}: extent {rv.ext} bytes is less than the {need} bytes that {n} {rv.elem} elements of shape '
+                           f'{list(rv.shape)} need ({how})', r)
             if rv.strides is not None:
                 if len(rv.strides) != len(rv.shape):
-                    ctx.report('error', 'region.layout', f'region {name} has {len(rv.strides)} strides for rank {len(rv.shape)}', ta if ta.line else r)
+                    ctx.report('error', 'region.layout', f'region {name} has {len(rv.strides)} strides for rank {len(rv.shape)}',
+                               ta if ta.line else r)
                 elif any(s < 0 for s in rv.strides):
                     ctx.report('error', 'region.layout', f'region {name} has a negative stride {list(rv.strides)}', ta if ta.line else r)
                 else:
                     last = sum((d - 1) * s for d, s in zip(rv.shape, rv.strides)) + 1
                     if rv.ext is not None and nbytes(rv.elem, last) > rv.ext:
-                        ctx.report('error', 'region.extent', f'region {name}: strides {list(rv.strides)} address element {last - 1}, beyond its extent of {rv.ext} bytes ({nbytes(rv.elem, last)} bytes needed)', r)
+                        ctx.report('error', 'region.extent',
+                                   f'region {name}: strides {list(rv.strides)} address element {last - 1}, beyond its extent of {rv.ext} '
+                                   f'bytes ({nbytes(rv.elem, last)} bytes needed)', r)
         if rv.layout is not None and len(rv.layout) != len(rv.shape):
-            ctx.report('error', 'region.layout', f'region {name}: layout {rv.layout} names {len(rv.layout)} dimensions but the shape {list(rv.shape)} has rank {len(rv.shape)}', ta if ta.line else r)
+            ctx.report('error', 'region.layout',
+                       f'region {name}: layout {rv.layout} names {len(rv.layout)} dimensions but the shape {list(rv.shape)} has rank '
+                       f'{len(rv.shape)}', ta if ta.line else r)
         if rv.layout is not None and len(set(rv.layout)) != len(rv.layout):
             ctx.report('error', 'region.layout', f'region {name}: layout {rv.layout} repeats a dimension letter', ta if ta.line else r)
     q = rv.quant
@@ -339,7 +372,8 @@ def check_region(ctx:Ctx, rv:RegionVal, env:dict):
 def check_quant(ctx, name, q:Quant, rv:RegionVal, env):
     "Quantization descriptor rules (§ Quantization Descriptor)."
     if rv.elem is not None and rv.elem not in INT_TYPES:
-        ctx.report('warning', 'region.quant', f'region {name} carries a {q.kind} quant descriptor but its element type {rv.elem} is not an integer type', q)
+        ctx.report('warning', 'region.quant',
+                   f'region {name} carries a {q.kind} quant descriptor but its element type {rv.elem} is not an integer type', q)
     if q.kind == 'per_tensor' or rv.shape is None: return
     axis = q.axis.value
     rank = len(rv.shape)

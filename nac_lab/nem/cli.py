@@ -42,7 +42,6 @@ def _check(args):
 
 def describe_device(rd) -> str:
     "Multi-line description of a resolved device."
-    from nac_lab.nem.types import families_of
     out = [f'device {rd.name}' + (f'  (extends {" -> ".join(rd.chain[1:])})' if len(rd.chain) > 1 else '')]
     out.append(f'  spec_version: {rd.spec_version}')
     if rd.abstract: out.append('  topology: none (abstract device: extend it, do not target it)')
@@ -52,7 +51,8 @@ def describe_device(rd) -> str:
         out.append('    per engine: ' + ', '.join(f'{u}={n}' for u, n in t['per_engine'].items()))
         out.append('    device units: ' + (', '.join(f'{u}={n}' for u, n in t['device_units'].items()) or 'none'))
     if rd.unit_chars:
-        out.append('  unit characteristics: ' + '; '.join(f'{u}: ' + ', '.join(f'{k}={v}' for k, v in kv.items()) for u, kv in rd.unit_chars.items()))
+        out.append('  unit characteristics: ' + '; '.join(f'{u}: ' + ', '.join(f'{k}={v}' for k, v in kv.items()) for u,
+                                                          kv in rd.unit_chars.items()))
     byfam = {}
     for r in rd.mandatory: byfam.setdefault(r.family, []).append(str(r))
     for r in rd.extended: byfam.setdefault(r.family, []).append(str(r) + ' (extended)')
@@ -92,7 +92,8 @@ def _fmt(args):
         diff = list(difflib.unified_diff(text.splitlines(keepends=True), out.splitlines(keepends=True), name, name + ' (formatted)'))
         sys.stdout.write(printable(''.join(l if l.endswith('\n') else l + '\n' for l in diff)).replace('\\x0a', '\n'))
         changed = sum(1 for l in diff if l[:1] == '-' and not l.startswith('---'))
-        print(f'{name}: not in canonical layout: fmt would change {changed} line(s) (diff above); run `nac-lab nem fmt -i {name}`', file=sys.stderr)
+        print(f'{name}: not in canonical layout: fmt would change {changed} line(s) (diff above); run `nac-lab nem fmt -i {name}`',
+              file=sys.stderr)
         return 1
     if args.in_place:
         if out != text: atomic_write(args.file, out)

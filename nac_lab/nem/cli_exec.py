@@ -4,7 +4,7 @@
 
 # %% ../../nbs/39b_nem_cli_exec.ipynb #165fe8b0
 from __future__ import annotations
-import argparse, io, json, sys
+import io, json, sys
 from pathlib import Path
 from ..binio import NacLabError
 from ..cli import command_group
@@ -18,7 +18,8 @@ def register(sub):
     s = command_group(sub, 'nem')
     r = s.add_parser('run', help='execute a NEM program bit for bit on input arrays')
     r.add_argument('file'); r.add_argument('--device', help='target device: a name visible to the program, or a .nem file')
-    r.add_argument('--input', action='append', default=[], metavar='BUF=X.npy', help='fill buffer BUF from offset 0 with the bytes of X.npy')
+    r.add_argument('--input', action='append', default=[], metavar='BUF=X.npy',
+                   help='fill buffer BUF from offset 0 with the bytes of X.npy')
     r.add_argument('--data', metavar='DIR', help='fill every buffer BUF that has a DIR/BUF.npy')
     r.add_argument('--output', required=True, metavar='OUT.npz', help='every buffer\'s final bytes (uint8) under its name')
     r.add_argument('--region', action='append', default=[], metavar='NAME', help='also store region NAME\'s typed values')
@@ -79,7 +80,8 @@ def format_summary(s:dict) -> str:
     out.append('bytes per memory level: ' + '; '.join(f"{k}: {v['read']} read, {v['written']} written" for k, v in s['bytes'].items()))
     cp = s['critical_path']
     nd = sum(x.startswith('dispatch ') for x in cp)
-    out.append(f'critical path ({len(cp) - nd} tasks' + (f', {nd} dispatches' if nd else '') + '): ' + ' -> '.join(cp[:12] + (['...'] + cp[-3:] if len(cp) > 15 else cp[12:])))
+    out.append(f'critical path ({len(cp) - nd} tasks' + (f', {nd} dispatches' if nd else '') + '): '
+               + ' -> '.join(cp[:12] + (['...'] + cp[-3:] if len(cp) > 15 else cp[12:])))
     return '\n'.join(out)
 
 def _sim(args):
@@ -97,7 +99,10 @@ def _sim(args):
         import matplotlib; matplotlib.use('Agg')
         import matplotlib.pyplot as plt
         from nac_lab.fileio import atomic_write
-        ax = gantt(res); b = io.BytesIO(); ax.figure.savefig(b, format=Path(args.gantt).suffix[1:] or 'png', dpi=110, bbox_inches='tight'); plt.close(ax.figure)
+        ax = gantt(res)
+        b = io.BytesIO()
+        ax.figure.savefig(b, format=Path(args.gantt).suffix[1:] or 'png', dpi=110, bbox_inches='tight')
+        plt.close(ax.figure)
         atomic_write(args.gantt, b.getvalue(), inputs=[args.file])
     if args.json: print(json.dumps(to_json(res), indent=1))
     else: print(format_summary(summary(res)))

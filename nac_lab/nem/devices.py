@@ -6,11 +6,10 @@
 from __future__ import annotations
 import difflib
 from dataclasses import dataclass, field
-from .lexer import NemError
-from .ast import DeviceConfig, VariantRef
+from .ast import DeviceConfig
 from .evaluate import EvalError, eval_int
-from .documents import Workspace, Diagnostic, load
-from .types import instantiations, must_variants, families_of, baseline_families, family_problems
+from .documents import Workspace, Diagnostic
+from .types import instantiations, families_of, baseline_families, family_problems
 
 # %% auto #0
 __all__ = ['PER_ENGINE_UNITS', 'DEVICE_UNITS', 'SPEC_VERSIONS', 'MAX_DEVICE_DEPTH', 'ResolvedDevice', 'DeviceSet',
@@ -50,7 +49,8 @@ class ResolvedDevice:
         return self.topology['per_engine'].get(unit, self.topology['device_units'].get(unit, 0))
 
 class DeviceSet:
-    "Resolves the devices visible in a `Workspace`, collecting schema and malformed-family diagnostics in `diags`; `families` is the well-formed family set."
+    ("Resolves the devices visible in a `Workspace`, collecting schema and malformed-family diagnostics in `diags`; `families` is the "
+     "well-formed family set.")
     def __init__(self, ws:Workspace):
         self.ws, self.diags, self.cache = ws, [], {}
         fams = dict(baseline_families()); fams.update(ws.families)
@@ -68,32 +68,39 @@ class DeviceSet:
         self.diags.append(Diagnostic(sev, rule, msg, node.file, line, col, list(notes)))
 
     def _int(self, e, node, what):
-        "The value of device field `e`: an integer expression of literals only (no names: `true`, `false` or a const are not integers here)."
+        ("The value of device field `e`: an integer expression of literals only (no names: `true`, `false` or a const are not integers "
+         "here).")
         try: return eval_int(e, {})
         except EvalError as ex:
-            msg = ex.msg + ('; device values are integer literals and arithmetic (no booleans, names or strings)' if ex.kind == 'name' else '')
+            msg = (ex.msg
+                   + ('; device values are integer literals and arithmetic (no booleans, names or strings)' if ex.kind == 'name' else ''))
             self.diags.append(Diagnostic('error', 'device.value', f'{what} of device {node.name}: {msg}', node.file, ex.line, ex.col))
             return None
 
     def _topology(self, node):
         t = node.topology
-        topo = dict(num_engines=self._int(t.num_engines, node, 'num_engines'), l2_size_bytes=self._int(t.l2_size_bytes, node, 'l2_size_bytes'),
+        topo = dict(num_engines=self._int(t.num_engines, node, 'num_engines'),
+                    l2_size_bytes=self._int(t.l2_size_bytes, node, 'l2_size_bytes'),
                     l1_size_bytes=self._int(t.l1_size_bytes, node, 'l1_size_bytes'), device_units={}, per_engine={})
         for block, allowed, lo in (('device_units', DEVICE_UNITS, 0), ('per_engine', PER_ENGINE_UNITS, 1)):
             for u, e in getattr(t, block).items():
                 pos = t.unit_pos.get((block, u))
                 v = self._int(e, node, u)
                 if u not in allowed:
-                    other = 'a per-engine unit (put it in per_engine)' if u in PER_ENGINE_UNITS else 'a device-level unit (put it in device_units)' if u in DEVICE_UNITS else 'not a unit type'
+                    other = ('a per-engine unit (put it in per_engine)' if u in PER_ENGINE_UNITS else 'a device-level unit (put it in '
+                             'device_units)' if u in DEVICE_UNITS else 'not a unit type')
                     self.report('error', 'device.unit-scope', f'{u} in {block} of device {node.name}: {u} is {other}', node, pos); continue
                 if v is not None and v < lo:
-                    self.report('error', 'device.counts', f'{block} count {u} = {v} of device {node.name} must be >= {lo} (schema rule 5)', node, pos)
+                    self.report('error', 'device.counts', f'{block} count {u} = {v} of device {node.name} must be >= {lo} (schema rule 5)',
+                                node, pos)
                 topo[block][u] = v
         if topo['num_engines'] is not None and topo['num_engines'] < 1:
-            self.report('error', 'device.counts', f'num_engines = {topo["num_engines"]} of device {node.name} must be >= 1 (schema rule 5)', node, (t.line, t.col))
+            self.report('error', 'device.counts', f'num_engines = {topo["num_engines"]} of device {node.name} must be >= 1 (schema rule 5)',
+                        node, (t.line, t.col))
         for k in ('l1_size_bytes', 'l2_size_bytes'):
             if topo[k] is not None and topo[k] <= 0:
-                self.report('error', 'device.counts', f'{k} = {topo[k]} of device {node.name} must be > 0 (schema rule 5)', node, (t.line, t.col))
+                self.report('error', 'device.counts', f'{k} = {topo[k]} of device {node.name} must be > 0 (schema rule 5)', node,
+                            (t.line, t.col))
         return topo
 
     def _refs(self, refs, node, block):
@@ -102,11 +109,14 @@ class DeviceSet:
             if r.family in self.broken: continue      # its family's own diagnostic says why; no second error here
             if r not in self.insts:
                 close = difflib.get_close_matches(str(r), [str(x) for x in self.insts], n=1, cutoff=0.6)
-                self.report('error', 'device.unknown-variant', f'{block} of device {node.name} lists {r}, which no type family defines', node, (r.line, r.col),
+                self.report('error', 'device.unknown-variant', f'{block} of device {node.name} lists {r}, which no '
+                                                               'type family defines', node, (r.line, r.col),
                        [f'did you mean {close[0]}?'] if close else [])
                 continue
             if r in seen:
-                self.report('warning', 'device.duplicate', f'{r} is listed twice in {block} of device {node.name}; the repeat is ignored', node, (r.line, r.col)); continue
+                self.report('warning', 'device.duplicate', f'{r} is listed twice in {block} of device {node.name}; the repeat is ignored',
+                            node, (r.line, r.col))
+                continue
             seen.add(r); out.append(r)
         return out
 
@@ -130,8 +140,10 @@ class DeviceSet:
 
     def _order_check(self, name, node):
         "Inheritance rule 7: a parent is defined before its child."
-        if node.extends is not None and node.extends in self.ws.devices and self.ws.device_order.get(node.extends, 0) > self.ws.device_order.get(name, 0):
-            self.report('error', 'device.parent', f'device {name} extends {node.extends}, which is defined after it (inheritance rule 7)', node)
+        if (node.extends is not None and node.extends in self.ws.devices
+                and self.ws.device_order.get(node.extends, 0) > self.ws.device_order.get(name, 0)):
+            self.report('error', 'device.parent', f'device {name} extends {node.extends}, which is defined after it (inheritance rule 7)',
+                        node)
 
     def _resolve(self, name):
         node = self.ws.devices.get(name)
@@ -141,29 +153,39 @@ class DeviceSet:
             pnode = self.ws.devices.get(node.extends)
             if pnode is None:
                 close = difflib.get_close_matches(node.extends, list(self.ws.devices), n=1)
-                self.report('error', 'device.parent', f'device {name} extends {node.extends!r}, which is not defined here or in an included file', node,
+                self.report('error', 'device.parent', f'device {name} extends {node.extends!r}, which is not defined here or in an '
+                                                      'included file', node,
                        notes=[f'did you mean {close[0]}?'] if close else []); return None
             self._order_check(name, node)
             parent = self.resolve(node.extends)
             if parent is None: return None
             if len(parent.chain) >= MAX_DEVICE_DEPTH:
-                self.report('error', 'device.parent', f'device {name} extends a chain of {len(parent.chain)} devices; inheritance chains are at most {MAX_DEVICE_DEPTH} deep', node); return None
+                self.report('error', 'device.parent',
+                            f'device {name} extends a chain of {len(parent.chain)} devices; inheritance chains are at most '
+                            f'{MAX_DEVICE_DEPTH} deep', node)
+                return None
             if node.spec_version is not None:
-                self.report('error', 'device.derived-spec-version', f'derived device {name} must not set spec_version; it inherits {parent.spec_version!r} from {parent.name} (inheritance rule 2)',
+                self.report('error', 'device.derived-spec-version', f'derived device {name} must not set spec_version; it inherits '
+                                                                    f'{parent.spec_version!r} from {parent.name} (inheritance rule 2)',
                        node, node.block_pos.get('spec_version'))
             spec = parent.spec_version
         else:
             spec = node.spec_version
             if spec is None: self.report('error', 'device.spec-version', f'base device {name} lacks spec_version (schema rule 1)', node)
             elif spec not in SPEC_VERSIONS:
-                self.report('error', 'device.spec-version', f'device {name} declares spec_version {spec!r}; this checker knows {", ".join(map(repr, SPEC_VERSIONS))} (schema rule 1)', node, node.block_pos.get('spec_version'))
+                self.report('error', 'device.spec-version',
+                            f'device {name} declares spec_version {spec!r}; this checker knows {", ".join(map(repr, SPEC_VERSIONS))} '
+                            '(schema rule 1)', node, node.block_pos.get('spec_version'))
             if not node.mandatory:
-                self.report('error', 'device.mandatory', f'base device {name} needs a non-empty opcode.mandatory block (schema rule 2)', node)
+                self.report('error', 'device.mandatory', f'base device {name} needs a non-empty opcode.mandatory block (schema rule 2)',
+                            node)
         topo = self._topology(node) if node.topology is not None else (parent.topology if parent else None)
         chars = {u: dict(kv) for u, kv in (parent.unit_chars.items() if parent else ())}
         for u, kv in (node.unit_chars or {}).items():
             if u not in PER_ENGINE_UNITS + DEVICE_UNITS:
-                self.report('warning', 'device.unit-chars', f'unit_characteristics of device {name} has a group {u!r}, which is not a unit type; kept as is', node, node.block_pos.get('unit_characteristics'))
+                self.report('warning', 'device.unit-chars',
+                            f'unit_characteristics of device {name} has a group {u!r}, which is not a unit type; kept as is', node,
+                            node.block_pos.get('unit_characteristics'))
             g = chars.setdefault(u, {})
             for k, e in kv.items(): g[k] = self._int(e, node, f'{u}.{k}')
         mand = list(parent.mandatory) if parent else []
@@ -174,18 +196,24 @@ class DeviceSet:
         es = set(ext)
         for r in self._refs(node.extended, node, 'opcode.extended'):
             if r in ms:
-                self.report('warning', 'device.duplicate', f'{r} is in both opcode.mandatory and opcode.extended of device {name}; the opcode.extended entry is ignored (schema rule 4)', node, (r.line, r.col)); continue
+                self.report('warning', 'device.duplicate',
+                            f'{r} is in both opcode.mandatory and opcode.extended of device {name}; the opcode.extended entry is ignored '
+                            '(schema rule 4)', node, (r.line, r.col))
+                continue
             if r not in es: ext.append(r); es.add(r)
         # an entry that a parent put in extended and the child promotes to mandatory
         both = [r for r in ext if r in ms]
         for r in both:
-            self.report('warning', 'device.duplicate', f'{r} is in opcode.mandatory and (inherited) opcode.extended of device {name}; the opcode.extended entry is ignored (schema rule 4)', node)
+            self.report('warning', 'device.duplicate',
+                        f'{r} is in opcode.mandatory and (inherited) opcode.extended of device {name}; the opcode.extended entry is '
+                        'ignored (schema rule 4)', node)
         ext = [r for r in ext if r not in ms]
         rd = ResolvedDevice(name, ([name] + parent.chain) if parent else [name], spec, topo, chars, mand, ext, node)
         if topo is not None:
             missing = [str(r) for r in self.musts if r not in ms]
             if missing:
-                self.report('error', 'device.missing-must', f'device {name} does not list every MUST variant in opcode.mandatory (schema rule 7); missing: {", ".join(missing)}', node,
+                self.report('error', 'device.missing-must', f'device {name} does not list every MUST variant in opcode.mandatory '
+                                                            f'(schema rule 7); missing: {", ".join(missing)}', node,
                        notes=['extend nem_baseline_1_0 (include "nem_baseline_1.0.nem") to inherit them'])
         return rd
 
@@ -194,7 +222,8 @@ class DeviceSet:
         rd = self.resolve(name)
         if rd is not None and rd.abstract:
             node = rd.node
-            self.diags.append(Diagnostic('error', 'device.topology', f'device {name} has no topology after inheritance (it is abstract) and cannot be a target (schema rule 5, inheritance rule 8)',
+            self.diags.append(Diagnostic('error', 'device.topology', f'device {name} has no topology after inheritance (it is abstract) '
+                                                                     'and cannot be a target (schema rule 5, inheritance rule 8)',
                                          at.file if at else node.file, at.line if at else node.line, at.col if at else node.col))
         return rd
 

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/31_nem_documents.ipynb #362e435b
 from __future__ import annotations
-import json, os, stat
+import os, stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from fastcore.basics import patch
@@ -31,7 +31,8 @@ class Diagnostic:
     notes: list = field(default_factory=list)
 
     def format(self, sources:dict|None=None) -> str:
-        "Compiler-style text; `sources` maps file -> text (or its list of lines, split once by a caller formatting many diagnostics) for the caret line."
+        ("Compiler-style text; `sources` maps file -> text (or its list of lines, split once by a caller formatting many diagnostics) for "
+         "the caret line.")
         s = f'{printable(self.file)}:{self.line}:{self.col}: {self.severity}: {printable(self.message)} [{self.rule}]'
         text = (sources or {}).get(self.file)
         if text is not None and self.line >= 1:
@@ -47,7 +48,8 @@ class Diagnostic:
 
 # %% ../../nbs/31_nem_documents.ipynb #a50473c5
 def read_source(p, shown:str|None=None, quote:bool=True) -> str:
-    "The text of NEM file `p` (UTF-8, a leading byte-order mark dropped); a one-line `NemError` naming `shown` when it cannot be read or is not text. With `quote=False` (a file the user did not name) the error shows no byte of it."
+    ("The text of NEM file `p` (UTF-8, a leading byte-order mark dropped); a one-line `NemError` naming `shown` when it cannot be read or "
+     "is not text. With `quote=False` (a file the user did not name) the error shows no byte of it.")
     shown = str(p) if shown is None else shown
     def fail(why): raise NemError(f'cannot read NEM file {shown}: {why}')
     try:
@@ -89,11 +91,14 @@ class Workspace:
     def errors(self): return [d for d in self.diags if d.severity == 'error']
 
     def _parse(self, text, name, quote=True, real=None):
-        "Parse `text` of file `name`; a syntax error becomes a diagnostic. With `quote=False` (an included or device file), a file that does not parse is not kept in `sources` (no caret line quotes it), and unless its real path ends in `.nem` the message does not echo its tokens either."
+        ("Parse `text` of file `name`; a syntax error becomes a diagnostic. With `quote=False` (an included or device file), a file that "
+         "does not parse is not kept in `sources` (no caret line quotes it), and unless its real path ends in `.nem` the message does not "
+         "echo its tokens either.")
         try: doc = parse(text, name)
         except NemSyntaxError as ex:
             if quote: self.sources[name] = text
-            msg = ex.msg if quote or str(real or name).endswith('.nem') else 'not NEM text (the file is not quoted because it is not a .nem file)'
+            msg = (ex.msg if quote or str(real or name).endswith('.nem')
+                   else 'not NEM text (the file is not quoted because it is not a .nem file)')
             self.report('error', 'syntax', msg, ex.file, ex.line, ex.col)
             return None
         self.sources[name] = text
@@ -109,7 +114,8 @@ class Workspace:
     def _load_file(self, p:Path, shown:str, quote:bool=True): return read_source(p, shown, quote)
 
     def _add(self, root:Document, base_dir:Path):
-        "Load the includes of `root` depth first (an explicit stack, so include chains of any length work), then register each file's families and devices after those of its includes."
+        ("Load the includes of `root` depth first (an explicit stack, so include chains of any length work), then register each file's "
+         "families and devices after those of its includes.")
         frames = [(root, Path(base_dir), iter(root.includes))]
         while frames:
             doc, base_dir, incs = frames[-1]
@@ -121,7 +127,9 @@ class Workspace:
                 continue
             p = self.resolve_include(inc.path, base_dir)
             if p is None:
-                self.report('error', 'include.not-found', f'included file {inc.path!r} not found (looked in {base_dir} and the built-in search path)', doc.file, inc.line, inc.col)
+                self.report('error', 'include.not-found',
+                            f'included file {inc.path!r} not found (looked in {base_dir} and the built-in search path)', doc.file, inc.line,
+                            inc.col)
                 continue
             self.include_log.append((doc.file, inc.path, p, not (Path(base_dir) / inc.path).is_file()))
             if p in self._on_stack:
@@ -166,7 +174,8 @@ class Workspace:
         return str(p)
 
 def load(path=None, text:str|None=None, name:str|None=None, base_dir=None, quote:bool=True) -> Workspace:
-    "Load a NEM file (or `text`, named `name`, includes relative to `base_dir`) with all its includes; `quote=False` for a file the user did not name (see `Workspace._parse`)."
+    ("Load a NEM file (or `text`, named `name`, includes relative to `base_dir`) with all its includes; `quote=False` for a file the user "
+     "did not name (see `Workspace._parse`).")
     ws = Workspace()
     real = None
     if text is None:

@@ -12,7 +12,7 @@ __all__ = ['MAX_INSTANCES', 'Inst', 'Elab', 'unit_of', 'pin_of', 'elaborate', 'l
 
 # %% ../../nbs/38b_nem_elab.ipynb #39fca546
 # The NEM front end, imported in one place (public names only).
-from .ast import Num, Name, BinOp, Neg, Region, Const, Let, Buffer, RegionDecl, Move, Wait, Compute, Loop
+from .ast import Name, Region, Const, Let, Buffer, RegionDecl, Move, Wait, Compute, Loop
 from .evaluate import eval_int
 from .grammar import opcode_table
 from .check import check
@@ -40,7 +40,8 @@ class Inst:
     def name(self) -> str:
         "The task's token name (else opcode@line), indexed by its iteration, e.g. `tc[3]`."
         n = self.node
-        base = getattr(n, 'assign', None) or (n.opcode if type(n) is Compute else n.kind if type(n) is Move else 'gate') + f'@{getattr(n, "line", 0)}'
+        base = (getattr(n, 'assign', None) or (n.opcode if type(n) is Compute else n.kind if type(n) is Move else 'gate')
+                + f'@{getattr(n, "line", 0)}')
         return base + (f'[{",".join(str(v) for _, v in self.it)}]' if self.it else '')
 
     @property
@@ -80,7 +81,9 @@ def _bounds(el, inst, rv):
     bi = el.buffers.get(rv.buffer)
     if bi is None: raise el.error(inst, f'{rv.name} refers to {rv.buffer!r}, which is not a buffer', 'region.buffer')
     if rv.off < 0 or rv.ext <= 0 or rv.off + rv.ext > bi.size:
-        raise el.error(inst, f'{inst.name} accesses {rv.name} = bytes [{rv.off}, {rv.off + rv.ext}) of {rv.buffer}, which has {bi.size} bytes (hazard rule 4: out-of-bounds access)', 'region.bounds')
+        raise el.error(inst,
+                       f'{inst.name} accesses {rv.name} = bytes [{rv.off}, {rv.off + rv.ext}) of {rv.buffer}, which has {bi.size} bytes '
+                       '(hazard rule 4: out-of-bounds access)', 'region.bounds')
 
 _UNIT_OF = {op: s['unit'] for op, s in opcode_table().items()}
 
@@ -114,7 +117,9 @@ class _Walk:
 
     def add(self, node, it, kind, reads, writes, deps, env):
         if len(self.insts) >= MAX_INSTANCES:
-            raise self.el.error(node, f'the program unrolls into more than {MAX_INSTANCES} task instances; the functional executor stops here', 'exec.limit')
+            raise self.el.error(node,
+                                f'the program unrolls into more than {MAX_INSTANCES} task instances; the functional executor stops here',
+                                'exec.limit')
         i = Inst(len(self.insts), node, it, kind, reads, writes, deps, env=env)
         if self.gate is not None: deps.append(self.gate); i.gate = self.gate
         self.insts.append(i); self.marked.append(0)
@@ -123,7 +128,8 @@ class _Walk:
             live = self.n_tasks - self.n_marked
             if live > self.el.max_live: self.el.max_live = live
             if self.limit is not None and live > self.limit:
-                raise self.el.error(i, f'{i.name}: {live} task tokens would be live, more than the {self.limit} the sequencer of {self.el.device.name} tracks (SEQ.max_active_tokens)', 'token.limit',
+                raise self.el.error(i, f'{i.name}: {live} task tokens would be live, more than the {self.limit} the '
+                                       f'sequencer of {self.el.device.name} tracks (SEQ.max_active_tokens)', 'token.limit',
                                     ['wait for earlier tokens, or lower @max_in_flight'])
         return i
 
@@ -158,7 +164,8 @@ def _walk(w:_Walk, body, env, regions, it):
             deps = [w.tok[r.id] for r in s.deps if r.id in w.tok]
             if t is Move: reads, writes, kind = [_operand(el, s.src, env, regions)], [_operand(el, s.dst, env, regions)], s.kind
             else:
-                reads, writes, kind = [_operand(el, o, env, regions) for o in s.ins], [_operand(el, o, env, regions) for o in s.outs], 'compute'
+                reads, writes, kind = [_operand(el, o, env, regions) for o in s.ins], [
+                    _operand(el, o, env, regions) for o in s.outs], 'compute'
             i = w.add(s, it, kind, reads, writes, deps, env)
             for rv in reads + writes: _bounds(el, i, rv)
             _place(el, i, s)
@@ -173,7 +180,8 @@ def _walk(w:_Walk, body, env, regions, it):
             nif = next((eval_int(d.args[0], env) for d in s.decos if d.name == 'max_in_flight' and d.args), 1)
             per_it = sum(type(x) in (Move, Compute, Loop) for x in s.body)
             if (hi - lo + 1) * per_it + len(w.insts) > MAX_INSTANCES:
-                raise el.error(s, f'loop {s.var} in [{lo}..{hi}] unrolls into more than {MAX_INSTANCES} task instances; the functional executor stops here', 'exec.limit')
+                raise el.error(s, f'loop {s.var} in [{lo}..{hi}] unrolls into more than {MAX_INSTANCES} task instances; the functional '
+                               'executor stops here', 'exec.limit')
             spans = []
             for k, v in enumerate(range(lo, hi + 1)):
                 if k >= nif:
@@ -192,7 +200,8 @@ def elaborate(cr:CheckResult, token_limit:bool=True) -> Elab:
     "Unroll checked program `cr` (it must have no errors) into an `Elab`."
     if not cr.ok:
         e = cr.errors[0]
-        raise NemExecError(f'the program does not pass check ({len(cr.errors)} error(s)); first: {e.message}', e.file, e.line, e.col, e.rule)
+        raise NemExecError(f'the program does not pass check ({len(cr.errors)} error(s)); first: {e.message}', e.file, e.line, e.col,
+                           e.rule)
     if cr.program is None: raise NemExecError('the file has no program to run', cr.ws.root.file if cr.ws.root else '<string>')
     file = cr.ws.root.file
     ctx = Ctx(cr.ws, cr.program, cr.device, file)

@@ -5,17 +5,15 @@
 # %% ../../nbs/38d_nem_exec.ipynb #b9a6e237
 from __future__ import annotations
 import numpy as np
-from pathlib import Path
 
 # %% auto #0
 __all__ = ['find_race', 'RunResult', 'execute', 'run']
 
 # %% ../../nbs/38d_nem_exec.ipynb #8ebf171b
 # The NEM front end, imported in one place (public names only).
-from .ast import Compute, Move
-from .check_ctx import CheckResult, RegionVal, eval_region
+from .check_ctx import eval_region
 from .memory import NemExecError, Memory, MAX_MEMORY, read_region, write_region, span
-from .elab import Elab, Inst, elaborate, load_program
+from .elab import Elab, elaborate, load_program
 from .kernels import KERNELS, Op, attr_value
 
 # %% ../../nbs/38d_nem_exec.ipynb #f3df44c6
@@ -53,7 +51,8 @@ def find_race(el:Elab) -> NemExecError|None:
                     if e[0] in anc: continue
                     o = insts[e[0]]
                     return el.error(i, f'{i.name} {"writes" if w else "reads"} {rv.name} [{lo}, {hi}) of {rv.buffer} while {o.name} '
-                                       f'(line {o.node.line}{", " + o.iteration if o.iteration else ""}) {"writes" if e[3] else "reads"} [{e[1]}, {e[2]}), '
+                                       f'(line {o.node.line}{", " + o.iteration if o.iteration else ""}) '
+                                       f'{"writes" if e[3] else "reads"} [{e[1]}, {e[2]}), '
                                        'and no dependency orders them: the result would depend on which runs first (E7)', 'hazard.race',
                                     ['add the earlier task\'s token to deps=[...], wait for it, or lower @max_in_flight'])
                 lst.append((i.id, lo, hi, w))
@@ -63,10 +62,14 @@ def find_race(el:Elab) -> NemExecError|None:
 # %% ../../nbs/38d_nem_exec.ipynb #23ac9695
 def _fill_inputs(el, mem, written, inputs):
     for name, val in (inputs or {}).items():
-        if name not in mem.bufs: raise NemExecError(f'input {name!r} is not a buffer of the program (buffers: {", ".join(mem.bufs)})', el.file, rule='exec.input')
-        b = np.ascontiguousarray(val).view(np.uint8).reshape(-1) if not isinstance(val, (bytes, bytearray)) else np.frombuffer(bytes(val), np.uint8)
+        if name not in mem.bufs:
+            raise NemExecError(f'input {name!r} is not a buffer of the program (buffers: {", ".join(mem.bufs)})', el.file,
+                               rule='exec.input')
+        b = (np.ascontiguousarray(val).view(np.uint8).reshape(-1) if not isinstance(val, (bytes, bytearray))
+             else np.frombuffer(bytes(val), np.uint8))
         buf = mem.buf(name)
-        if b.size > buf.size: raise NemExecError(f'input {name!r} has {b.size} bytes; buffer {name} has {buf.size}', el.file, rule='exec.input')
+        if b.size > buf.size:
+            raise NemExecError(f'input {name!r} has {b.size} bytes; buffer {name} has {buf.size}', el.file, rule='exec.input')
         buf[:b.size] = b; written[name][:b.size] = True
     for name, bi in el.buffers.items():
         if any(d.name == 'import' for d in bi.node.decos) and name not in (inputs or {}): written[name][:] = True
@@ -77,7 +80,8 @@ def _check_read(el, i, written, rv):
     if not w.all():
         k = int(np.argmin(w))
         raise el.error(i, f'{i.name} reads {rv.name} [{rv.off}, {rv.off + n}) of {rv.buffer}, but byte {rv.off + k} was never written '
-                          '(by an earlier task or an input)', 'exec.uninitialized', [f'give {rv.buffer} as an input, or write it before this task'])
+                          '(by an earlier task or an input)', 'exec.uninitialized', [f'give {rv.buffer} as an input, or write it before '
+                                                                                     'this task'])
 
 def _move(el, i, mem, written):
     (src,), (dst,) = i.reads, i.writes
@@ -85,7 +89,9 @@ def _move(el, i, mem, written):
     if dst.ext < src.ext: raise el.error(i, f'{i.name} copies {src.ext} bytes into {dst.name}, which has {dst.ext}', 'transfer.extent')
     if src.buffer == dst.buffer and src.off < dst.off + src.ext and dst.off < src.off + src.ext and src.off != dst.off:
         if not any(d.name == 'memmove' for d in i.node.decos):
-            raise el.error(i, f'{i.name}: source {src.name} [{src.off}, {src.off + src.ext}) and destination [{dst.off}, {dst.off + src.ext}) overlap in {src.buffer}; overlapping transfers need @memmove (hazard rule 2)', 'hazard.memmove')
+            raise el.error(i, f'{i.name}: source {src.name} [{src.off}, {src.off + src.ext}) and destination [{dst.off}, '
+                           f'{dst.off + src.ext}) overlap in {src.buffer}; overlapping transfers need @memmove (hazard rule 2)',
+                           'hazard.memmove')
     b = mem.buf(src.buffer)[src.off: src.off + src.ext].copy()       # a copy first: memmove semantics (E6)
     mem.buf(dst.buffer)[dst.off: dst.off + src.ext] = b
     written[dst.buffer][dst.off: dst.off + src.ext] = True
@@ -94,7 +100,8 @@ def _move(el, i, mem, written):
 def _compute(el, i, mem, written, cache, single):
     node = i.node
     k = KERNELS.get(node.opcode)
-    if k is None: raise el.error(i, f'{i.name}: the executor has no kernel for generic compute op {node.attrs.get("op")!r}', 'exec.unsupported')
+    if k is None:
+        raise el.error(i, f'{i.name}: the executor has no kernel for generic compute op {node.attrs.get("op")!r}', 'exec.unsupported')
     key = (id(node), tuple(sorted((n, v) for n, v in i.env.items() if not isinstance(v, dict))))
     attrs = cache.get(key)
     if attrs is None: attrs = cache[key] = {a: attr_value(v, i.env) for a, v in node.attrs.items()}
@@ -107,7 +114,8 @@ def _compute(el, i, mem, written, cache, single):
         raise el.error(i, f'{i.name}: {node.opcode} cannot run on {", ".join(f"{r.name}:{r.elem}" for r in i.reads)} -> '
                           f'{", ".join(f"{r.name}:{r.elem}" for r in i.writes)}: {type(ex).__name__}: {ex}', 'exec.unsupported')
     for rv, y in zip(i.writes, ys):
-        if tuple(np.shape(y)) != tuple(rv.shape): raise el.error(i, f'{i.name}: {node.opcode} produced shape {list(np.shape(y))} for {rv.name} {list(rv.shape)}', 'exec.shape')
+        if tuple(np.shape(y)) != tuple(rv.shape):
+            raise el.error(i, f'{i.name}: {node.opcode} produced shape {list(np.shape(y))} for {rv.name} {list(rv.shape)}', 'exec.shape')
         write_region(mem, rv, y)
         written[rv.buffer][rv.off: rv.off + span(rv)] = True
 
@@ -119,7 +127,8 @@ class RunResult(dict):
             if getattr(s, 'name', None) == name and hasattr(s, 'region'):
                 rv = eval_region(el.ctx, name, s.region, [], dict(el.ctx.consts), report=False)
                 if rv.typed: return read_region(mem, rv)
-                raise NemExecError(f'region {name} has no element type; read its buffer bytes instead', el.file, s.line, s.col, 'exec.region')
+                raise NemExecError(f'region {name} has no element type; read its buffer bytes instead', el.file, s.line, s.col,
+                                   'exec.region')
         raise NemExecError(f'{name!r} is not a region declared at the top level of the program', el.file, rule='exec.region')
 
 def execute(el:Elab, inputs:dict|None=None, races:bool=True, memory_limit:int=MAX_MEMORY) -> RunResult:

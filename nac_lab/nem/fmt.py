@@ -7,7 +7,8 @@ from __future__ import annotations
 import re
 from bisect import bisect_right
 from .lexer import NemError, tokenize
-from .ast import Num, Name, BinOp, Neg, Str, ListV, Region, TypeAttrs, Quant, Deco, Operand, Const, Let, Buffer, RegionDecl, Move, Wait, Compute, Loop, Program, Document, DeviceConfig, TypeFamily
+from .ast import (Num, Name, BinOp, Neg, Str, ListV, Region, TypeAttrs, Quant, Deco, Operand, Const, Let,
+    Buffer, RegionDecl, Move, Wait, Compute, Loop, Document, DeviceConfig, TypeFamily)
 from .parser import parse
 
 # %% auto #0
@@ -82,7 +83,8 @@ def fmt_stmt(s, ind='') -> list:
     if t is RegionDecl: return [f'{ind}{"let " if s.is_let else ""}{s.name} = {fmt_region(s.region)}{_decos(s.decos)}']
     if t is Move:
         deps = f', deps=[{", ".join(r.id for r in s.deps)}]' if s.deps else ''
-        return [f'{ind}{a}{s.kind}.{"sync" if s.sync else "async"}(dst={fmt_operand(s.dst)}, src={fmt_operand(s.src)}{deps}){_decos(s.decos)}']
+        return [f'{ind}{a}{s.kind}.{"sync" if s.sync else "async"}(dst={fmt_operand(s.dst)}, '
+                f'src={fmt_operand(s.src)}{deps}){_decos(s.decos)}']
     if t is Wait: return [f'{ind}{a}wait({", ".join(r.id for r in s.tokens)}){_decos(s.decos)}']
     if t is Compute:
         mode = 'sync' if s.sync else 'async'
@@ -137,7 +139,8 @@ def _device_lines(d:DeviceConfig, ind='') -> list:
         if t.device_units:
             out += [(up(('block', 'device_units')), f'{i3}device_units {{')] + \
                    [(up(('device_units', u)), f'{i4}{u} = {fmt_expr(v)}') for u, v in t.device_units.items()] + [(None, f'{i3}}}')]
-        out += [(up(('block', 'per_engine')), f'{i3}per_engine {{')] + [(up(('per_engine', u)), f'{i4}{u} = {fmt_expr(v)}') for u, v in t.per_engine.items()] + \
+        out += [(up(('block', 'per_engine')), f'{i3}per_engine {{')] + \
+               [(up(('per_engine', u)), f'{i4}{u} = {fmt_expr(v)}') for u, v in t.per_engine.items()] + \
                [(_ln(t.l1_size_bytes), f'{i4}l1_size_bytes = {fmt_expr(t.l1_size_bytes)}'), (None, f'{i3}}}'), (None, f'{i2}}}')]
     if d.unit_chars is not None:
         out.append((bp('unit_characteristics'), f'{i2}unit_characteristics {{'))
@@ -182,7 +185,8 @@ def fmt_lines(doc:Document) -> list:
     if p is not None:
         if p.device is not None:
             dv = p.device
-            out += (_device_lines(dv.config) if dv.kind == 'inline' else [(dv.line, f'device "{dv.value}"' if dv.kind == 'string' else f'device {dv.value}')]) + [blank]
+            out += (_device_lines(dv.config) if dv.kind == 'inline' else [
+                (dv.line, f'device "{dv.value}"' if dv.kind == 'string' else f'device {dv.value}')]) + [blank]
         if p.name is not None: out += [(p.line, f'program {p.name}:'), blank]
         for k, s in enumerate(p.body):
             if type(s) is Loop and out and out[-1][1] != '': out.append(blank)     # a blank line around top-level loops
@@ -220,7 +224,8 @@ def source_trivia(text:str) -> tuple:
 
 # %% ../../nbs/35_nem_fmt.ipynb #625f3299
 def place_trivia(lines:list, text:str, file:str='<string>') -> list:
-    "The text lines of the anchored layout `lines` with the comments and blank-line runs of source `text` put back (see above); `FmtError` for a comment with no place."
+    ("The text lines of the anchored layout `lines` with the comments and blank-line runs of source `text` put back (see above); "
+     "`FmtError` for a comment with no place.")
     comments, blanks = source_trivia(text)
     if not comments and not (blanks - {text.count('\n') + 1}): return [t for a, t in lines]
     starts = sorted({t[2] for t in tokenize(text, file) if t[0] not in ('NL', 'EOF')})   # the source lines where tokens are
@@ -233,14 +238,16 @@ def place_trivia(lines:list, text:str, file:str='<string>') -> list:
         if c is not None and not c[2]:                       # a trailing comment: stays on its line
             i = last.get(L)
             if i is None or i in trailing:
-                raise FmtError(f'{file}:{L}:{c[0]}: cannot keep this comment: fmt merges the line it ends into another line; put the comment on a line of its own above the statement (the file is left unchanged)')
+                raise FmtError(f'{file}:{L}:{c[0]}: cannot keep this comment: fmt merges the line it ends into another line; put the '
+                               'comment on a line of its own above the statement (the file is left unchanged)')
             trailing[i] = c; continue
         k = bisect_right(starts, L)
         if k == len(starts): tail.append(c); continue       # after the last construct
         i = first.get(starts[k])
         if i is None:
             if c is None: continue                           # a blank line inside a construct fmt lays out itself
-            raise FmtError(f'{file}:{L}:{c[0]}: cannot keep this comment: the line below it ({starts[k]}) is inside a construct that fmt reprints in its own layout; move the comment above that construct (the file is left unchanged)')
+            raise FmtError(f'{file}:{L}:{c[0]}: cannot keep this comment: the line below it ({starts[k]}) is inside a construct that fmt '
+                           'reprints in its own layout; move the comment above that construct (the file is left unchanged)')
         before.setdefault(i, []).append(c)
     out = []
     for i, (a, t) in enumerate(lines):

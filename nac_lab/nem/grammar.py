@@ -4,9 +4,8 @@
 
 # %% ../../nbs/30c_nem_grammar.ipynb #5e572c68
 from __future__ import annotations
-import gc
 from fastcore.basics import patch
-from .lexer import NemError, NemSyntaxError, tokenize, caret_lines
+from .lexer import NemError, NemSyntaxError, tokenize
 from .ast import *
 
 # %% auto #0

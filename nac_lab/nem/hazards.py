@@ -5,8 +5,7 @@
 # %% ../../nbs/34c_nem_hazards.ipynb #cf7d6e44
 from __future__ import annotations
 from bisect import bisect_left, insort
-from .ast import (Num, Name, BinOp, Neg, Str, ListV, Region, Quant, Deco, Ref, Operand,
-    Const, Let, Buffer, RegionDecl, Move, Wait, Compute, Loop, Program, ELEM_TYPES)
+from .ast import Num, Name, BinOp, Neg, Region, Let, RegionDecl, Move, Wait, Compute, Loop
 from .check_ctx import *
 
 # %% auto #0
@@ -20,7 +19,8 @@ SIM_WORK_BUDGET = 20_000_000   # interval comparisons + ordering-search steps be
 SIM_LIST_MAX = 24              # pending accesses of one storage kept in a plain list before it gets an interval index
 
 class IntervalIndex:
-    "Pending accesses of one kind (reads or writes) in one storage, grouped by byte interval. A few intervals are scanned; past `SMALL` of them, intervals of one power-of-two length class share a sorted key list searched by bisection."
+    ("Pending accesses of one kind (reads or writes) in one storage, grouped by byte interval. A few intervals are scanned; past `SMALL` "
+     "of them, intervals of one power-of-two length class share a sorted key list searched by bisection.")
     __slots__ = ('ents', 'classes')
     SMALL = 12
     def __init__(self): self.ents, self.classes = {}, None      # {(lo, hi): [entry, ...]}; {length class: sorted [(lo, hi)]}
@@ -41,7 +41,8 @@ class IntervalIndex:
         else: insort(keys, k)
 
     def overlapping(self, lo:int, hi:int) -> list:
-        "`(interval, entries)` of the non-empty intervals that overlap `[lo, hi)`; callers may filter `entries` in place (an interval that empties keeps its key, for reuse)."
+        ("`(interval, entries)` of the non-empty intervals that overlap `[lo, hi)`; callers may filter `entries` in place (an interval "
+         "that empties keeps its key, for reuse).")
         ents = self.ents
         if self.classes is None: return [(k, l) for k, l in ents.items() if l and k[0] < hi and lo < k[1]]
         out = []
@@ -186,7 +187,9 @@ class HazardSim:
         self.seq = seq; self.work += work
         if compare and self.work > SIM_WORK_BUDGET:
             self.over_budget = True
-            self.ctx.report('info', 'hazard.budget', f'hazard analysis stopped comparing accesses here: more than {SIM_WORK_BUDGET} comparisons (thousands of mutually unordered accesses to the same bytes); later hazards are not reported', node)
+            self.ctx.report('info', 'hazard.budget',
+                            f'hazard analysis stopped comparing accesses here: more than {SIM_WORK_BUDGET} comparisons (thousands of '
+                            'mutually unordered accesses to the same bytes); later hazards are not reported', node)
         if node is not None:
             if getattr(node, 'assign', None): self.tok[node.assign] = tid
             if getattr(node, 'sync', False): self.complete(tid)
@@ -202,7 +205,10 @@ class HazardSim:
             if pair in self.reported: continue
             self.reported.add(pair)
             a, b = ('writes' if e[4] else 'reads'), ('writes' if w else 'reads')
-            self.ctx.report('error', 'hazard.write', f'{task_name(node)} {b} {rv.name} [{lo}, {hi}) of {rv.buffer} while {task_name(e[5])} (line {e[5].line}) {a} {e[6]} [{e[2]}, {e[3]}), and no dependency orders them (hazard rule 1)', operand_pos(node, rv),
+            self.ctx.report('error', 'hazard.write', f'{task_name(node)} {b} {rv.name} [{lo}, {hi}) of {rv.buffer} '
+                                                     f'while {task_name(e[5])} (line {e[5].line}) {a} {e[6]} '
+                                                     f'[{e[2]}, {e[3]}), and no dependency orders them (hazard '
+                                                     'rule 1)', operand_pos(node, rv),
                             ['add the earlier task\'s token to deps=[...] or wait(...) for it'])
             return
 
@@ -212,7 +218,9 @@ def check_hazards(ctx:Ctx):
     simulate_block(ctx, sim, ctx.program.body, dict(ctx.consts))
     lim = ctx.device.unit_chars.get('SEQ', {}).get('max_active_tokens') if ctx.device is not None else None
     if lim is not None and sim.max_live > lim and sim.max_live_at is not None:
-        ctx.report('warning', 'token.limit', f'up to {sim.max_live} task tokens are live here, more than the {lim} that the sequencer of {ctx.device.name} tracks (SEQ.max_active_tokens); the binder must serialize', sim.max_live_at)
+        ctx.report('warning', 'token.limit',
+                   f'up to {sim.max_live} task tokens are live here, more than the {lim} that the sequencer of {ctx.device.name} tracks '
+                   '(SEQ.max_active_tokens); the binder must serialize', sim.max_live_at)
 
 def hazard_operand(ctx, sim, op, env):
     ref = op.ref
@@ -240,7 +248,10 @@ def simulate_block(ctx, sim, body, env):
             if s.kind == 'transfer' and dst is not None and src is not None and dst.off is not None and src.off is not None \
                and sim.storage(dst.buffer) == sim.storage(src.buffer) and dst.off < src.off + src.ext and src.off < dst.off + dst.ext \
                and not any(d.name == 'memmove' for d in s.decos):
-                ctx.report('error', 'hazard.memmove', f'transfer source {src.name} [{src.off}, {src.off+src.ext}) and destination {dst.name} [{dst.off}, {dst.off+dst.ext}) overlap in {dst.buffer}; overlapping transfers need @memmove (hazard rule 2)', (s.dst.line, s.dst.col))
+                ctx.report('error', 'hazard.memmove',
+                           f'transfer source {src.name} [{src.off}, {src.off+src.ext}) and destination {dst.name} [{dst.off}, '
+                           f'{dst.off+dst.ext}) overlap in {dst.buffer}; overlapping transfers need @memmove (hazard rule 2)',
+                           (s.dst.line, s.dst.col))
                 src = None
             sim.task(s, [src], [dst], [r.id for r in s.deps])
         elif t is Compute:
@@ -260,14 +271,19 @@ def simulate_block(ctx, sim, body, env):
                     if v is not None and v >= 1: n_if = v
             trip = hi - lo + 1
             if n_if > SIM_MAX_IN_FLIGHT and trip > 2 * SIM_MAX_IN_FLIGHT + 1:
-                ctx.report('info', 'hazard.budget', f'hazard analysis simplified here: @max_in_flight({n_if}) is simulated with a window of {SIM_MAX_IN_FLIGHT} iterations; iterations farther apart are not compared', s)
+                ctx.report('info', 'hazard.budget',
+                           f'hazard analysis simplified here: @max_in_flight({n_if}) is simulated with a window of {SIM_MAX_IN_FLIGHT} '
+                           'iterations; iterations farther apart are not compared', s)
                 n_if = SIM_MAX_IN_FLIGHT
-            its = list(range(lo, hi + 1)) if trip <= 2 * n_if + 1 else list(range(lo, lo + n_if + 1)) + [None] + list(range(hi - n_if + 1, hi + 1))
+            its = (list(range(lo, hi + 1)) if trip <= 2 * n_if + 1 else list(range(lo, lo + n_if + 1)) + [None]
+                   + list(range(hi - n_if + 1, hi + 1)))
             if sim.depth >= 3 or sim.steps > SIM_BUDGET:     # deep nests / huge programs: one iteration only
                 its = [lo]
                 if not sim.simplified:
                     sim.simplified = True
-                    ctx.report('info', 'hazard.budget', 'hazard analysis simplified here: loops nested 4 deep, or beyond the simulation budget, are simulated for their first iteration only', s)
+                    ctx.report('info', 'hazard.budget',
+                               'hazard analysis simplified here: loops nested 4 deep, or beyond the simulation budget, are simulated for '
+                               'their first iteration only', s)
             started = []           # task-id ranges per simulated iteration
             for k, v in enumerate(its):
                 if v is None:     # iterations in between: everything so far has completed

@@ -14,10 +14,10 @@ __all__ = ['UNARY', 'BINARY', 'KERNELS', 'f64_to_f32_odd', 'round_float', 'Op', 
 
 # %% ../../nbs/38c_nem_kernels.ipynb #7a49e14d
 # The NEM front end and the memory model, imported in one place (public names only).
-from .ast import Num, Name, Neg, BinOp, Str, ListV, ELEM_TYPES
+from .ast import Num, Name, Neg, Str, ListV, ELEM_TYPES
 from .evaluate import eval_int
 from .types import INT_TYPES, BITWIDTH
-from .memory import NemExecError, FLOAT_TYPES, VALUE_DTYPE, quant_params, int_range, num
+from .memory import FLOAT_TYPES, VALUE_DTYPE, quant_params, int_range
 # The fixed-point datapath: requantization exactly as TFLite/gemmlowp do it (RULINGS E3).
 from ..fxp.types import QFormat
 from ..fxp.requant import requantize
@@ -62,7 +62,9 @@ class Op:
     def store_real(self, k, v64) -> np.ndarray:
         rv = self.outs[k]
         if rv.elem in FLOAT_TYPES: return round_float(rv.elem, v64)
-        if rv.quant is None: raise self.err(f'{self.opcode}: output {rv.name} is {rv.elem} without a quant descriptor; this op computes real values, so an integer output needs one (or use a float type)', 'exec.type')
+        if rv.quant is None:
+            raise self.err(f'{self.opcode}: output {rv.name} is {rv.elem} without a quant descriptor; this op computes real values, so an '
+                           'integer output needs one (or use a float type)', 'exec.type')
         s, z = quant_params(rv.quant, rv.shape)
         lo, hi = int_range(rv.elem)
         q = np.rint(np.asarray(v64, np.float64) / s) + z
@@ -122,14 +124,18 @@ def k_eltwise(op:Op):
             with np.errstate(all='ignore'): return [f(*[x.astype(np.float64) for x in xs]).astype(np.float32)]
         with np.errstate(all='ignore'): return [f(*xs)]
     if kinds == {'int'}:
-        if i_f is None: raise op.err(f'{op.opcode} on integers without quant descriptors is not defined (ruling K3); give the operands quant descriptors or a float type', 'exec.type')
+        if i_f is None:
+            raise op.err(f'{op.opcode} on integers without quant descriptors is not defined (ruling K3); give the operands quant '
+                         'descriptors or a float type', 'exec.type')
         xs = [x.astype(np.int64) for x in op.x]
         if op.opcode == 'div' and (xs[1] == 0).any(): raise op.err('div: integer division by zero', 'exec.value')
         return [_wrap(i_f(*xs), op.outs[0].elem)]
     with np.errstate(all='ignore'): return [op.store_real(0, f(*[op.real(k) for k in range(len(op.ins))]))]
 
 # %% ../../nbs/38c_nem_kernels.ipynb #cb73c970
-def _same_q(a, b): return (a.quant is None and b.quant is None) or (a.quant is not None and b.quant is not None and a.quant == b.quant and a.elem == b.elem)
+def _same_q(a, b):
+    return ((a.quant is None and b.quant is None)
+            or (a.quant is not None and b.quant is not None and a.quant == b.quant and a.elem == b.elem))
 
 def _view_fn(op, xs):
     a, o = op.attrs, op.opcode
@@ -156,7 +162,8 @@ def _view_fn(op, xs):
         return [np.take(x, np.where(idx < 0, idx + d, idx), axis=ax)]
 
 def k_view(op:Op):
-    "Layout ops move values unchanged (same descriptors, or none); with differing descriptors, and for a quantized `pad` (whose constant is real), they go through reals (E4)."
+    ("Layout ops move values unchanged (same descriptors, or none); with differing descriptors, and for a quantized `pad` (whose constant "
+     "is real), they go through reals (E4).")
     n = 1 if op.opcode == 'gather' else len(op.ins)
     direct = all(_same_q(op.ins[k], op.outs[0]) for k in range(n)) and all(o.elem == op.outs[0].elem for o in op.outs)
     if direct and not (op.opcode == 'pad' and op.ins[0].quant is not None):      # a quantized pad's constant is a real value
@@ -289,7 +296,8 @@ def k_linear(op:Op):
     y = op.outs[0]
     acc_t = op.attrs.get('accum_type', 'i32')
     if ki[0] == 'float' or ki[1] == 'float':
-        if 'float' in ki and set(ki) != {'float'}: raise op.err(f'{op.opcode}: mixes float and integer operands (no implicit casts)', 'exec.type')
+        if 'float' in ki and set(ki) != {'float'}:
+            raise op.err(f'{op.opcode}: mixes float and integer operands (no implicit casts)', 'exec.type')
         r = _product(op, op.f32(0), op.f32(1), conv).astype(np.float32)
         if len(op.ins) > 2: r = r + op.f32(2)
         if y.elem not in FLOAT_TYPES: raise op.err(f'{op.opcode}: float operands but integer output {y.name}', 'exec.type')
@@ -301,18 +309,22 @@ def k_linear(op:Op):
     if acc_t not in INT_TYPES: raise op.err(f'{op.opcode}: integer operands need an integer accum_type, not {acc_t}', 'exec.type')
     acc = _wrap(acc, acc_t).astype(np.int64)
     if len(op.ins) > 2:
-        if op.ins[2].elem != 'i32' or op.kind(op.ins[2]) == 'float': raise op.err(f'{op.opcode}: the bias of an integer {op.opcode} must be i32 (E3), not {op.ins[2].elem}', 'exec.type')
+        if op.ins[2].elem != 'i32' or op.kind(op.ins[2]) == 'float':
+            raise op.err(f'{op.opcode}: the bias of an integer {op.opcode} must be i32 (E3), not {op.ins[2].elem}', 'exec.type')
         acc = _wrap(acc + op.x[2].astype(np.int64), acc_t).astype(np.int64)
     if y.quant is None:
         if y.elem == acc_t or (y.elem in INT_TYPES and BITWIDTH[y.elem] >= BITWIDTH[acc_t]): return [acc.astype(VALUE_DTYPE[y.elem])]
-        raise op.err(f'{op.opcode}: output {y.name} is {y.elem} without a quant descriptor; it receives the {acc_t} accumulator only as {acc_t} (E3)', 'exec.type')
+        raise op.err(f'{op.opcode}: output {y.name} is {y.elem} without a quant descriptor; it receives the {acc_t} accumulator only as '
+                     f'{acc_t} (E3)', 'exec.type')
     if op.ins[0].quant is None or op.ins[1].quant is None:
-        raise op.err(f'{op.opcode}: requantizing into {y.name} needs quant descriptors on {op.ins[0].name} and {op.ins[1].name} (E3)', 'exec.type')
+        raise op.err(f'{op.opcode}: requantizing into {y.name} needs quant descriptors on {op.ins[0].name} and {op.ins[1].name} (E3)',
+                     'exec.type')
     sx, _ = quant_params(op.ins[0].quant, op.ins[0].shape); sw, _ = quant_params(op.ins[1].quant, op.ins[1].shape)
     sy, zy = quant_params(y.quant, y.shape)
     sx, sy, zy = float(np.ravel(sx)[0]), float(np.ravel(sy)[0]), int(np.ravel(zy)[0])
     if np.size(sw) > 1 and (op.ins[1].quant.axis.value % len(op.ins[1].shape)) != len(op.ins[1].shape) - 1:
-        raise op.err(f'{op.opcode}: per-channel scales of {op.ins[1].name} must be along its output-channel axis (the last) to requantize per channel', 'exec.type')
+        raise op.err(f'{op.opcode}: per-channel scales of {op.ins[1].name} must be along its output-channel axis (the last) to requantize '
+                     'per channel', 'exec.type')
     M = (sx * np.ravel(sw).astype(np.float64)) / sy
     M = np.broadcast_to(M, (acc.shape[-1],)) if M.size > 1 else float(M[0])
     return [np.asarray(_requant(acc.astype(np.int32) if acc_t == 'i32' else acc, M, zy, y.elem, op.single)).astype(VALUE_DTYPE[y.elem])]

@@ -16,7 +16,8 @@ class NemError(NacLabError):
     def __init__(self, msg='', *args): super().__init__(printable(str(msg)), *args)
 
 def caret_lines(src_line:str, col:int, width:int=100) -> str:
-    "The source line (made `printable`) and a caret under column `col` (1-based), indented 4; a line longer than `width` is cut to a window around the column, `…` marking the cuts."
+    ("The source line (made `printable`) and a caret under column `col` (1-based), indented 4; a line longer than `width` is cut to a "
+     "window around the column, `…` marking the cuts.")
     src = src_line.replace('\t', ' ').rstrip('\r'); c = max(0, col - 1)
     if CONTROL_RE.search(src): c, src = len(printable(src[:c])), printable(src)
     if len(src) > width:
@@ -61,7 +62,8 @@ MAX_LINE_CHARS = 1 << 20      # one line
 def tokenize(text:str, file:str='<string>') -> list:
     "Split NEM `text` into `(kind, value, line, col)` tuples ending with an `EOF` token."
     if len(text) > MAX_SOURCE_CHARS:
-        raise NemSyntaxError(f'the source is {len(text)} characters long; a NEM source holds at most {MAX_SOURCE_CHARS} (16 MiB)', file, 1, 1)
+        raise NemSyntaxError(f'the source is {len(text)} characters long; a NEM source holds at most {MAX_SOURCE_CHARS} (16 MiB)', file, 1,
+                             1)
     toks, stack = [], []
     append = toks.append
     lines = text.split('\n')
@@ -69,7 +71,8 @@ def tokenize(text:str, file:str='<string>') -> list:
     finditer = _TOKEN_RE.finditer
     for ln, line in enumerate(lines, 1):
         if len(line) > MAX_LINE_CHARS:
-            raise NemSyntaxError(f'line {ln} is {len(line)} characters long; a NEM line holds at most {MAX_LINE_CHARS} (1 MiB)', file, ln, MAX_LINE_CHARS + 1, text)
+            raise NemSyntaxError(f'line {ln} is {len(line)} characters long; a NEM line holds at most {MAX_LINE_CHARS} (1 MiB)', file, ln,
+                                 MAX_LINE_CHARS + 1, text)
         for m in finditer(line.rstrip(' \t\r\f')):
             g = m.lastindex
             if g == 1: append(('ID', m[1], ln, m.start(1) + 1))
@@ -79,14 +82,17 @@ def tokenize(text:str, file:str='<string>') -> list:
                 if len(v) > 18:
                     d = v.lstrip('0') or '0'
                     if len(d) > 19 or int(d) > INT_MAX:
-                        raise NemSyntaxError(f'integer literal {d if len(d) <= 40 else d[:20] + "…"} ({len(d)} digits) is outside the 64-bit range (at most {INT_MAX})', file, ln, m.start(4) + 1, text)
+                        raise NemSyntaxError(f'integer literal {d if len(d) <= 40 else d[:20] + "…"} ({len(d)} digits) is outside the '
+                                             f'64-bit range (at most {INT_MAX})', file, ln, m.start(4) + 1, text)
                     v = d
                 append(('INT', int(v), ln, m.start(4) + 1))
             elif g == 7:
                 v = m[7]; col = m.start(7) + 1
                 if v in _OPEN: stack.append((v, ln, col))
                 elif not stack or stack[-1][0] != _CLOSE[v]:
-                    raise NemSyntaxError(f'unbalanced {v!r}' + (f' (the {stack[-1][0]!r} at {stack[-1][1]}:{stack[-1][2]} is still open)' if stack else ''), file, ln, col, text)
+                    raise NemSyntaxError(f'unbalanced {v!r}'
+                                         + (f' (the {stack[-1][0]!r} at {stack[-1][1]}:{stack[-1][2]} is still open)' if stack else ''),
+                                         file, ln, col, text)
                 else: stack.pop()
                 append((v, v, ln, col))
             elif g == 3: append(('FLOAT', m[3], ln, m.start(3) + 1))

@@ -5,7 +5,6 @@
 # %% ../../nbs/38_nem_memory.ipynb #4d61199d
 from __future__ import annotations
 import math
-from dataclasses import dataclass
 import numpy as np
 
 # %% auto #0
@@ -17,9 +16,9 @@ __all__ = ['STORE_DTYPE', 'VALUE_DTYPE', 'FLOAT_TYPES', 'MAX_MEMORY', 'NemExecEr
 # The NEM front end, imported in one place (the names are public; the integrator may re-point them).
 from ..binio import NacLabError
 from .lexer import NemError, caret_lines, printable
-from .ast import Num, Neg, Name, BinOp, Quant, Buffer
-from .types import BITWIDTH, INT_TYPES, nbytes
-from .check_ctx import RegionVal, BufInfo
+from .ast import Num, Neg, Quant
+from .types import BITWIDTH, nbytes
+from .check_ctx import RegionVal
 
 # %% ../../nbs/38_nem_memory.ipynb #726a8b56
 class NemExecError(NemError):
@@ -75,7 +74,8 @@ class Memory:
             self.addr_of[name], self.level_of[name] = at, lv
             ends[lv] = at + bi.size
         if sum(ends.values()) > limit:
-            raise NemExecError(f'the buffers need {sum(ends.values())} bytes of memory, more than the {limit} the executor allocates (run(..., memory_limit=...) raises it)', rule='exec.limit')
+            raise NemExecError(f'the buffers need {sum(ends.values())} bytes of memory, more than the {limit} the executor allocates '
+                               '(run(..., memory_limit=...) raises it)', rule='exec.limit')
         self.arenas = {lv: np.zeros(n, np.uint8) for lv, n in ends.items()}
         self.bufs = {n: self.arenas[self.level_of[n]][self.addr_of[n]: self.addr_of[n] + bi.size] for n, bi in buffers.items()}
 

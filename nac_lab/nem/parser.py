@@ -6,6 +6,8 @@
 from __future__ import annotations
 import gc
 from fastcore.basics import patch
+# Lexer and grammar names are re-exported on purpose: `nac_lab.nem.parser` is the one import for the front end
+# (nem.types takes opcode_table from here, the fuzz tests MAX_EXPR_OPS).
 from .lexer import NemError, NemSyntaxError, tokenize, caret_lines
 from .ast import *
 from .grammar import Parser, opcode_table, MAX_EXPR_OPS
@@ -24,7 +26,8 @@ def stmt(self:Parser, in_loop):
         if v == 'buffer': return self.buffer_decl()
         if v == 'loop': return self.loop()
         if v in ('program', 'device', 'include', 'type_family'):
-            raise self.error(f"'{v}' must come before the program's statements" if v != 'type_family' else 'type_family declarations belong in config documents, not in programs', t)
+            raise self.error(f"'{v}' must come before the program's statements" if v != 'type_family'
+                             else 'type_family declarations belong in config documents, not in programs', t)
         if v == 'endloop' and not in_loop: raise self.error("'endloop' without a matching 'loop'", t)
         if self.toks[self.i + 1][0] == '=':
             self.i += 2
@@ -220,7 +223,8 @@ def compute_attrs(self:Parser, node):
 @patch
 def generic_compute(self:Parser, sync, assign, start):
     self.expect('(', "'('")
-    node = Compute('compute', sync, [], [], {}, [], assign, [], {}, start[2], start[3], (self.toks[self.i - 4][2], self.toks[self.i - 4][3]))
+    node = Compute('compute', sync, [], [], {}, [], assign, [], {}, start[2], start[3],
+                   (self.toks[self.i - 4][2], self.toks[self.i - 4][3]))
     while True:
         k = self.expect('ID', 'op=, attrs=, in=, out= or deps=')
         self.expect('=', f"'=' after {k[1]}")
@@ -298,11 +302,14 @@ def device_config(self:Parser):
         self.skip_nl()
         b = self.toks[self.i]
         if b[0] == '}': self.i += 1; d.end_line = b[2]; break
-        if b[0] != 'ID': raise self.error(f'expected a device block (spec_version, topology, unit_characteristics, opcode.mandatory, opcode.extended) or }}, found {self.desc(b)}', b)
+        if b[0] != 'ID':
+            raise self.error('expected a device block (spec_version, topology, unit_characteristics, opcode.mandatory, opcode.extended) '
+                             f'or }}, found {self.desc(b)}', b)
         key = b[1]
         if key == 'opcode' and self.at('.', k=1):
             s = self.toks[self.i + 2]
-            if s[1] not in ('mandatory', 'extended'): raise self.error(f"unknown block 'opcode.{s[1]}' (expected opcode.mandatory or opcode.extended)", s)
+            if s[1] not in ('mandatory', 'extended'):
+                raise self.error(f"unknown block 'opcode.{s[1]}' (expected opcode.mandatory or opcode.extended)", s)
             key = 'opcode.' + s[1]; self.i += 2
         if key in d.block_pos: raise self.error(f'{key} given twice in device {n[1]}', b)
         d.block_pos[key] = (b[2], b[3])
@@ -321,7 +328,8 @@ def device_config(self:Parser):
             if key == 'opcode.mandatory': d.mandatory = refs
             else: d.extended = refs
         else:
-            raise self.error(f'unknown device block {key!r} (expected spec_version, topology, unit_characteristics, opcode.mandatory, opcode.extended)', b)
+            raise self.error(f'unknown device block {key!r} (expected spec_version, topology, unit_characteristics, opcode.mandatory, '
+                             'opcode.extended)', b)
     return d
 
 @patch
@@ -456,19 +464,25 @@ def parse_document(self:Parser) -> Document:
             if t[0] == 'ID' and t[1] == 'type_family':
                 doc.families.append(self.type_family()); continue
             if t[0] == 'ID' and t[1] == 'device':
-                if self.at('ID', k=1) and (self.at('{', k=2) or self.at('ID', 'extends', k=2) or (self.at('NL', k=2) and self.at('{', k=3))):
+                if self.at('ID', k=1) and (self.at('{', k=2) or self.at('ID', 'extends', k=2) or (
+                    self.at('NL', k=2) and self.at('{', k=3))):
                     doc.devices.append(self.device_config()); continue
                 if doc.devices or doc.families or device is not None:
-                    raise self.error('a device directive (device NAME / device "file") starts a program and must come first after the includes', t)
+                    raise self.error('a device directive (device NAME / device "file") starts a program and must come first after the '
+                                     'includes', t)
                 self.i += 1
                 v = self.toks[self.i]
                 if v[0] == 'STR': device = DeviceRef('string', v[1], None, t[2], t[3])
                 elif v[0] == 'ID': device = DeviceRef('id', v[1], None, t[2], t[3])
-                else: raise self.error(f'expected a device name, a quoted file name or a device block after device, found {self.desc(v)}', v)
+                else:
+                    raise self.error(f'expected a device name, a quoted file name or a device block after device, found {self.desc(v)}', v)
                 self.i += 1; self.end_stmt('the device directive'); continue
             prog_pos = (t[2], t[3])
-            if doc.families: raise self.error('a document is either a program or a config document: this one has type families and program statements', t)
-            if len(doc.devices) > 1: raise self.error('a program may declare one inline device; this file declares several devices before its statements', t)
+            if doc.families:
+                raise self.error('a document is either a program or a config document: this one has type families and program statements',
+                                 t)
+            if len(doc.devices) > 1:
+                raise self.error('a program may declare one inline device; this file declares several devices before its statements', t)
             if doc.devices:
                 if device is not None: raise self.error('the program has two device directives', t)
                 c = doc.devices.pop(); device = DeviceRef('inline', c.name, c, c.line, c.col)

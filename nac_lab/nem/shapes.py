@@ -5,8 +5,7 @@
 # %% ../../nbs/34b_nem_shapes.ipynb #5c0e9405
 from __future__ import annotations
 import math
-from .ast import (Num, Name, BinOp, Neg, Str, ListV, Region, Quant, Deco, Ref, Operand,
-    Const, Let, Buffer, RegionDecl, Move, Wait, Compute, Loop, Program, ELEM_TYPES)
+from .ast import Num, Name, BinOp, Neg, Str, ListV, Move, Compute, ELEM_TYPES
 from .lexer import INT_MAX
 from .types import OpInstance, match, INT_TYPES
 from .check_ctx import *
@@ -19,12 +18,16 @@ def check_move(ctx:Ctx, t:Move, dst:RegionVal|None, src:RegionVal|None):
     "Transfer/store rules for one evaluated task."
     if dst is None or src is None: return
     if dst.ext is not None and src.ext is not None and dst.ext < src.ext:
-        ctx.report('error', 'transfer.extent', f'{t.kind} copies {src.ext} bytes from {src.name} into {dst.name}, which has only {dst.ext} bytes', t)
+        ctx.report('error', 'transfer.extent',
+                   f'{t.kind} copies {src.ext} bytes from {src.name} into {dst.name}, which has only {dst.ext} bytes', t)
     if dst.typed and src.typed:
         if dst.elem != src.elem:
-            ctx.report('error', 'transfer.types', f'{t.kind} from {src.name} ({src.elem}) to {dst.name} ({dst.elem}): element types differ; insert an explicit cast', t)
+            ctx.report('error', 'transfer.types',
+                       f'{t.kind} from {src.name} ({src.elem}) to {dst.name} ({dst.elem}): element types differ; insert an explicit cast',
+                       t)
         elif math.prod(dst.shape) != math.prod(src.shape):
-            ctx.report('error', 'transfer.types', f'{t.kind} from {src.name} {list(src.shape)} to {dst.name} {list(dst.shape)}: element counts differ', t)
+            ctx.report('error', 'transfer.types',
+                       f'{t.kind} from {src.name} {list(src.shape)} to {dst.name} {list(dst.shape)}: element counts differ', t)
 
 # %% ../../nbs/34b_nem_shapes.ipynb #de86d3a3
 def _attr_ints(ctx, t, name, env, n=None):
@@ -34,7 +37,9 @@ def _attr_ints(ctx, t, name, env, n=None):
     if type(v) is not ListV:
         x = ctx.eval_or_report(v, env, f'{name} of {t.opcode}') if type(v) in (Num, Name, BinOp, Neg) else None
         if x is None:
-            if type(v) not in (Num, Name, BinOp, Neg): ctx.report('error', 'compute.attr-value', f'{t.opcode}: {name} must be an integer' + (f' list of length {n}' if n else ''), pos)
+            if type(v) not in (Num, Name, BinOp, Neg):
+                ctx.report('error', 'compute.attr-value', f'{t.opcode}: {name} must be an integer' + (f' list of length {n}' if n else ''),
+                           pos)
             return None
         if n is not None:
             ctx.report('error', 'compute.attr-value', f'{t.opcode}: {name} must be a list of {n} integers', pos); return None
@@ -53,7 +58,8 @@ def _attr_ints(ctx, t, name, env, n=None):
 def _axis(ctx, t, a, rank, what='axis'):
     if a is None: return None
     if not -rank <= a < rank:
-        ctx.report('error', 'compute.attr-value', f'{t.opcode}: {what} {a} is outside rank {rank}', t.attr_pos.get(what, (t.line, t.col))); return None
+        ctx.report('error', 'compute.attr-value', f'{t.opcode}: {what} {a} is outside rank {rank}', t.attr_pos.get(what, (t.line, t.col)))
+        return None
     return a % rank
 
 def _shape_err(ctx, t, msg, rv=None):
@@ -77,11 +83,14 @@ def check_compute(ctx:Ctx, t:Compute, ins:list, outs:list, env:dict):
     "Operand and attribute structure, then the opcode's shape rule. `ins`/`outs`: RegionVal or None per operand."
     if t.opcode == 'compute':
         if 'op' not in t.attrs: ctx.report('error', 'compute.generic', 'compute.async needs op="<name>"', task_pos(t))
-        else: ctx.report('warning', 'compute.generic', f'generic compute task {_lit(t.attrs["op"])}: binders may reject unknown operations', task_pos(t))
+        else:
+            ctx.report('warning', 'compute.generic', f'generic compute task {_lit(t.attrs["op"])}: binders may reject unknown operations',
+                       task_pos(t))
         return
     spec = ctx.ops[t.opcode]
     if spec['status'] == 'future':
-        ctx.report('info', 'compute.status', f'{t.opcode} is defined for future hardware; binders for current NPM silicon reject it', task_pos(t))
+        ctx.report('info', 'compute.status', f'{t.opcode} is defined for future hardware; binders for current NPM silicon reject it',
+                   task_pos(t))
     # operand structure
     ok = True
     for side, got, want in (('input', t.ins, spec['ins']), ('output', t.outs, spec['outs'])):
@@ -91,21 +100,26 @@ def check_compute(ctx:Ctx, t:Compute, ins:list, outs:list, env:dict):
         if len(got) < req or (mx is not None and len(got) > mx):
             names = ' '.join(o['name'] + ('?' if o['optional'] else '') + ('...' if o['variadic'] else '') for o in want)
             cnt = f'at least {req}' if var else (f'{req}' if req == mx else f'{req} to {mx}')
-            ctx.report('error', 'compute.operands', f'{t.opcode} takes {cnt} {side} operand(s) ({names}), got {len(got)}', task_pos(t)); ok = False
+            ctx.report('error', 'compute.operands', f'{t.opcode} takes {cnt} {side} operand(s) ({names}), got {len(got)}', task_pos(t))
+            ok = False
     for o, rv in zip(t.ins + t.outs, ins + outs):
         if rv is not None and not rv.typed:
-            ctx.report('error', 'compute.untyped', f'{t.opcode} operand {rv.name} has no complete type (elem, shape, layout/strides); compute operands must be typed regions', o)
+            ctx.report('error', 'compute.untyped',
+                       f'{t.opcode} operand {rv.name} has no complete type (elem, shape, layout/strides); compute operands must be typed '
+                       'regions', o)
             ok = False
     for a, s in spec['attrs'].items():
         if s['required'] and a not in t.attrs:
             ctx.report('error', 'compute.attrs', f'{t.opcode} needs attribute {a}=', task_pos(t))
     for a in t.attrs:
         if a not in spec['attrs']:
-            ctx.report('warning', 'compute.attrs', f'{t.opcode} has no attribute {a!r}; it is ignored' + (f' (attributes: {", ".join(spec["attrs"])})' if spec['attrs'] else ''), t.attr_pos.get(a, (t.line, t.col)))
+            ctx.report('warning', 'compute.attrs', f'{t.opcode} has no attribute {a!r}; it is ignored' + (
+                f' (attributes: {", ".join(spec["attrs"])})' if spec['attrs'] else ''), t.attr_pos.get(a, (t.line, t.col)))
     if 'accum_type' in t.attrs:
         v = t.attrs['accum_type']
         if type(v) is not Name or v.id not in ELEM_TYPES:
-            ctx.report('error', 'compute.attr-value', f'{t.opcode}: accum_type must be an element type such as i32 or f32', t.attr_pos['accum_type'])
+            ctx.report('error', 'compute.attr-value', f'{t.opcode}: accum_type must be an element type such as i32 or f32',
+                       t.attr_pos['accum_type'])
     if not ok or any(rv is None for rv in ins + outs): return
     _SHAPE_RULES[spec['kind']](ctx, t, ins, outs, env)
 
@@ -115,7 +129,9 @@ def _lit(v): return f'"{v.value}"' if type(v) is Str else getattr(v, 'id', '?')
 def _same(ctx, t, rvs):
     s0 = rvs[0].shape
     for rv in rvs[1:]:
-        if rv.shape != s0: _shape_err(ctx, t, f'{rv.name} has shape {list(rv.shape)} but {rvs[0].name} has {list(s0)}; shapes must be identical', rv); return False
+        if rv.shape != s0:
+            _shape_err(ctx, t, f'{rv.name} has shape {list(rv.shape)} but {rvs[0].name} has {list(s0)}; shapes must be identical', rv)
+            return False
     return True
 
 def _unary(ctx, t, ins, outs, env): _same(ctx, t, [ins[0], outs[0]])
@@ -125,13 +141,18 @@ def _gemm(ctx, t, ins, outs, env, batched=False):
     a, b, y = ins[0], ins[1], outs[0]
     ra, rb = len(a.shape), len(b.shape)
     if (not batched and (ra != 2 or rb != 2)) or (batched and (ra < 2 or rb != ra)):
-        _shape_err(ctx, t, f'{a.name} {list(a.shape)} and {b.name} {list(b.shape)} must be ' + ('rank-2 matrices' if not batched else 'of equal rank >= 2')); return
+        _shape_err(ctx, t, f'{a.name} {list(a.shape)} and {b.name} {list(b.shape)} must be ' + (
+            'rank-2 matrices' if not batched else 'of equal rank >= 2'))
+        return
     if a.shape[-1] != b.shape[-2]:
-        _shape_err(ctx, t, f'inner dimensions differ: {a.name} {list(a.shape)} has K={a.shape[-1]}, {b.name} {list(b.shape)} has K={b.shape[-2]}'); return
+        _shape_err(ctx, t,
+                   f'inner dimensions differ: {a.name} {list(a.shape)} has K={a.shape[-1]}, {b.name} {list(b.shape)} has K={b.shape[-2]}')
+        return
     if a.shape[:-2] != b.shape[:-2]:
         _shape_err(ctx, t, f'batch dimensions differ: {list(a.shape[:-2])} vs {list(b.shape[:-2])}'); return
     want = a.shape[:-2] + (a.shape[-2], b.shape[-1])
-    if y.shape != want: _shape_err(ctx, t, f'output {y.name} has shape {list(y.shape)}; {list(a.shape)} x {list(b.shape)} gives {list(want)}', y)
+    if y.shape != want:
+        _shape_err(ctx, t, f'output {y.name} has shape {list(y.shape)}; {list(a.shape)} x {list(b.shape)} gives {list(want)}', y)
     if len(ins) > 2:
         c = ins[2]
         if c.shape not in ((want[-1],), want, (1, want[-1])):
@@ -145,20 +166,29 @@ def _layouts(ctx, t, pairs):
     ok = True
     for rv, want in pairs:
         if rv.layout is not None and rv.layout != want:
-            ctx.report('error', 'compute.layout', f'{t.opcode}: {rv.name} has layout {rv.layout}; {t.opcode} takes {want}', operand_pos(t, rv)); ok = False
+            ctx.report('error', 'compute.layout', f'{t.opcode}: {rv.name} has layout {rv.layout}; {t.opcode} takes {want}',
+                       operand_pos(t, rv))
+            ok = False
     return ok
 
 def _conv(ctx, t, ins, outs, env):
     x, w, y = ins[0], ins[1], outs[0]
     rank = len(x.shape); s = rank - 2
     if s < 1 or len(w.shape) != rank or len(y.shape) != rank:
-        _shape_err(ctx, t, f'{x.name} {list(x.shape)}, {w.name} {list(w.shape)} and {y.name} {list(y.shape)} must all have rank {max(rank, 3)} (N, spatial..., C / K..., Cin, Cout)'); return
-    if not _layouts(ctx, t, [(x, 'N' + _SPATIAL.get(s, '') + 'C'), (w, _SPATIAL.get(s, '') + 'IO'), (y, 'N' + _SPATIAL.get(s, '') + 'C')]): return
-    pads = _attr_ints(ctx, t, 'pads', env, 2 * s); strides = _attr_ints(ctx, t, 'strides', env, s); dil = _attr_ints(ctx, t, 'dilations', env, s)
+        _shape_err(ctx, t,
+                   f'{x.name} {list(x.shape)}, {w.name} {list(w.shape)} and {y.name} {list(y.shape)} must all have rank {max(rank, 3)} '
+                   '(N, spatial..., C / K..., Cin, Cout)')
+        return
+    if not _layouts(ctx, t, [(x, 'N' + _SPATIAL.get(s, '') + 'C'), (w, _SPATIAL.get(s, '') + 'IO'), (y, 'N' + _SPATIAL.get(s, '') + 'C')]):
+        return
+    pads = _attr_ints(ctx, t, 'pads', env, 2 * s)
+    strides = _attr_ints(ctx, t, 'strides', env, s)
+    dil = _attr_ints(ctx, t, 'dilations', env, s)
     g = _attr_ints(ctx, t, 'groups', env) if 'groups' in t.attrs else 1
     if None in (pads, strides, dil, g): return
     if g < 1 or any(v < 1 for v in strides + dil) or any(p < 0 for p in pads):
-        ctx.report('error', 'compute.attr-value', f'{t.opcode}: strides, dilations and groups must be >= 1 and pads >= 0', task_pos(t)); return
+        ctx.report('error', 'compute.attr-value', f'{t.opcode}: strides, dilations and groups must be >= 1 and pads >= 0', task_pos(t))
+        return
     cin, cout = x.shape[-1], w.shape[-1]
     if cin != w.shape[-2] * g:
         _shape_err(ctx, t, f'input channels {cin} of {x.name} must equal {w.name}\'s Cin/groups ({w.shape[-2]}) x groups ({g})'); return
@@ -171,8 +201,11 @@ def _conv(ctx, t, ins, outs, env):
         detail = ''
         if i is not None:
             k = i - 1
-            detail = f' (axis {i}: floor(({x.shape[i]} + {pads[k]} + {pads[s+k]} - {dil[k]}*({w.shape[k]}-1) - 1)/{strides[k]}) + 1 = {want[i]})'
-        _shape_err(ctx, t, f'output {y.name} is declared {list(y.shape)} but {list(x.shape)} convolved with {list(w.shape)}, pads {pads}, strides {strides}, dilations {dil} gives {list(want)}{detail}', y)
+            detail = (f' (axis {i}: floor(({x.shape[i]} + {pads[k]} + {pads[s+k]} - {dil[k]}*({w.shape[k]}-1) - 1)/{strides[k]}) + 1 = '
+                      f'{want[i]})')
+        _shape_err(ctx, t,
+                   f'output {y.name} is declared {list(y.shape)} but {list(x.shape)} convolved with {list(w.shape)}, pads {pads}, strides '
+                   f'{strides}, dilations {dil} gives {list(want)}{detail}', y)
     if len(ins) > 2 and ins[2].shape != (cout,):
         _shape_err(ctx, t, f'bias {ins[2].name} has shape {list(ins[2].shape)}; it must be [{cout}]')
 
@@ -182,16 +215,21 @@ def _pool(ctx, t, ins, outs, env):
     if not _layouts(ctx, t, [(x, 'NHWC'), (y, 'NHWC')]): return
     k = _attr_ints(ctx, t, 'kernel_shape', env, 2); pads = _attr_ints(ctx, t, 'pads', env, 4); st = _attr_ints(ctx, t, 'strides', env, 2)
     if None in (k, pads, st): return
-    if any(v < 1 for v in k + st): ctx.report('error', 'compute.attr-value', f'{t.opcode}: kernel_shape and strides must be >= 1', task_pos(t)); return
-    want = (x.shape[0], conv_out(x.shape[1], k[0], pads[0], pads[2], st[0], 1), conv_out(x.shape[2], k[1], pads[1], pads[3], st[1], 1), x.shape[3])
-    if y.shape != want: _shape_err(ctx, t, rv=y, msg=f'output {y.name} is declared {list(y.shape)}; pooling {list(x.shape)} with kernel {k}, pads {pads}, strides {st} gives {list(want)}')
+    if any(v < 1 for v in k + st):
+        ctx.report('error', 'compute.attr-value', f'{t.opcode}: kernel_shape and strides must be >= 1', task_pos(t)); return
+    want = (x.shape[0], conv_out(x.shape[1], k[0], pads[0], pads[2], st[0], 1), conv_out(x.shape[2], k[1], pads[1], pads[3], st[1], 1),
+            x.shape[3])
+    if y.shape != want: _shape_err(ctx, t, rv=y, msg=f'output {y.name} is declared {list(y.shape)}; pooling {list(x.shape)} with kernel '
+                                                     f'{k}, pads {pads}, strides {st} gives {list(want)}')
 
 # %% ../../nbs/34b_nem_shapes.ipynb #1c76e435
 def _transpose(ctx, t, ins, outs, env):
     x, y = ins[0], outs[0]
     p = _attr_ints(ctx, t, 'perm', env, len(x.shape))
     if p is None: return
-    if sorted(p) != list(range(len(x.shape))): ctx.report('error', 'compute.attr-value', f'transpose: perm {p} is not a permutation of 0..{len(x.shape)-1}', t.attr_pos['perm']); return
+    if sorted(p) != list(range(len(x.shape))):
+        ctx.report('error', 'compute.attr-value', f'transpose: perm {p} is not a permutation of 0..{len(x.shape)-1}', t.attr_pos['perm'])
+        return
     want = tuple(x.shape[i] for i in p)
     if y.shape != want: _shape_err(ctx, t, f'output {y.name} is {list(y.shape)}; transposing {list(x.shape)} by {p} gives {list(want)}')
 
@@ -201,7 +239,9 @@ def _reshape(ctx, t, ins, outs, env):
     if ts is None: return
     if not isinstance(ts, list): ts = [ts]
     if math.prod(ts) != math.prod(x.shape):
-        _shape_err(ctx, t, f'target_shape {ts} has {_count(math.prod(ts))} elements but {x.name} {list(x.shape)} has {math.prod(x.shape)}; reshape preserves the element count'); return
+        _shape_err(ctx, t, f'target_shape {ts} has {_count(math.prod(ts))} elements but {x.name} {list(x.shape)} has {math.prod(x.shape)}; '
+                   'reshape preserves the element count')
+        return
     if y.shape != tuple(ts): _shape_err(ctx, t, f'output {y.name} is {list(y.shape)} but target_shape is {ts}')
 
 def _slice(ctx, t, ins, outs, env):
@@ -209,7 +249,8 @@ def _slice(ctx, t, ins, outs, env):
     vals = [_attr_ints(ctx, t, k, env) for k in ('starts', 'ends', 'axes', 'steps')]
     if None in vals: return
     vals = [v if isinstance(v, list) else [v] for v in vals]
-    if len({len(v) for v in vals}) != 1: ctx.report('error', 'compute.attr-value', 'slice: starts, ends, axes and steps must have the same length', task_pos(t)); return
+    if len({len(v) for v in vals}) != 1:
+        ctx.report('error', 'compute.attr-value', 'slice: starts, ends, axes and steps must have the same length', task_pos(t)); return
     shape = list(x.shape)
     for st, en, ax, sp in zip(*vals):
         a = _axis(ctx, t, ax, len(shape), 'axes')
@@ -228,7 +269,8 @@ def _concat(ctx, t, ins, outs, env):
     if ax is None: return
     for rv in ins[1:]:
         if len(rv.shape) != len(ins[0].shape) or any(a != b for k, (a, b) in enumerate(zip(rv.shape, ins[0].shape)) if k != ax):
-            _shape_err(ctx, t, f'{rv.name} {list(rv.shape)} and {ins[0].name} {list(ins[0].shape)} must agree on every axis but {ax}'); return
+            _shape_err(ctx, t, f'{rv.name} {list(rv.shape)} and {ins[0].name} {list(ins[0].shape)} must agree on every axis but {ax}')
+            return
     want = list(ins[0].shape); want[ax] = sum(rv.shape[ax] for rv in ins)
     if y.shape != tuple(want): _shape_err(ctx, t, f'output {y.name} is {list(y.shape)}; concatenating along axis {ax} gives {want}')
 
@@ -237,8 +279,10 @@ def _split(ctx, t, ins, outs, env):
     ax = _axis(ctx, t, _attr_ints(ctx, t, 'axis', env), len(x.shape)); sizes = _attr_ints(ctx, t, 'split_sizes', env)
     if ax is None or sizes is None: return
     if not isinstance(sizes, list): sizes = [sizes]
-    if len(sizes) != len(outs): ctx.report('error', 'compute.attr-value', f'split: {len(sizes)} split_sizes for {len(outs)} outputs', task_pos(t)); return
-    if sum(sizes) != x.shape[ax]: _shape_err(ctx, t, f'split_sizes {sizes} sum to {sum(sizes)} but axis {ax} of {x.name} has {x.shape[ax]}'); return
+    if len(sizes) != len(outs):
+        ctx.report('error', 'compute.attr-value', f'split: {len(sizes)} split_sizes for {len(outs)} outputs', task_pos(t)); return
+    if sum(sizes) != x.shape[ax]:
+        _shape_err(ctx, t, f'split_sizes {sizes} sum to {sum(sizes)} but axis {ax} of {x.name} has {x.shape[ax]}'); return
     for y, n in zip(outs, sizes):
         want = list(x.shape); want[ax] = n
         if y.shape != tuple(want): _shape_err(ctx, t, f'output {y.name} is {list(y.shape)}; its part is {want}')
@@ -256,11 +300,14 @@ def _pad(ctx, t, ins, outs, env):
 
 def _gather(ctx, t, ins, outs, env):
     x, idx, y = ins[0], ins[1], outs[0]
-    if idx.elem not in INT_TYPES or idx.elem == 'i4': ctx.report('error', 'compute.shape', f'gather: indices {idx.name} must have an integer element type, not {idx.elem}', task_pos(t))
+    if idx.elem not in INT_TYPES or idx.elem == 'i4':
+        ctx.report('error', 'compute.shape', f'gather: indices {idx.name} must have an integer element type, not {idx.elem}', task_pos(t))
     ax = _axis(ctx, t, _attr_ints(ctx, t, 'axis', env), len(x.shape))
     if ax is None: return
     want = x.shape[:ax] + idx.shape + x.shape[ax + 1:]
-    if y.shape != want: _shape_err(ctx, t, f'output {y.name} is {list(y.shape)}; gathering {list(idx.shape)} from {list(x.shape)} on axis {ax} gives {list(want)}')
+    if y.shape != want:
+        _shape_err(ctx, t,
+                   f'output {y.name} is {list(y.shape)}; gathering {list(idx.shape)} from {list(x.shape)} on axis {ax} gives {list(want)}')
 
 # %% ../../nbs/34b_nem_shapes.ipynb #b18e210c
 def _reduce(ctx, t, ins, outs, env, arg=False):
@@ -272,7 +319,9 @@ def _reduce(ctx, t, ins, outs, env, arg=False):
     ax = [_axis(ctx, t, a, r, 'axis' if arg else 'axes') for a in axes]
     if None in ax: return
     want = tuple((1 if i in ax else d) for i, d in enumerate(x.shape) if kd or i not in ax)
-    if y.shape != want: _shape_err(ctx, t, f'output {y.name} is {list(y.shape)}; reducing {list(x.shape)} over {sorted(ax)} with keepdims={kd} gives {list(want)}')
+    if y.shape != want:
+        _shape_err(ctx, t,
+                   f'output {y.name} is {list(y.shape)}; reducing {list(x.shape)} over {sorted(ax)} with keepdims={kd} gives {list(want)}')
 
 def _norm(ctx, t, ins, outs, env):
     x, y = ins[0], outs[0]
@@ -280,7 +329,8 @@ def _norm(ctx, t, ins, outs, env):
     ax = _axis(ctx, t, _attr_ints(ctx, t, 'axis', env), len(x.shape))
     if ax is None: return
     for rv in ins[1:]:
-        if rv.shape != x.shape[ax:]: _shape_err(ctx, t, f'{rv.name} has shape {list(rv.shape)}; it must be X.shape[axis:] = {list(x.shape[ax:])}')
+        if rv.shape != x.shape[ax:]:
+            _shape_err(ctx, t, f'{rv.name} has shape {list(rv.shape)}; it must be X.shape[axis:] = {list(x.shape[ax:])}')
     ep = t.attrs.get('epsilon')
     if ep is not None and not (type(ep) is Num and ep.value > 0):
         ctx.report('error', 'compute.attr-value', f'{t.opcode}: epsilon must be a positive number', t.attr_pos['epsilon'])
@@ -319,12 +369,17 @@ def check_types(ctx:Ctx, t:Compute, ins:list, outs:list):
     if not spec['families']:
         x, y = ins[0], outs[0]
         if spec['kind'] == 'argreduce':
-            if y.elem not in INT_TYPES: ctx.report('error', 'type.no-family', f'{t.opcode} outputs integer indices; {y.name} is {y.elem}', task_pos(t))
+            if y.elem not in INT_TYPES:
+                ctx.report('error', 'type.no-family', f'{t.opcode} outputs integer indices; {y.name} is {y.elem}', task_pos(t))
         elif spec['kind'] == 'conv':
-            if x.elem != ins[1].elem: ctx.report('error', 'type.no-family', f'{t.opcode}: {x.name} is {x.elem} but {ins[1].name} is {ins[1].elem}; no implicit conversion', task_pos(t))
+            if x.elem != ins[1].elem:
+                ctx.report('error', 'type.no-family',
+                           f'{t.opcode}: {x.name} is {x.elem} but {ins[1].name} is {ins[1].elem}; no implicit conversion', task_pos(t))
         elif y.elem != x.elem:
-            ctx.report('error', 'type.no-family', f'{t.opcode} preserves the element type: {x.name} is {x.elem} but {y.name} is {y.elem}', task_pos(t))
-        ctx.report('warning', 'type.no-family', f'no type family governs {t.opcode}; checked by its opcode typing rule only (RULINGS NEM 8)', task_pos(t))
+            ctx.report('error', 'type.no-family', f'{t.opcode} preserves the element type: {x.name} is {x.elem} but {y.name} is {y.elem}',
+                       task_pos(t))
+        ctx.report('warning', 'type.no-family',
+                   f'no type family governs {t.opcode}; checked by its opcode typing rule only (RULINGS NEM 8)', task_pos(t))
         return
     key = (inst.opcode, tuple(inst.ins.items()), tuple(inst.outs.items()), inst.accum_type)
     hit = ctx.type_cache.get(key)
@@ -338,9 +393,13 @@ def check_types(ctx:Ctx, t:Compute, ins:list, outs:list):
         return
     if ctx.device is None:
         if all(c.cls == 'MAY' for c in ok):
-            ctx.report('info', 'type.portability', f'{t.opcode} relies on MAY variant {ok[0].ref}; it is portable only to devices that list it', task_pos(t))
+            ctx.report('info', 'type.portability',
+                       f'{t.opcode} relies on MAY variant {ok[0].ref}; it is portable only to devices that list it', task_pos(t))
         return
     ok2, near2 = dev_res
     if not ok2:
-        notes = [f'nearest variant available on {ctx.device.name}: {near2[0].ref}: ' + '; '.join(near2[1])] if near2 else [f'device {ctx.device.name} has no variant for {t.opcode}']
-        ctx.report('error', 'type.device', f'{_desc(inst)} needs {" or ".join(str(c.ref) for c in ok)}, which device {ctx.device.name} does not support', task_pos(t), notes)
+        notes = ([f'nearest variant available on {ctx.device.name}: {near2[0].ref}: ' + '; '.join(near2[1])] if near2
+                 else [f'device {ctx.device.name} has no variant for {t.opcode}'])
+        ctx.report('error', 'type.device',
+                   f'{_desc(inst)} needs {" or ".join(str(c.ref) for c in ok)}, which device {ctx.device.name} does not support',
+                   task_pos(t), notes)

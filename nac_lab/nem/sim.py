@@ -16,7 +16,7 @@ __all__ = ['SimResult', 'simulate_table', 'simulate', 'critical_steps', 'critica
 # The NEM front end, the timing table and the file writer, imported in one place (public names only).
 from .memory import NemExecError
 from .elab import load_program
-from .table import Table, build_table, characteristics, MAC_KEY
+from .table import Table, build_table
 from ..fileio import atomic_write
 
 # %% ../../nbs/39_nem_sim.ipynb #22293b99
@@ -234,7 +234,8 @@ def simulate_table(tb:Table) -> SimResult:
         j = int(stuck[0]); p = int(tb.pool[j])
         why = (f'the device has no {tb.pools[p][1]} for it' if cnt[p] == 0 else
                'it waits on ' + ', '.join(tb.name(int(d)) for d in tb.deps(j) if end[d] < 0))
-        raise tb.error(j, f'deadlock: {len(stuck)} task instance(s) can never become ready; the first, {tb.name(j)}, cannot start: {why}', 'exec.deadlock')
+        raise tb.error(j, f'deadlock: {len(stuck)} task instance(s) can never become ready; the first, {tb.name(j)}, cannot start: {why}',
+                       'exec.deadlock')
     units = {_label(k, j): k[1] for k, c in zip(tb.pools, cnt) for j in range(c)}
     return SimResult(tb, start, end, np.array(slot), units, float(tb.ideal.sum()), disp, np.array(dstart), np.array(dslot),
                      np.array(wstart), np.array(wend), np.array(wslot))
@@ -242,12 +243,14 @@ def simulate_table(tb:Table) -> SimResult:
 def simulate(program, device:str|None=None) -> SimResult:
     "Check and simulate `program` (path, NEM text or `CheckResult`) on its device (or `device`: a name or .nem file)."
     cr = load_program(program, device)
-    if cr.ok and cr.device is None: raise NemExecError('the program names no device; give one (device=NAME or a .nem file)', cr.ws.root.file, rule='sim.device')
+    if cr.ok and cr.device is None:
+        raise NemExecError('the program names no device; give one (device=NAME or a .nem file)', cr.ws.root.file, rule='sim.device')
     return simulate_table(build_table(cr))
 
 # %% ../../nbs/39_nem_sim.ipynb #2b9455f3
 def critical_steps(res:SimResult) -> list:
-    "The critical path as (row, phase) pairs, first to last; phase 'run' (the task on its unit) or 'dispatch' (its dispatch on the SEQ). Gates left out."
+    ("The critical path as (row, phase) pairs, first to last; phase 'run' (the task on its unit) or 'dispatch' (its dispatch on the SEQ). "
+     "Gates left out.")
     tb, start, end, D = res.table, res.start, res.end, res.dispatch
     if not tb.n: return []
     def chain(key, t1):
@@ -298,18 +301,22 @@ def summary(res:SimResult) -> dict:
     cp = critical_steps(res)
     return dict(device=tb.device.name if tb.device is not None else None, total_cycles=total, clock_mhz=res.clock_mhz, time_us=res.time_us,
                 tasks=int(real.sum()),
-                units={u: dict(type=ty, busy=round(busy[u], 3), idle=round(total - busy[u], 3), utilisation=round(busy[u] / total, 4) if total else 0.0) for u, ty in res.units.items()},
+                units={u: dict(type=ty, busy=round(busy[u], 3), idle=round(total - busy[u], 3),
+                               utilisation=round(busy[u] / total, 4) if total else 0.0) for u, ty in res.units.items()},
                 macs=int(tb.macs.sum()), mac_utilisation=round(res.nmu_peak_cycles / (total * n_nmu), 4) if total and n_nmu else 0.0,
                 bytes=tb.level_bytes, critical_path=[tb.name(t) if f == 'run' else f'dispatch {tb.name(t)}' for t, f in cp])
 
 def to_json(res:SimResult, tasks:bool=True) -> dict:
-    "The `nem sim --json` document: the summary plus one record per task instance (`name` like `tc[3]`; `seq`/`dispatch` when a dispatch takes time, `wdm`/`wdm_flow` for a weight transfer through a WDM)."
+    ("The `nem sim --json` document: the summary plus one record per task instance (`name` like `tc[3]`; `seq`/`dispatch` when a dispatch "
+     "takes time, `wdm`/`wdm_flow` for a weight transfer through a WDM).")
     d = summary(res)
     if tasks:
         tb, out = res.table, []
         for j in np.flatnonzero(tb.kind != 0).tolist():
-            r = dict(name=tb.name(j), iteration=tb.iteration(j), unit=res.label(j), start=round(float(res.start[j]), 3), end=round(float(res.end[j]), 3), line=tb.line(j))
-            if res.dispatch: r.update(seq=res.seq_label(j), dispatch=[round(float(res.dstart[j]), 3), round(float(res.dstart[j] + res.dispatch), 3)])
+            r = dict(name=tb.name(j), iteration=tb.iteration(j), unit=res.label(j), start=round(float(res.start[j]), 3),
+                     end=round(float(res.end[j]), 3), line=tb.line(j))
+            if res.dispatch:
+                r.update(seq=res.seq_label(j), dispatch=[round(float(res.dstart[j]), 3), round(float(res.dstart[j] + res.dispatch), 3)])
             if res.wdm_label(j): r.update(wdm=res.wdm_label(j), wdm_flow=[round(float(res.wstart[j]), 3), round(float(res.wend[j]), 3)])
             out.append(r)
         d['tasks'] = out
@@ -338,8 +345,10 @@ def gantt(res:SimResult, ax=None, max_tasks:int=2000):
         ax.barh(rows.index(u), e - a, left=a, color=c, edgecolor='white', height=0.7)
     ax.set_yticks(range(len(rows))); ax.set_yticklabels(rows); ax.invert_yaxis()
     from matplotlib.patches import Patch
-    extra = [Patch(color=col[w], label=lab) for w, lab in (('dispatch', 'SEQ dispatch'), ('wdm', 'WDM decompression')) if any(b[4] == w for b in bars)]
-    ax.legend(handles=[Patch(color='#c44e52', label='NMU compute'), Patch(color='#dd8452', label='other compute'), Patch(color='#4c72b0', label='transfer / store')] + extra,
+    extra = [Patch(color=col[w], label=lab) for w,
+             lab in (('dispatch', 'SEQ dispatch'), ('wdm', 'WDM decompression')) if any(b[4] == w for b in bars)]
+    ax.legend(handles=[Patch(color='#c44e52', label='NMU compute'), Patch(color='#dd8452', label='other compute'),
+                       Patch(color='#4c72b0', label='transfer / store')] + extra,
               loc='lower right', fontsize=8, framealpha=0.8)
     ax.set_xlabel(f'cycles ({res.total_cycles} total, {res.time_us:.2f} us at {res.clock_mhz} MHz)')
     ax.set_title(f'{tb.program} on {tb.device.name}')
@@ -352,13 +361,15 @@ def chrome_trace(res:SimResult) -> dict:
     for u in res.units:
         proc = u.split('.')[0] if '.' in u else 'device'
         pid = pids.setdefault(proc, len(pids) + 1); tid = tids.setdefault(u, len(tids) + 1)
-        ev.append(dict(name='process_name', ph='M', pid=pid, tid=0, args=dict(name=f'engine {proc[1:]}' if proc != 'device' else 'device units')))
+        ev.append(dict(name='process_name', ph='M', pid=pid, tid=0,
+                       args=dict(name=f'engine {proc[1:]}' if proc != 'device' else 'device units')))
         ev.append(dict(name='thread_name', ph='M', pid=pid, tid=tid, args=dict(name=u)))
     for j, u, a, e, what in _phases(res):
         proc = u.split('.')[0] if '.' in u else 'device'
         cat = what if what != 'run' else 'compute' if tb.kind[j] == 1 else 'move'
-        ev.append(dict(name=tb.name(j) if what != 'dispatch' else f'dispatch {tb.name(j)}', cat=cat, ph='X', pid=pids[proc], tid=tids[u], ts=a * us,
-                       dur=(e - a) * us, args=dict(line=tb.line(j), iteration=tb.iteration(j), macs=int(tb.macs[j]) if what == 'run' else 0)))
+        ev.append(dict(name=tb.name(j) if what != 'dispatch' else f'dispatch {tb.name(j)}',
+                       cat=cat, ph='X', pid=pids[proc], tid=tids[u], ts=a * us, dur=(e - a) * us,
+                       args=dict(line=tb.line(j), iteration=tb.iteration(j), macs=int(tb.macs[j]) if what == 'run' else 0)))
     return dict(traceEvents=ev, displayTimeUnit='ns', otherData=dict(total_cycles=res.total_cycles, clock_mhz=res.clock_mhz))
 
 def write_trace(res:SimResult, path, inputs=()) -> None:
@@ -387,5 +398,6 @@ def roofline(res:SimResult) -> list:
     tb, out = res.table, []
     for j in np.flatnonzero(tb.kind == 1).tolist():
         dur = float(res.end[j] - res.start[j]); w, by = int(tb.work[j]), int(tb.touch[j])
-        out.append(dict(name=tb.name(j), unit=res.label(j), work=w, bytes=by, intensity=w / by if by else 0.0, per_cycle=w / dur if dur else 0.0))
+        out.append(dict(name=tb.name(j), unit=res.label(j), work=w, bytes=by, intensity=w / by if by else 0.0,
+                        per_cycle=w / dur if dur else 0.0))
     return out

@@ -5,7 +5,7 @@
 # %% ../../nbs/38e_nem_table.ipynb #051c3cde
 from __future__ import annotations
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 import numpy as np
 
 # %% auto #0
@@ -14,7 +14,7 @@ __all__ = ['DEFAULTS', 'MAC_KEY', 'MAX_ROWS', 'COLS', 'WEIGHT_OPS', 'characteris
 
 # %% ../../nbs/38e_nem_table.ipynb #c018cd3e
 # The NEM front end and the executor's elaboration rules, imported in one place (public names only).
-from .ast import Num, Name, BinOp, Neg, Region, Const, Let, Buffer, RegionDecl, Move, Wait, Compute, Loop
+from .ast import Num, Name, Neg, Region, Const, Let, Buffer, RegionDecl, Move, Wait, Compute, Loop
 from .evaluate import eval_int, names_in
 from .types import BITWIDTH, INT_TYPES
 from .check_ctx import CheckResult, Ctx, RegionVal, check_consts, check_buffer, eval_region
@@ -40,21 +40,26 @@ def characteristics(device) -> dict:
     for k in ('array_rows', 'array_cols'):
         v = n.get(k)
         if v is not None and not 1 <= v <= 4096:
-            raise NemExecError(f'device {getattr(device, "name", "?")}: unit_characteristics NMU.{k} = {v}; it must be in 1..4096', getattr(getattr(device, 'node', None), 'file', '<device>'),
+            raise NemExecError(f'device {getattr(device, "name", "?")}: unit_characteristics NMU.{k} = {v}; it must be in 1..4096',
+                               getattr(getattr(device, 'node', None), 'file', '<device>'),
                                getattr(getattr(device, 'node', None), 'line', 0), 0, 'sim.characteristics')
     for u, kv in uc.items():          # rates and the clock divide: they must be positive; latencies must not be negative
         for k, v in kv.items():
             if k not in _TIMING_KEYS: continue
             if k == 'compression_ratio' and not v >= 1:
-                raise NemExecError(f'device {getattr(device, "name", "?")}: unit_characteristics {u}.{k} = {v}; it must be >= 1', getattr(getattr(device, 'node', None), 'file', '<device>'),
+                raise NemExecError(f'device {getattr(device, "name", "?")}: unit_characteristics {u}.{k} = {v}; it must be >= 1',
+                                   getattr(getattr(device, 'node', None), 'file', '<device>'),
                                    getattr(getattr(device, 'node', None), 'line', 0), 0, 'sim.characteristics')
             if (v <= 0 and k != 'dispatch_cycles' and 'latency' not in k and k != 'pipeline_cycles') or v < 0:
-                raise NemExecError(f'device {getattr(device, "name", "?")}: unit_characteristics {u}.{k} = {v}; it must be ' + ('>= 0' if k in ('dispatch_cycles', 'pipeline_cycles') or 'latency' in k else '> 0'),
-                                   getattr(getattr(device, 'node', None), 'file', '<device>'), getattr(getattr(device, 'node', None), 'line', 0), 0, 'sim.characteristics')
+                raise NemExecError(f'device {getattr(device, "name", "?")}: unit_characteristics {u}.{k} = {v}; it must be '
+                                   + ('>= 0' if k in ('dispatch_cycles', 'pipeline_cycles') or 'latency' in k else '> 0'),
+                                   getattr(getattr(device, 'node', None), 'file', '<device>'),
+                                   getattr(getattr(device, 'node', None), 'line', 0), 0, 'sim.characteristics')
     return uc
 
 _TIMING_KEYS = {'clock_mhz', 'dispatch_cycles', 'int4_macs', 'int8_macs', 'int16_macs', 'fp16_macs', 'fp32_macs', 'pipeline_cycles',
-                'elems_per_cycle', 'latency', 'store_bytes_per_cycle', 'macs_per_cycle', 'bytes_per_cycle', 'l2_bytes_per_cycle', 'ddr_bytes_per_cycle',
+                'elems_per_cycle', 'latency', 'store_bytes_per_cycle', 'macs_per_cycle', 'bytes_per_cycle', 'l2_bytes_per_cycle',
+                'ddr_bytes_per_cycle',
                 'compression_ratio'}
 
 MAC_KEY = dict(i4='int4_macs', i8='int8_macs', u8='int8_macs', i16='int16_macs', u16='int16_macs', f16='fp16_macs', bf16='fp16_macs',
@@ -64,7 +69,8 @@ def _elems(ops): return sum(math.prod(s) for _, s, _ in ops if s)
 def _bytes(ops): return sum(-(-math.prod(s) * BITWIDTH[e] // 8) if s else x for e, s, x in ops)
 
 def array_cycles(node, reads, writes, nmu) -> int:
-    "Cycles of a gemm/matmul/conv on `nac_lab.fxp`'s output-stationary MAC array (`NMU.array_rows` x `array_cols`), groups one after another."
+    ("Cycles of a gemm/matmul/conv on `nac_lab.fxp`'s output-stationary MAC array (`NMU.array_rows` x `array_cols`), groups one after "
+     "another.")
     from nac_lab.fxp.mac import Datapath
     dp = Datapath(rows=nmu['array_rows'], cols=nmu['array_cols'], pipeline_depth=nmu['pipeline_cycles'])
     if node.opcode in ('gemm', 'matmul'):
@@ -135,7 +141,8 @@ class Table:
         return pre + (((var, int(self.itv[j])),) if var is not None else ())
     def name(self, j) -> str:
         n = self.nodes[self.stmt[j]]; it = self.it(j)
-        base = getattr(n, 'assign', None) or (n.opcode if type(n) is Compute else n.kind if type(n) is Move else 'gate') + f'@{getattr(n, "line", 0)}'
+        base = (getattr(n, 'assign', None) or (n.opcode if type(n) is Compute else n.kind if type(n) is Move else 'gate')
+                + f'@{getattr(n, "line", 0)}')
         return base + (f'[{",".join(str(v) for _, v in it)}]' if it else '')
     def iteration(self, j) -> str: return ', '.join(f'{k}={v}' for k, v in self.it(j))
     def line(self, j) -> int: return getattr(self.nodes[self.stmt[j]], 'line', 0)
@@ -145,7 +152,8 @@ class Table:
 
 # %% ../../nbs/38e_nem_table.ipynb #a9e8e1dd
 MAX_ROWS = 10_000_000       # task instances (and gates) a timing table may hold (about 1 GB of columns); more is refused before allocating
-COLS = ('kind', 'pool', 'pin', 'fixed', 'nbytes', 'macs', 'work', 'touch', 'ideal', 'lat', 'bpc', 'ports', 'stmt', 'itp', 'itv', 'eng', 'up')
+COLS = ('kind', 'pool', 'pin', 'fixed', 'nbytes', 'macs', 'work', 'touch', 'ideal', 'lat', 'bpc', 'ports', 'stmt', 'itp', 'itv', 'eng',
+        'up')
 WEIGHT_OPS = ('gemm', 'conv1d', 'conv2d', 'conv3d', 'depthwise_conv2d')    # their second input is a weight operand (A5)
 _PORT = dict(DDR=1, L2=2)
 
@@ -158,7 +166,8 @@ class _Build:
         self.n, self.tok, self.gate = 0, {}, None
         self.nodes, self.node_id, self.prefixes, self.prefix_id = [], {}, [], {}
         self.pools, self.pool_id, self.pool_count = [], {}, []
-        topo = cr.device.topology if cr.device is not None and not cr.device.abstract else dict(num_engines=1, per_engine=dict(NMU=1, CSTL=1, DMA=1, VPU=1, SEQ=1), device_units=dict(sDMA=1))
+        topo = cr.device.topology if cr.device is not None and not cr.device.abstract else dict(
+            num_engines=1, per_engine=dict(NMU=1, CSTL=1, DMA=1, VPU=1, SEQ=1), device_units=dict(sDMA=1))
         for e in range(topo['num_engines']):
             for u, c in topo['per_engine'].items(): self.pool((e, u), c)
         for u, c in topo['device_units'].items(): self.pool((-1, u), c)
@@ -227,7 +236,9 @@ def _live(b, node, it, k_new=1):
     b.max_live = max(b.max_live, live)
     if b.limit is not None and live > b.limit:
         name = getattr(node, 'assign', None) or getattr(node, 'opcode', 'task')
-        raise b.err(node, it, f'{name}{"[" + ",".join(str(v) for _, v in it) + "]" if it else ""}: {live} task tokens would be live, more than the {b.limit} the sequencer of {b.dev.name} tracks (SEQ.max_active_tokens)', 'token.limit')
+        raise b.err(node, it,
+                    f'{name}{"[" + ",".join(str(v) for _, v in it) + "]" if it else ""}: {live} task tokens would be live, more than the '
+                    f'{b.limit} the sequencer of {b.dev.name} tracks (SEQ.max_active_tokens)', 'token.limit')
 
 def _task_info(b, node, kind, reads, writes, env, it):
     "Placement and cost of one scalar task: (pool, pin, cost tuple, lat, bpc, ports)."
@@ -236,7 +247,9 @@ def _task_info(b, node, kind, reads, writes, env, it):
         bi = b.buffers.get(rv.buffer)
         if bi is None: raise b.err(node, it, f'{rv.name} refers to {rv.buffer!r}, which is not a buffer', 'region.buffer')
         if rv.off < 0 or rv.ext <= 0 or rv.off + rv.ext > bi.size:
-            raise b.err(node, it, f'{rv.name} = bytes [{rv.off}, {rv.off + rv.ext}) of {rv.buffer}, which has {bi.size} bytes (hazard rule 4: out-of-bounds access)', 'region.bounds')
+            raise b.err(node, it,
+                        f'{rv.name} = bytes [{rv.off}, {rv.off + rv.ext}) of {rv.buffer}, which has {bi.size} bytes (hazard rule 4: '
+                        'out-of-bounds access)', 'region.bounds')
         lv.append(bi)
     l1 = [x.index or 0 for x in lv if x.level == 'L1']
     seq = next((d for d in node.decos if d.name == 'seq_engine' and d.args), None)
@@ -257,7 +270,8 @@ def _task_info(b, node, kind, reads, writes, env, it):
         lvl = x.level if x.level != 'L1' else f'L1[{x.index or 0}]'
         d = b.level_bytes.setdefault(lvl, dict(read=0, written=0))
         d[w] += reads[0].ext if kind != 'compute' else _bytes([(rv.elem, rv.shape, rv.ext)])
-    up = _PORT.get(lv[0].level, 0) if kind != 'compute' and lv[0].level != lv[-1].level else 0    # an L2 -> L2 copy: no port carries fewer bytes
+    # an L2 -> L2 copy: no port carries fewer bytes
+    up = _PORT.get(lv[0].level, 0) if kind != 'compute' and lv[0].level != lv[-1].level else 0
     return b.pool((-1, 'sDMA') if unit == 'sDMA' else (eng, unit)), pin, c, lat, bpc, ports, eng, up
 
 def _record(b, node, kind, ops, rows):
@@ -271,11 +285,14 @@ def _record(b, node, kind, ops, rows):
 def _emit(b, node, kind, reads, writes, deps, env, it):
     pool, pin, c, lat, bpc, ports, eng, up = _task_info(b, node, kind, reads, writes, env, it)
     if b.gate is not None: deps = deps + [b.gate]
-    j = _row(b, kind=1 if kind == 'compute' else 2, pool=pool, pin=pin, fixed=c[0], nbytes=c[1], macs=c[2], work=c[3], touch=c[4], ideal=c[5],
+    j = _row(b, kind=1 if kind == 'compute' else 2, pool=pool, pin=pin, fixed=c[0], nbytes=c[1], macs=c[2], work=c[3], touch=c[4],
+             ideal=c[5],
              lat=lat, bpc=bpc, ports=ports, stmt=b.sid(node), itp=b.pid(it), itv=0, eng=eng, up=up)
     if b.wdm_on:
         a = lambda v: np.array([v], np.int64)
-        _record(b, node, kind, [((rv.buffer, a(rv.off), a(rv.ext)), False) for rv in reads] + [((rv.buffer, a(rv.off), a(rv.ext)), True) for rv in writes], a(j))
+        _record(b, node, kind,
+                [((rv.buffer, a(rv.off), a(rv.ext)), False) for rv in reads] + [((rv.buffer, a(rv.off), a(rv.ext)), True) for rv in writes],
+                a(j))
     b.sdeps[j] = deps; b.es.extend(deps); b.ed.extend([j] * len(deps))
     _live(b, node, it)
     return j
@@ -311,7 +328,9 @@ def _walk(b, body, env, regions, it):
         elif t is Move or t is Compute:
             deps = [b.tok[r.id] for r in s.deps if r.id in b.tok]
             if t is Move: reads, writes, kind = [_operand(b, s.src, env, regions, s, it)], [_operand(b, s.dst, env, regions, s, it)], s.kind
-            else: reads, writes, kind = [_operand(b, o, env, regions, s, it) for o in s.ins], [_operand(b, o, env, regions, s, it) for o in s.outs], 'compute'
+            else:
+                reads, writes, kind = [_operand(b, o, env, regions, s, it) for o in s.ins], [
+                    _operand(b, o, env, regions, s, it) for o in s.outs], 'compute'
             j = _emit(b, s, kind, reads, writes, deps, env, it)
             if s.assign: b.tok[s.assign] = j
             if s.sync: b.gate = j; b.n_marked += b.mark_from([j])      # .sync = .async + wait: the task itself gates what follows
@@ -328,7 +347,8 @@ def _walk(b, body, env, regions, it):
                 a = b.n; _walk(b, s.body, e2, dict(regions), it2); spans.append((a, b.n))
 
 # %% ../../nbs/38e_nem_table.ipynb #0af10521
-_DT = dict(kind=np.int8, pool=np.int32, pin=np.int32, fixed=np.float64, nbytes=np.int64, macs=np.int64, work=np.int64, touch=np.int64, ideal=np.float64,
+_DT = dict(kind=np.int8, pool=np.int32, pin=np.int32, fixed=np.float64, nbytes=np.int64, macs=np.int64, work=np.int64, touch=np.int64,
+           ideal=np.float64,
            lat=np.float64, bpc=np.float64, ports=np.int8, stmt=np.int32, itp=np.int32, itv=np.int64, eng=np.int32, up=np.int8)
 
 def _vregion(b, op, regs, venv, e0, varying, T):
@@ -338,21 +358,24 @@ def _vregion(b, op, regs, venv, e0, varying, T):
     if r is None:
         bi = b.buffers.get(ref.id)
         if bi is None: return None
-        return RegionVal(ref.id, ref.id, 0, bi.size, None, None, None, None, None, [], op), np.zeros(T, np.int64), np.full(T, bi.size, np.int64)
+        return RegionVal(ref.id, ref.id, 0, bi.size, None, None, None, None, None, [],
+                         op), np.zeros(T, np.int64), np.full(T, bi.size, np.int64)
     ta = r.types
     if ta is not None:
         st = set()
         for y in list(ta.shape or ()) + list(ta.strides or ()): names_in(y, st)
         if st & varying: return None
     rv0 = eval_region(b.ctx, getattr(ref, 'id', f'region({r.buffer}, ...)'), r, (), e0, report=False)
-    return rv0, np.broadcast_to(np.asarray(veval(r.offset, venv), np.int64), (T,)), np.broadcast_to(np.asarray(veval(r.extent, venv), np.int64), (T,))
+    return rv0, np.broadcast_to(np.asarray(veval(r.offset, venv), np.int64),
+                                (T,)), np.broadcast_to(np.asarray(veval(r.extent, venv), np.int64), (T,))
 
 def _vloop(b, s, env, regions, it, lo, hi, N):
     "Emit loop `s` as one vectorised block; False (nothing emitted) when its body does not qualify."
     if any(type(x) not in (RegionDecl, Let, Move, Compute) or (type(x) in (Move, Compute) and x.sync) for x in s.body): return False
     T = hi - lo + 1
     if b.n + T > MAX_ROWS:
-        raise b.err(s, it, f'loop {s.var} in [{lo}..{hi}] has {T} iterations, beyond the {MAX_ROWS} task instances a timing table holds', 'exec.limit')
+        raise b.err(s, it, f'loop {s.var} in [{lo}..{hi}] has {T} iterations, beyond the {MAX_ROWS} task instances a timing table holds',
+                    'exec.limit')
     var = np.arange(lo, hi + 1, dtype=np.int64)
     venv = dict(env); venv[s.var] = var; e0 = dict(env); e0[s.var] = lo
     varying, regs, tasks = {s.var}, dict(regions), []
@@ -381,9 +404,13 @@ def _vloop(b, s, env, regions, it, lo, hi, N):
     if b.limit is not None and peak > b.limit:
         q = b.limit - before
         x = tasks[q % n_t][0]
-        raise b.err(x, it_of(q // n_t), f'{getattr(x, "assign", None) or "task"}[{int(var[q // n_t])}]: {b.limit + 1} task tokens would be live, more than the {b.limit} the sequencer of {b.dev.name} tracks (SEQ.max_active_tokens)', 'token.limit')
+        raise b.err(x, it_of(q // n_t),
+                    f'{getattr(x, "assign", None) or "task"}[{int(var[q // n_t])}]: {b.limit + 1} task tokens would be live, more than '
+                    f'the {b.limit} the sequencer of {b.dev.name} tracks (SEQ.max_active_tokens)', 'token.limit')
     if b.n + T * (n_t + 1) > MAX_ROWS:
-        raise b.err(s, it, f'loop {s.var} in [{lo}..{hi}] unrolls into {T * n_t} task instances, beyond the {MAX_ROWS} a timing table holds', 'exec.limit')
+        raise b.err(s, it,
+                    f'loop {s.var} in [{lo}..{hi}] unrolls into {T * n_t} task instances, beyond the {MAX_ROWS} a timing table holds',
+                    'exec.limit')
     _flush(b)
     base = b.n; itx = np.arange(T); gated = itx >= N; G = max(0, T - N)
     start = np.where(gated, base + N * n_t + (itx - N) * (n_t + 1), base + itx * n_t)
@@ -403,12 +430,23 @@ def _vloop(b, s, env, regions, it, lo, hi, N):
             bad = (off < 0) | (ext <= 0) | (off + ext > bi.size)
             if bad.any():
                 q = int(np.argmax(bad))
-                raise b.err(x, it_of(q), f'{rv0.name} = bytes [{off[q]}, {off[q] + ext[q]}) of {rv0.buffer}, which has {bi.size} bytes (hazard rule 4: out-of-bounds access)', 'region.bounds')
+                raise b.err(x, it_of(q),
+                            f'{rv0.name} = bytes [{off[q]}, {off[q] + ext[q]}) of {rv0.buffer}, which has {bi.size} bytes (hazard rule 4: '
+                            'out-of-bounds access)', 'region.bounds')
         reads = [v[0] for v, w in vr if not w]; writes = [v[0] for v, w in vr if w]
         pool, pin, c, lat, bpc, ports, eng, up = _task_info(b, x, kind, reads, writes, e0, it_of(0))
-        cols['kind'][r] = 1 if kind == 'compute' else 2; cols['pool'][r] = pool; cols['pin'][r] = pin; cols['eng'][r] = eng; cols['up'][r] = up
+        cols['kind'][r] = 1 if kind == 'compute' else 2
+        cols['pool'][r] = pool
+        cols['pin'][r] = pin
+        cols['eng'][r] = eng
+        cols['up'][r] = up
         if b.wdm_on: _record(b, x, kind, [((rv0.buffer, off, ext), w) for (rv0, off, ext), w in vr], ids)
-        cols['fixed'][r] = c[0]; cols['macs'][r] = c[2]; cols['ideal'][r] = c[5]; cols['lat'][r] = lat; cols['bpc'][r] = bpc; cols['ports'][r] = ports
+        cols['fixed'][r] = c[0]
+        cols['macs'][r] = c[2]
+        cols['ideal'][r] = c[5]
+        cols['lat'][r] = lat
+        cols['bpc'][r] = bpc
+        cols['ports'][r] = ports
         cols['stmt'][r] = b.sid(x); cols['itv'][r] = var
         res = next((d for d in x.decos if d.name == 'resource' and d.unit), None)
         if res is not None and pin >= 0 and names_in(res.index) & varying:
@@ -524,7 +562,8 @@ def build_table(cr:CheckResult, uc:dict|None=None, token_limit:bool=True) -> Tab
     "The timing table of checked program `cr` (it must have no errors), with characteristics `uc` (default: its device's)."
     if not cr.ok:
         e = cr.errors[0]
-        raise NemExecError(f'the program does not pass check ({len(cr.errors)} error(s)); first: {e.message}', e.file, e.line, e.col, e.rule)
+        raise NemExecError(f'the program does not pass check ({len(cr.errors)} error(s)); first: {e.message}', e.file, e.line, e.col,
+                           e.rule)
     if cr.program is None: raise NemExecError('the file has no program to run', cr.ws.root.file if cr.ws.root else '<string>')
     uc = uc or characteristics(cr.device)
     lim = cr.device.unit_chars.get('SEQ', {}).get('max_active_tokens') if (cr.device is not None and token_limit) else None
@@ -537,5 +576,6 @@ def build_table(cr:CheckResult, uc:dict|None=None, token_limit:bool=True) -> Tab
     order = np.argsort(dst, kind='stable')
     ptr = np.zeros(n + 1, np.int64); ptr[1:] = np.cumsum(np.bincount(dst, minlength=n))
     wdm, cbytes = _weights(b, cols['nbytes'])
-    return Table(**cols, dep_ptr=ptr, dep_idx=src[order], wdm=wdm, cbytes=cbytes, nodes=b.nodes, prefixes=b.prefixes, pools=b.pools, pool_count=b.pool_count,
+    return Table(**cols, dep_ptr=ptr, dep_idx=src[order], wdm=wdm, cbytes=cbytes, nodes=b.nodes, prefixes=b.prefixes, pools=b.pools,
+                 pool_count=b.pool_count,
                  level_bytes=b.level_bytes, file=b.file, device=cr.device, uc=uc, program=cr.program.name, max_live=b.max_live)

@@ -5,9 +5,8 @@
 # %% ../../nbs/32_nem_types.ipynb #c311d680
 from __future__ import annotations
 from dataclasses import dataclass, field
-from itertools import product
 from ..core import data_path
-from .lexer import NemError, NemSyntaxError, tokenize
+from .lexer import NemError, tokenize
 from .ast import VariantRef, TypeFamily, ELEM_TYPES
 from .parser import Parser, opcode_table
 
@@ -59,7 +58,8 @@ def expand(fam:TypeFamily) -> list:
         for cls, inst in v.conformance:
             sub = dict(zip(pnames, inst))
             b = {k: sub.get(t, t) for k, t in binds.items()}
-            out.append(Instantiation(VariantRef(fam.name, tuple(inst), v.name), cls, b, fam.attrs.get('accum'), fam.attrs.get('quant'), fam))
+            out.append(Instantiation(VariantRef(fam.name, tuple(inst), v.name), cls, b, fam.attrs.get('accum'), fam.attrs.get('quant'),
+                                     fam))
     return out
 
 _BASE = None
@@ -93,7 +93,8 @@ def must_variants(families:dict|None=None) -> list:
 _OPERAND_WORDS = ('absent', 'any_supported')
 
 def _family_positions(fam:TypeFamily, text:str|None) -> dict:
-    "Positions in source `text` of `fam`'s pieces: ('bind', variant index or None, name), ('attr', name), ('conf', vi, k), ('type', vi, k, j)."
+    ("Positions in source `text` of `fam`'s pieces: ('bind', variant index or None, name), ('attr', name), ('conf', vi, k), ('type', vi, "
+     "k, j).")
     pos = {}
     if not text: return pos
     try: toks = tokenize(text, fam.file)
@@ -130,29 +131,37 @@ def family_problems(fam:TypeFamily, text:str|None=None) -> list:
     def binding(name, t, vi, node):
         if t in ELEM_TYPES or t in pnames or t in _OPERAND_WORDS: return
         params = f'its parameters are {", ".join(pnames)}' if pnames else 'it has no type parameters'
-        out.append(('family.binding', f'{where(node)}: operand {name} is bound to {t!r}, which is not an element type, a type parameter of the family ({params}), absent or any_supported', *at(('bind', vi, name), node)))
+        out.append(('family.binding',
+                    f'{where(node)}: operand {name} is bound to {t!r}, which is not an element type, a type parameter of the family '
+                    f'({params}), absent or any_supported', *at(('bind', vi, name), node)))
     for n, t in fam.operands.items(): binding(n, t, None, fam)
     acc = fam.attrs.get('accum')
     if acc is not None and acc not in ELEM_TYPES:
-        out.append(('family.attribute', f'family {fam.name}: accum = {acc}; the accumulation type must be an element type', *at(('attr', 'accum'), fam)))
+        out.append(('family.attribute', f'family {fam.name}: accum = {acc}; the accumulation type must be an element type',
+                    *at(('attr', 'accum'), fam)))
     q = fam.attrs.get('quant')
     qk, on = q if isinstance(q, tuple) else (q, None)
     if qk is not None and qk not in ('required', 'absent'):
         out.append(('family.attribute', f'family {fam.name}: quant = {qk}; it must be required or absent', *at(('attr', 'quant'), fam)))
     bound = set(fam.operands).union(*(v.operands for v in fam.variants))
     if on is not None and on not in bound:
-        out.append(('family.attribute', f'family {fam.name}: quant = {qk} on {on}, but the family binds no operand {on} (it binds {", ".join(sorted(bound)) or "none"})', *at(('attr', 'quant'), fam)))
+        out.append(('family.attribute', f'family {fam.name}: quant = {qk} on {on}, but the family binds no operand {on} (it binds '
+                    f'{", ".join(sorted(bound)) or "none"})', *at(('attr', 'quant'), fam)))
     for vi, v in enumerate(fam.variants):
         for n, t in v.operands.items(): binding(n, t, vi, v)
         for k, (cls, inst) in enumerate(v.conformance):
             shown = lambda: f'{cls} <{", ".join(inst)}>' if inst else cls
             if len(inst) != len(pnames):
-                need = f'one type for each parameter <{", ".join(pnames)}>' if pnames else 'no type instantiation (the family has no parameters)'
-                out.append(('family.conformance', f'{where(v)}: conformance entry {shown()} gives {len(inst)} type(s); it needs {need}', *at(('conf', vi, k), v)))
+                need = (f'one type for each parameter <{", ".join(pnames)}>' if pnames else 'no type instantiation (the family has no '
+                        'parameters)')
+                out.append(('family.conformance', f'{where(v)}: conformance entry {shown()} gives {len(inst)} type(s); it needs {need}',
+                            *at(('conf', vi, k), v)))
                 continue
             for j, ((p, allowed), t) in enumerate(zip(fam.params, inst)):
                 if t not in allowed:
-                    out.append(('family.type-set', f'{where(v)}: conformance entry {shown()}: {t} is not in the type set of {p} {{{", ".join(allowed)}}}', *at(('type', vi, k, j), v)))
+                    out.append(('family.type-set',
+                                f'{where(v)}: conformance entry {shown()}: {t} is not in the type set of {p} {{{", ".join(allowed)}}}',
+                                *at(('type', vi, k, j), v)))
     if not out: return out
     pos = _family_positions(fam, text)           # re-tokenize only on this error path
     return [(rule, msg, *pos.get(key, (node.line, node.col))) for rule, msg, key, node in out]
@@ -220,7 +229,8 @@ def match(inst:OpInstance, allowed=None, families:dict|None=None):
     cands = [i for r, i in allinst.items() if r.family in fams and (allowed is None or r in allowed)]
     ok = [c for c in cands if not mismatches(inst, c)]
     if ok: return ok, None
-    scored = sorted(((len(mismatches(inst, c)), _type_distance(inst, c), c.cls != 'MUST', k, c) for k, c in enumerate(cands)), key=lambda x: x[:4])
+    scored = sorted(((len(mismatches(inst, c)), _type_distance(inst, c), c.cls != 'MUST', k, c) for k, c in enumerate(cands)),
+                    key=lambda x: x[:4])
     if not scored: return [], None
     c = scored[0][4]
     return [], (c, mismatches(inst, c))
