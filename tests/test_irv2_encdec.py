@@ -1,9 +1,10 @@
-"""IR v2 encoder-decoder (T5) against HF transformers, and the training plan (grad buffers).
+"""IR v2 encoder-decoder (T5) and encoder (BERT) against HF transformers, and the training plan (grad buffers).
 
 Tiny T5 models with random weights (HF `T5ForConditionalGeneration`, re-initialised with a seeded generator so that
 greedy decoding does not collapse to one token) are built, emitted, compiled with -Wall -Wextra -Werror and run:
 encoder output and per-step logits within 1e-4 of HF (relative to the largest logit where it exceeds 1), greedy tokens equal to HF's (full recomputation at every
-step), once under ASan/UBSan. The training plan: the decoder-only and T5 IRs built with train=True validate, lay
+step), once under ASan/UBSan. BERT (`BertModel`, random weights, token types): last hidden state within 1e-4.
+The training plan: the decoder-only and T5 IRs built with train=True validate, lay
 out a grads arena, and their forward runtime gives the same logits as the inference IR."""
 import json, os, subprocess, sys
 import numpy as np
@@ -12,7 +13,8 @@ import torch
 from transformers import T5Config, T5ForConditionalGeneration
 from nac_lab.core import data_path
 from nac_lab.irv2.build import build_ir
-from nac_lab.irv2.encdec import build_encdec_ir, EncDecRuntime, save_encdec_ir, validate_encdec_ir
+from nac_lab.irv2.encdec import build_encdec_ir, save_encdec_ir, validate_encdec_ir
+from nac_lab.irv2.encdec_c import EncDecRuntime
 from nac_lab.irv2.maps import IrError, RuntimeFailure
 from nac_lab.irv2.run import Runtime, random_weights, save_weights
 
@@ -94,7 +96,8 @@ CHILD = r'''
 import json, sys, torch
 sys.path.insert(0, sys.argv[2])
 from test_irv2_encdec import _hf, BASE, ENC
-from nac_lab.irv2.encdec import build_encdec_ir, EncDecRuntime
+from nac_lab.irv2.encdec import build_encdec_ir
+from nac_lab.irv2.encdec_c import EncDecRuntime
 from nac_lab.irv2.run import save_weights
 cfg, hf = _hf('t5v1.1-gated-gelu-untied')
 ir = build_encdec_ir(cfg, ctx=8, enc_ctx=len(ENC))
@@ -159,3 +162,32 @@ def test_training_plan_keeps_the_forward(tmp_path, cache):
         ref = hf(input_ids=torch.tensor([ENC[:16]]), decoder_input_ids=torch.tensor([[0, 5, 6]])).logits[0].numpy()
     assert np.abs(rt.decode([0, 5, 6]) - ref).max() < TOL
     save_encdec_ir(ir, tmp_path/'t.json')
+
+
+BERT = dict(model_type='bert', vocab_size=60, hidden_size=48, num_hidden_layers=3, num_attention_heads=6, intermediate_size=80,
+            max_position_embeddings=40, type_vocab_size=3, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+
+
+@pytest.mark.parametrize('act', ['gelu', 'gelu_new'])
+def test_bert_last_hidden_state_matches_transformers(act, tmp_path, cache):
+    from transformers import BertConfig, BertModel
+    cfg = {**BERT, 'hidden_act': act}
+    torch.manual_seed(0)
+    hf = BertModel(BertConfig(**cfg), add_pooling_layer=False).eval()
+    g = torch.Generator().manual_seed(4)
+    with torch.no_grad():
+        for k, p in hf.named_parameters():
+            z = torch.randn(p.shape, generator=g)
+            p.copy_(1 + 0.1 * z if 'LayerNorm.weight' in k else 0.1 * z if k.endswith('bias') else z if 'embeddings' in k else 2 * z / p.shape[-1] ** 0.5)
+    ir = build_encdec_ir(cfg, enc_ctx=32)
+    rt = EncDecRuntime(ir, save_weights({k: v.detach().clone() for k, v in hf.state_dict().items()}, tmp_path/'b.safetensors'), cache=cache)
+    rng = np.random.default_rng(5)
+    for n in (1, 17, 32):
+        ids, types = rng.integers(0, 60, n).tolist(), rng.integers(0, 3, n).tolist()
+        with torch.no_grad():
+            want = hf(input_ids=torch.tensor([ids]), token_type_ids=torch.tensor([types])).last_hidden_state[0].numpy()
+        assert np.abs(rt.encode(ids, types) - want).max() < TOL
+    with torch.no_grad():
+        want = hf(input_ids=torch.tensor([ids])).last_hidden_state[0].numpy()
+    assert np.abs(rt.encode(ids) - want).max() < TOL                     # token types default to 0 as in HF
+    with pytest.raises(RuntimeFailure, match='has no decoder'): rt.decode([1])

@@ -23,8 +23,8 @@ def _build(args):
     from nac_lab.irv2.build import build_ir, save_ir
     from nac_lab.irv2.maps import load_maps, maps_files
     check_output(args.out, [args.config], 'IR')          # before the work: never overwrite the config
-    from nac_lab.irv2.encdec import config_is_t5, build_encdec_ir, save_encdec_ir
-    if config_is_t5(args.config):     # encoder-decoder (irv2.encdec)
+    from nac_lab.irv2.encdec import config_is_encdec, build_encdec_ir, save_encdec_ir
+    if config_is_encdec(args.config):     # T5 encoder-decoder or BERT encoder (irv2.encdec)
         ir = build_encdec_ir(args.config, ctx=args.ctx, enc_ctx=args.enc_ctx, train=args.train)
         save_encdec_ir(ir, args.out, inputs=[args.config])
     else:
@@ -39,7 +39,8 @@ def _build(args):
 def _emit(args):
     from nac_lab.irv2.codegen import emit_file
     from nac_lab.irv2.maps import load_maps
-    from nac_lab.irv2.encdec import ir_file_is_encdec, emit_encdec_file
+    from nac_lab.irv2.encdec import ir_file_is_encdec
+    from nac_lab.irv2.encdec_c import emit_encdec_file
     out = emit_encdec_file(args.ir, args.out) if ir_file_is_encdec(args.ir) else emit_file(args.ir, args.out, maps=load_maps(args.maps) if args.maps else None)
     print(f'wrote {args.out}: {len(out.read_text().splitlines())} lines of C')
 
@@ -47,10 +48,14 @@ def _run(args):
     from nac_lab.irv2.run import Runtime
     if args.steps < 0: raise Irv2Error(f'--steps must be >= 0, got {args.steps}')
     from nac_lab.irv2.maps import load_maps
-    from nac_lab.irv2.encdec import ir_file_is_encdec, EncDecRuntime
-    if ir_file_is_encdec(args.ir):    # encoder input --tokens, greedy decoder tokens out
+    from nac_lab.irv2.encdec import ir_file_is_encdec
+    if ir_file_is_encdec(args.ir):    # encoder input --tokens; greedy decoder tokens out (T5) or the last hidden state (BERT)
+        from nac_lab.irv2.encdec_c import EncDecRuntime
         rt = EncDecRuntime(args.ir, args.weights, cache=args.cache, openmp=args.openmp)
-        print(','.join(map(str, rt.generate(_tokens(args.tokens), args.steps)))); return
+        if rt.ir['config']['num_decoder_layers']: print(','.join(map(str, rt.generate(_tokens(args.tokens), args.steps))))
+        else:
+            for row in rt.encode(_tokens(args.tokens)): print(' '.join(f'{v:.6g}' for v in row))
+        return
     rt = Runtime(args.ir, args.weights, cache=args.cache, openmp=args.openmp, maps=load_maps(args.maps) if args.maps else None)
     toks = rt.generate(_tokens(args.tokens), args.steps)
     print(','.join(map(str, toks)))
