@@ -2,8 +2,9 @@
 
 Tiny T5 models with random weights (HF `T5ForConditionalGeneration`, re-initialised with a seeded generator so that
 greedy decoding does not collapse to one token) are built, emitted, compiled with -Wall -Wextra -Werror and run:
-encoder output and per-step logits within 1e-4 of HF (relative to the largest logit where it exceeds 1), greedy tokens equal to HF's (full recomputation at every
-step), once under ASan/UBSan. BERT (`BertModel`, random weights, token types): last hidden state within 1e-4.
+encoder output and per-step logits within 1e-4 of HF (relative to the largest logit where it exceeds 1), greedy
+tokens equal to HF's (full recomputation at every step), once under ASan/UBSan. BERT (`BertModel`, random weights,
+token types): last hidden state within 1e-4.
 The training plan: the decoder-only and T5 IRs built with train=True validate, lay
 out a grads arena, and their forward runtime gives the same logits as the inference IR."""
 import json, os, subprocess, sys
@@ -93,33 +94,31 @@ def test_errors(tmp_path, cache):
 
 
 CHILD = r'''
-import json, sys, torch
-sys.path.insert(0, sys.argv[2])
-from test_irv2_encdec import _hf, BASE, ENC
-from nac_lab.irv2.encdec import build_encdec_ir
+import json, sys
 from nac_lab.irv2.encdec_c import EncDecRuntime
-from nac_lab.irv2.run import save_weights
-cfg, hf = _hf('t5v1.1-gated-gelu-untied')
-ir = build_encdec_ir(cfg, ctx=8, enc_ctx=len(ENC))
-w = save_weights({k: v.detach().clone() for k, v in hf.state_dict().items()}, sys.argv[1] + '/w.safetensors')
-rt = EncDecRuntime(ir, w, cache=sys.argv[1] + '/cache', extra=('-fsanitize=address,undefined', '-fno-sanitize-recover=all', '-fno-omit-frame-pointer', '-g'))
-toks = rt.generate(ENC, 8)                      # fills the decoder context and the encoder context exactly
-rt.encode(ENC[:3]); rt.decode([0, 5])
+tmp, enc = sys.argv[1], json.loads(sys.argv[2])
+rt = EncDecRuntime(tmp + '/ir.json', tmp + '/w.safetensors', cache=tmp + '/cache',
+                   extra=('-fsanitize=address,undefined', '-fno-sanitize-recover=all', '-fno-omit-frame-pointer', '-g'))
+toks = rt.generate(enc, 8)                      # fills the decoder context and the encoder context exactly
+rt.encode(enc[:3]); rt.decode([0, 5])
 print(json.dumps(toks))
 '''
 
 
 def test_sanitizer_clean(tmp_path):
     try:
-        libs = [subprocess.run(['cc', f'-print-file-name={n}'], capture_output=True, text=True, check=True).stdout.strip() for n in ('libasan.so', 'libubsan.so')]
+        libs = [subprocess.run(['cc', f'-print-file-name={n}'], capture_output=True, text=True, check=True).stdout.strip()
+                for n in ('libasan.so', 'libubsan.so')]
     except (OSError, subprocess.CalledProcessError):
         libs = []
     if len(libs) != 2 or not all(os.path.isabs(p) and os.path.exists(p) for p in libs): pytest.skip('no ASan/UBSan runtime')
+    cfg, hf = _hf('t5v1.1-gated-gelu-untied')
+    save_encdec_ir(build_encdec_ir(cfg, ctx=8, enc_ctx=len(ENC)), tmp_path/'ir.json')
+    save_weights({k: v.detach().clone() for k, v in hf.state_dict().items()}, tmp_path/'w.safetensors')
     env = {**os.environ, 'LD_PRELOAD': ' '.join(libs), 'ASAN_OPTIONS': 'detect_leaks=0', 'UBSAN_OPTIONS': 'print_stacktrace=1'}
-    r = subprocess.run([sys.executable, '-c', CHILD, str(tmp_path), os.path.dirname(__file__)], capture_output=True, text=True, env=env, timeout=300)
+    r = subprocess.run([sys.executable, '-c', CHILD, str(tmp_path), json.dumps(ENC)], capture_output=True, text=True, env=env, timeout=300)
     assert 'Sanitizer' not in r.stderr and 'runtime error' not in r.stderr, r.stderr[-3000:]
     assert r.returncode == 0, r.stderr[-3000:]
-    _, hf = _hf('t5v1.1-gated-gelu-untied')
     assert json.loads(r.stdout.strip().splitlines()[-1]) == _hf_greedy(hf, ENC, 8)
 
 
@@ -178,7 +177,8 @@ def test_bert_last_hidden_state_matches_transformers(act, tmp_path, cache):
     with torch.no_grad():
         for k, p in hf.named_parameters():
             z = torch.randn(p.shape, generator=g)
-            p.copy_(1 + 0.1 * z if 'LayerNorm.weight' in k else 0.1 * z if k.endswith('bias') else z if 'embeddings' in k else 2 * z / p.shape[-1] ** 0.5)
+            p.copy_(1 + 0.1 * z if 'LayerNorm.weight' in k else 0.1 * z if k.endswith('bias') else z if 'embeddings' in k
+                    else 2 * z / p.shape[-1] ** 0.5)
     ir = build_encdec_ir(cfg, enc_ctx=32)
     rt = EncDecRuntime(ir, save_weights({k: v.detach().clone() for k, v in hf.state_dict().items()}, tmp_path/'b.safetensors'), cache=cache)
     rng = np.random.default_rng(5)

@@ -25,6 +25,7 @@ def _build(args):
     check_output(args.out, [args.config], 'IR')          # before the work: never overwrite the config
     from nac_lab.irv2.encdec import config_is_encdec, build_encdec_ir, save_encdec_ir
     if config_is_encdec(args.config):     # T5 encoder-decoder or BERT encoder (irv2.encdec)
+        if args.dtype != 'fp32' or args.maps: raise Irv2Error('T5 and BERT IRs are built in fp32 from the shipped kernel maps: drop --dtype/--maps')
         ir = build_encdec_ir(args.config, ctx=args.ctx, enc_ctx=args.enc_ctx, train=args.train)
         save_encdec_ir(ir, args.out, inputs=[args.config])
     else:
@@ -63,6 +64,12 @@ def _run(args):
 def _info(args):
     from nac_lab.irv2.build import load_ir, dimension_rows, buffer_rows, memory_rows
     from nac_lab.irv2.maps import load_maps
+    from nac_lab.irv2.encdec import ir_file_is_encdec, load_encdec_ir, encdec_buffer_rows
+    if ir_file_is_encdec(args.ir):
+        ir = load_encdec_ir(args.ir)
+        print(dimension_rows(ir)); print(); print(encdec_buffer_rows(ir)); print()
+        print(', '.join(f'{k} {v["total"]:,} B' for k, v in ir['meta']['memory_plan'].items() if isinstance(v, dict)))
+        return
     ir = load_ir(args.ir, load_maps(args.maps) if args.maps else None)
     print(dimension_rows(ir)); print(); print(buffer_rows(ir)); print(); print(memory_rows(ir))
 
