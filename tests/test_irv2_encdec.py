@@ -101,7 +101,10 @@ rt = EncDecRuntime(tmp + '/ir.json', tmp + '/w.safetensors', cache=tmp + '/cache
                    extra=('-fsanitize=address,undefined', '-fno-sanitize-recover=all', '-fno-omit-frame-pointer', '-g'))
 toks = rt.generate(enc, 8)                      # fills the decoder context and the encoder context exactly
 rt.encode(enc[:3]); rt.decode([0, 5])
-print(json.dumps(toks))
+b = EncDecRuntime(tmp + '/bert.json', tmp + '/bert.safetensors', cache=tmp + '/cache',
+                  extra=('-fsanitize=address,undefined', '-fno-sanitize-recover=all', '-fno-omit-frame-pointer', '-g'))
+h = b.encode([t % 60 for t in enc[:32]], [i % 3 for i in range(32)])     # the whole encoder context
+print(json.dumps({'tokens': toks, 'bert': h.tolist()}))
 '''
 
 
@@ -115,11 +118,19 @@ def test_sanitizer_clean(tmp_path):
     cfg, hf = _hf('t5v1.1-gated-gelu-untied')
     save_encdec_ir(build_encdec_ir(cfg, ctx=8, enc_ctx=len(ENC)), tmp_path/'ir.json')
     save_weights({k: v.detach().clone() for k, v in hf.state_dict().items()}, tmp_path/'w.safetensors')
+    bert, bir = _bert('gelu')
+    save_encdec_ir(bir, tmp_path/'bert.json')
+    save_weights({k: v.detach().clone() for k, v in bert.state_dict().items()}, tmp_path/'bert.safetensors')
     env = {**os.environ, 'LD_PRELOAD': ' '.join(libs), 'ASAN_OPTIONS': 'detect_leaks=0', 'UBSAN_OPTIONS': 'print_stacktrace=1'}
     r = subprocess.run([sys.executable, '-c', CHILD, str(tmp_path), json.dumps(ENC)], capture_output=True, text=True, env=env, timeout=300)
     assert 'Sanitizer' not in r.stderr and 'runtime error' not in r.stderr, r.stderr[-3000:]
     assert r.returncode == 0, r.stderr[-3000:]
-    assert json.loads(r.stdout.strip().splitlines()[-1]) == _hf_greedy(hf, ENC, 8)
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got['tokens'] == _hf_greedy(hf, ENC, 8)
+    with torch.no_grad():
+        want = bert(input_ids=torch.tensor([[t % 60 for t in ENC[:32]]]),
+                    token_type_ids=torch.tensor([[i % 3 for i in range(32)]])).last_hidden_state[0].numpy()
+    assert np.abs(np.array(got['bert']) - want).max() < TOL
 
 
 def test_cli_build_emit_run_and_train(tmp_path, cache, capsys, monkeypatch):
@@ -167,8 +178,7 @@ BERT = dict(model_type='bert', vocab_size=60, hidden_size=48, num_hidden_layers=
             max_position_embeddings=40, type_vocab_size=3, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
 
 
-@pytest.mark.parametrize('act', ['gelu', 'gelu_new'])
-def test_bert_last_hidden_state_matches_transformers(act, tmp_path, cache):
+def _bert(act):
     from transformers import BertConfig, BertModel
     cfg = {**BERT, 'hidden_act': act}
     torch.manual_seed(0)
@@ -179,7 +189,12 @@ def test_bert_last_hidden_state_matches_transformers(act, tmp_path, cache):
             z = torch.randn(p.shape, generator=g)
             p.copy_(1 + 0.1 * z if 'LayerNorm.weight' in k else 0.1 * z if k.endswith('bias') else z if 'embeddings' in k
                     else 2 * z / p.shape[-1] ** 0.5)
-    ir = build_encdec_ir(cfg, enc_ctx=32)
+    return hf, build_encdec_ir(cfg, enc_ctx=32)
+
+
+@pytest.mark.parametrize('act', ['gelu', 'gelu_new'])
+def test_bert_last_hidden_state_matches_transformers(act, tmp_path, cache):
+    hf, ir = _bert(act)
     rt = EncDecRuntime(ir, save_weights({k: v.detach().clone() for k, v in hf.state_dict().items()}, tmp_path/'b.safetensors'), cache=cache)
     rng = np.random.default_rng(5)
     for n in (1, 17, 32):
