@@ -216,8 +216,8 @@ def _node(step, kernel, layer, cfg, present, omitted):
     if kernel['params']: node['params'] = {p['name']: cfg[p['from']] for p in kernel['params']}
     return node
 
-def build_ir(config, ctx:int|None=None, dtype:str|None=None, maps:KernelMaps|None=None) -> dict:
-    "Build the IR v2 document from `config` (a HF config dict or path) and the kernel maps (default: shipped)."
+def build_ir(config, ctx:int|None=None, dtype:str|None=None, maps:KernelMaps|None=None, train:bool=False) -> dict:
+    "Build the IR v2 document from `config` (a HF config dict or path) and the kernel maps (default: shipped); `train` adds the training plan (`irv2.grad`)."
     src = Path(config) if isinstance(config, (str, Path)) else None
     cfg = read_config(config, ctx=ctx, dtype=dtype)
     maps = maps or load_maps()
@@ -239,6 +239,9 @@ def build_ir(config, ctx:int|None=None, dtype:str|None=None, maps:KernelMaps|Non
                    'architectures': cfg['architectures'], 'torch_dtype': cfg['torch_dtype'],
                    'kernel_maps': 'shipped' if maps.root is None or Path(maps.root).resolve() == Path(data_path('irv2', 'kernel_maps')).resolve() else str(maps.root),
                    'omitted': omitted}}
+    if train:
+        from nac_lab.irv2.grad import add_training_plan
+        add_training_plan(ir)
     ir['meta']['parameters'] = parameter_count(ir)
     ir['meta']['memory_plan'] = plan_memory(ir)
     validate_ir(ir, maps=maps)
@@ -274,6 +277,8 @@ def validate_ir(ir, where:str='IR', maps:KernelMaps|None=None) -> None:
         for k, v in n.get('params', {}).items():
             if not math.isfinite(v): raise IrError(f'{where}: nodes[{i}] (layer {n["layer"]}, {n["op"]}): parameter {show(k)} must be finite, got {v!r}')
     dims = ir['dimensions']
+    if len(dims) != len(DIM_NAMES) or any(b['scope'] not in ('global', 'layer') for b in ir['buffers']) or any('stage' in n for n in ir['nodes']):
+        raise IrError(f'{where}: encoder-decoder fields (13 dimensions, encoder/decoder scopes, node stages) in a decoder-only IR: read it with nac_lab.irv2.encdec')
     for i, d in enumerate(dims):
         if d['id'] != i or d['name'] != DIM_NAMES[i]:
             raise IrError(f'{where}: dimensions[{i}] is {{id {d["id"]}, {d["name"]!r}}}, expected {{id {i}, {DIM_NAMES[i]!r}}}')
@@ -309,6 +314,9 @@ def validate_ir(ir, where:str='IR', maps:KernelMaps|None=None) -> None:
             t = by.get(b['buffer'])
             if t is None: raise IrError(f'{w}: argument {b["arg"]!r} is bound to unknown buffer {b["buffer"]!r}')
             if n['layer'] < 0 and t['scope'] == 'layer': raise IrError(f'{w}: a global node binds layer buffer {b["buffer"]!r}')
+    if any(b['role'] == 'grad' for b in ir['buffers']):
+        from nac_lab.irv2.grad import check_training_plan
+        check_training_plan(ir, where)
 
 # %% ../../nbs/51_irv2_build.ipynb #6e4a2bd5
 ALIGN = 64
@@ -327,9 +335,9 @@ def _lay(bufs, start=0):
 def plan_memory(ir:dict) -> dict:
     "The two-arena memory plan (offsets in bytes, 64-byte aligned) of an IR; see above."
     L = ir['config']['num_hidden_layers']
-    bs = [b for b in ir['buffers'] if b['alias_of'] is None]
+    bs = [b for b in ir['buffers'] if b['alias_of'] is None and b['role'] != 'grad']
     sel = lambda scope, role, pers=None: [b for b in bs if b['scope'] == scope and (b['role'] == 'weight') == (role == 'weight')
-                                          and (pers is None or bool(b.get('persistent')) == pers)]
+                                          and (pers is None or bool(b.get('persistent') or b.get('saved')) == pers)]
     wg, wg_end = _lay(sel('global', 'weight'))
     wl, wl_size = _lay(sel('layer', 'weight'))
     ag, ag_end = _lay(sel('global', 'act'))
@@ -340,7 +348,12 @@ def plan_memory(ir:dict) -> dict:
          'total': wg_end + L * wl_size}
     a = {'global': ag, 'layer_base': ag_end, 'layer_stride': ap_size, 'layers': L, 'layer': ap,
          'scratch_base': ag_end + L * ap_size, 'scratch': as_, 'total': ag_end + L * ap_size + as_size}
-    return {'alignment': ALIGN, 'weights': w, 'activations': a}
+    plan = {'alignment': ALIGN, 'weights': w, 'activations': a}
+    gs = [b for b in ir['buffers'] if b['role'] == 'grad']
+    if gs:   # training plan (irv2.grad): a third arena, laid out like the weights
+        gg, gg_end = _lay([b for b in gs if b['scope'] == 'global']); gl, gl_size = _lay([b for b in gs if b['scope'] == 'layer'])
+        plan['grads'] = {'global': gg, 'layer_base': gg_end, 'layer_stride': gl_size, 'layers': L, 'layer': gl, 'total': gg_end + L * gl_size}
+    return plan
 
 def parameter_count(ir:dict) -> int:
     "Number of weight elements of the model (layer weights counted once per layer, aliases once)."

@@ -23,23 +23,40 @@ def _build(args):
     from nac_lab.irv2.build import build_ir, save_ir
     from nac_lab.irv2.maps import load_maps, maps_files
     check_output(args.out, [args.config], 'IR')          # before the work: never overwrite the config
-    maps = load_maps(args.maps) if args.maps else None
-    ir = build_ir(args.config, ctx=args.ctx, dtype=args.dtype, maps=maps)
-    save_ir(ir, args.out, maps=maps, inputs=[args.config] + maps_files(maps))
+    from nac_lab.irv2.encdec import config_is_encdec, build_encdec_ir, save_encdec_ir
+    if config_is_encdec(args.config):     # T5 encoder-decoder or BERT encoder (irv2.encdec)
+        if args.dtype != 'fp32' or args.maps: raise Irv2Error('T5 and BERT IRs are built in fp32 from the shipped kernel maps: drop --dtype/--maps')
+        ir = build_encdec_ir(args.config, ctx=args.ctx, enc_ctx=args.enc_ctx, train=args.train)
+        save_encdec_ir(ir, args.out, inputs=[args.config])
+    else:
+        maps = load_maps(args.maps) if args.maps else None
+        ir = build_ir(args.config, ctx=args.ctx, dtype=args.dtype, maps=maps, train=args.train)
+        save_ir(ir, args.out, maps=maps, inputs=[args.config] + maps_files(maps))
     c, p = ir['config'], ir['meta']['memory_plan']
     print(f'wrote {args.out}: {c["model_type"]}, {c["num_hidden_layers"]} layers, {len(ir["buffers"])} buffers, {len(ir["nodes"])} nodes, '
-          f'{ir["meta"]["parameters"]:,} parameters; arenas: weights {p["weights"]["total"]:,} B, activations {p["activations"]["total"]:,} B')
+          f'{ir["meta"]["parameters"]:,} parameters; arenas: weights {p["weights"]["total"]:,} B, activations {p["activations"]["total"]:,} B'
+          + (f', grads {p["grads"]["total"]:,} B' if 'grads' in p else ''))
 
 def _emit(args):
     from nac_lab.irv2.codegen import emit_file
     from nac_lab.irv2.maps import load_maps
-    out = emit_file(args.ir, args.out, maps=load_maps(args.maps) if args.maps else None)
+    from nac_lab.irv2.encdec import ir_file_is_encdec
+    from nac_lab.irv2.encdec_c import emit_encdec_file
+    out = emit_encdec_file(args.ir, args.out) if ir_file_is_encdec(args.ir) else emit_file(args.ir, args.out, maps=load_maps(args.maps) if args.maps else None)
     print(f'wrote {args.out}: {len(out.read_text().splitlines())} lines of C')
 
 def _run(args):
     from nac_lab.irv2.run import Runtime
     if args.steps < 0: raise Irv2Error(f'--steps must be >= 0, got {args.steps}')
     from nac_lab.irv2.maps import load_maps
+    from nac_lab.irv2.encdec import ir_file_is_encdec
+    if ir_file_is_encdec(args.ir):    # encoder input --tokens; greedy decoder tokens out (T5) or the last hidden state (BERT)
+        from nac_lab.irv2.encdec_c import EncDecRuntime
+        rt = EncDecRuntime(args.ir, args.weights, cache=args.cache, openmp=args.openmp)
+        if rt.ir['config']['num_decoder_layers']: print(','.join(map(str, rt.generate(_tokens(args.tokens), args.steps))))
+        else:
+            for row in rt.encode(_tokens(args.tokens)): print(' '.join(f'{v:.6g}' for v in row))
+        return
     rt = Runtime(args.ir, args.weights, cache=args.cache, openmp=args.openmp, maps=load_maps(args.maps) if args.maps else None)
     toks = rt.generate(_tokens(args.tokens), args.steps)
     print(','.join(map(str, toks)))
@@ -47,6 +64,12 @@ def _run(args):
 def _info(args):
     from nac_lab.irv2.build import load_ir, dimension_rows, buffer_rows, memory_rows
     from nac_lab.irv2.maps import load_maps
+    from nac_lab.irv2.encdec import ir_file_is_encdec, load_encdec_ir, encdec_buffer_rows
+    if ir_file_is_encdec(args.ir):
+        ir = load_encdec_ir(args.ir)
+        print(dimension_rows(ir)); print(); print(encdec_buffer_rows(ir)); print()
+        print(', '.join(f'{k} {v["total"]:,} B' for k, v in ir['meta']['memory_plan'].items() if isinstance(v, dict)))
+        return
     ir = load_ir(args.ir, load_maps(args.maps) if args.maps else None)
     print(dimension_rows(ir)); print(); print(buffer_rows(ir)); print(); print(memory_rows(ir))
 
@@ -59,6 +82,8 @@ def register(sub):
     b.add_argument('--ctx', type=int, default=None, help='planning context length (default: max_position_embeddings)')
     b.add_argument('--dtype', default='fp32', choices=['fp32', 'bf16', 'fp16'], help='weight dtype of the IR (the C runtime needs fp32)')
     b.add_argument('--maps', default=None, help='kernel maps folder (default: the shipped data/irv2/kernel_maps)')
+    b.add_argument('--train', action='store_true', help='add the training plan: grad buffers and saved activations (irv2.grad)')
+    b.add_argument('--enc-ctx', type=int, default=None, help='T5: encoder context length (default: --ctx)')
     b.add_argument('-o', '--out', required=True, help='IR JSON to write')
     b.set_defaults(func=_build)
     e = s.add_parser('emit', help='IR v2 JSON -> one self-contained C file')
