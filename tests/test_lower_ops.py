@@ -79,10 +79,3 @@ def test_shipped_device_takes_f16_and_int8_norm_is_refused():
     assert np.abs(low.run(x)[0] - yr).max() < 0.01 * np.abs(yr).max()
     with pytest.raises(LowerError, match=r'L\d+_layer_norm .*nearest variant on npm_lite: norm<f16>'):
         lower(m, 'npm_lite', mode='int8', calib=[x])
-
-def test_4d_matmul_is_refused():
-    class MM4(nn.Module):
-        def forward(s, x): return torch.relu(x) @ x.transpose(2, 3)
-    m = nac_compile(MM4().eval(), (torch.zeros(1, 2, 4, 4),))
-    with pytest.raises(LowerError, match=r'L\d+_matmul .*matmul of a 4-D value is not lowered'):
-        lower(m, 'npm_lite', mode='float', example=(np.zeros((1, 2, 4, 4), np.float32),))
