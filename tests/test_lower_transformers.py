@@ -5,6 +5,7 @@ from nac_lab.core import data_path
 from nac_lab.nac.compile import compile as nac_compile
 from nac_lab.lower.api import lower
 from nac_lab.lower.quant import reference_int8
+from nac_lab.lower.graph import LowerError
 
 @pytest.fixture(scope='module')
 def f32dev(tmp_path_factory):
@@ -61,3 +62,51 @@ def test_4d_products_int8_bit_exact():
     np.testing.assert_array_equal(np.transpose(raw[out], (0, 3, 1, 2)), ref[out])     # the output is a conv's: NHWC in the program
     y = m.run(torch.from_numpy(x))[0].numpy()
     assert np.abs(low.run(x)[0] - y).max() < 0.1 * np.abs(y).max()
+
+def _zoo(name):
+    import warnings
+    from nac_lab.nac.zoo import build_model, example_inputs
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        x = example_inputs(name)
+        return nac_compile(build_model(name), x), tuple(t.numpy() for t in x)
+
+@pytest.mark.parametrize('name', ['vit_tiny', 'gpt2', 'llama'])
+def test_zoo_transformer_f32(f32dev, name):
+    "The zoo's transformers lower in f32, check clean and match the NAC interpreter within 1e-4."
+    m, xs = _zoo(name)
+    low = lower(m, f32dev, mode='float', example=xs, tiling='search' if name == 'gpt2' else 'naive')     # one searched, to keep the time down
+    r = low.check()
+    assert low.elem == 'f32' and not r.errors, r.format()
+    ops = {l.op for l in low.graph.layers}
+    assert {'matmul', 'softmax', 'slice'} <= ops and ('gather' in ops) == (name != 'vit_tiny')
+    np.testing.assert_allclose(low.run(*xs)[0], m.run(*[torch.from_numpy(x) for x in xs])[0].numpy(), atol=1e-4, rtol=0)
+
+def test_gpt2_shipped_device_f16_and_int8_refusal():
+    "On npm_pro_x1 as shipped (norm/softmax/view in f16 only) gpt2 lowers to f16; int8 is refused naming the layers without an int8 variant."
+    m, xs = _zoo('gpt2')
+    low = lower(m, 'npm_pro_x1', mode='float', example=xs, tiling='naive')
+    assert low.elem == 'f16' and not low.check().errors
+    yr = m.run(*[torch.from_numpy(x) for x in xs])[0].numpy()
+    assert np.abs(low.run(*xs)[0] - yr).max() < 1e-3 * np.abs(yr).max()
+    with pytest.raises(LowerError, match=r'(?s)L2_embedding \(NAC instruction 2, gather\): no int8 lowering.*'
+                                         r'L7_layer_norm .*nearest variant on npm_pro_x1: norm<f16>.*softmax on i8'):
+        lower(m, 'npm_pro_x1', mode='int8', calib=[xs])
+
+class Rewrites(nn.Module):
+    "The int8-legal rewrites of lower.attn: split/getitem, repeat_interleave, a scalar scale, a relu'd product."
+    def forward(s, x):
+        a, b = x.split(4, dim=-1)                                        # [1, 2, 6, 4] each
+        k = torch.relu(b).repeat_interleave(2, dim=1)                   # [1, 4, 6, 4]
+        return (a.repeat_interleave(2, dim=1) * 0.5) @ k.transpose(2, 3)
+
+def test_rewrites_int8_bit_exact():
+    torch.manual_seed(0)
+    m = nac_compile(Rewrites().eval(), (torch.zeros(1, 2, 6, 8),))
+    rng = np.random.default_rng(5)
+    low = lower(m, 'npm_lite', mode='int8', calib=[rng.standard_normal((1, 2, 6, 8)).astype(np.float32) for _ in range(3)])
+    assert {'slice', 'concat', 'mul_c', 'matmul'} <= {l.op for l in low.graph.layers} and not low.check().errors
+    x = rng.standard_normal((1, 2, 6, 8)).astype(np.float32)
+    raw = low.run_raw(*low.quantize_inputs(x).values())
+    ref = reference_int8(low.graph, low.qp, low.ql, low.qp[next(iter(low.graph.inputs))].quantize(x))
+    np.testing.assert_array_equal(raw[low.graph.outputs[0]], ref[low.graph.outputs[0]])
