@@ -30,21 +30,25 @@ def cache(tmp_path_factory): return tmp_path_factory.mktemp('qk_cache')
 
 
 @pytest.fixture(scope='module')
-def lib(tmp_path_factory): return kernel_harness(tmp_path_factory.mktemp('qk') / 'libqk.so')
+def libs(tmp_path_factory):
+    "The kernels compiled portably, and with AVX2 intrinsics where the CPU has them (the same bits expected)."
+    d = tmp_path_factory.mktemp('qk'); avx2 = os.path.exists('/proc/cpuinfo') and 'avx2' in open('/proc/cpuinfo').read()
+    return [kernel_harness(d / 'libqk.so')] + ([kernel_harness(d / 'libqk_avx2.so', extra=('-mavx2',))] if avx2 else [])
 
 
 @pytest.mark.parametrize('dtype', list(WEIGHT_DTYPES))
-def test_c_decoder_matches_gguf_package(dtype, lib):
+def test_c_decoder_matches_gguf_package(dtype, libs):
     rng = np.random.default_rng(list(WEIGHT_DTYPES).index(dtype))
     cols = row_block(dtype) * (3 if row_block(dtype) > 1 else 264)
     w = (rng.standard_normal((9, cols)) * rng.uniform(0.01, 10, (9, 1))).astype(np.float32)
     w[0, :40] = 0                                                        # a zero block / sub-block
     raw = quantize(w, WEIGHT_DTYPES[dtype])
     theirs = gq.dequantize(raw.reshape(9, -1), GGMLQuantizationType[WEIGHT_DTYPES[dtype]]).astype(np.float32)
-    assert np.array_equal(c_dequant(lib, raw, dtype, 9, cols).view(np.uint32), theirs.view(np.uint32))
     x = rng.standard_normal((13, cols)).astype(np.float32); b = rng.standard_normal(9).astype(np.float32)
-    y = c_linear(lib, x, raw, dtype, 9, b)
-    assert np.array_equal(y.view(np.uint32), reference_linear(x, theirs, b, 8 if dtype == 'fp32' else 32).view(np.uint32))
+    for lib in libs:
+        assert np.array_equal(c_dequant(lib, raw, dtype, 9, cols).view(np.uint32), theirs.view(np.uint32))
+        y = c_linear(lib, x, raw, dtype, 9, b)
+        assert np.array_equal(y.view(np.uint32), reference_linear(x, theirs, b, 8 if dtype == 'fp32' else 32).view(np.uint32))
     exact = x.astype(np.float64) @ theirs.T.astype(np.float64) + b
     bound = 1e-5 * (np.abs(x.astype(np.float64)) @ np.abs(theirs.T.astype(np.float64))) + 1e-6    # fp32 rounding of the sum
     assert (np.abs(y - exact) <= bound).all()
