@@ -63,7 +63,12 @@ def main(argv=None):
     p = argparse.ArgumentParser(prog='python -m nac_lab.bench.irv2', description=__doc__)
     p.add_argument('--steps', type=int, default=48); p.add_argument('--repeats', type=int, default=3)
     p.add_argument('--config', default='bench-20m.json')
-    a = p.parse_args(argv)
+    p.add_argument('--dtypes', default=None, help='weight dtypes, e.g. q8_0,q4_k: the columns of bench.irv2_quant (default model bench-100m.json)')
+    a, rest = p.parse_known_args(argv)
+    if a.dtypes:
+        from nac_lab.bench.irv2_quant import main as quant_main
+        return quant_main(['--dtypes', a.dtypes, '--steps', str(a.steps), '--repeats', str(a.repeats)] + (['--config', a.config] if a.config != 'bench-20m.json' else []) + rest)
+    if rest: p.error(f'unrecognized arguments: {" ".join(rest)}')
     print(report(run_bench(a.config, steps=a.steps, repeats=a.repeats)))
 
 if __name__ == '__main__' and not in_notebook(): main()

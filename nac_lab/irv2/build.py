@@ -13,9 +13,9 @@ from ..fileio import atomic_write
 from ..config import config_field
 
 # %% auto #0
-__all__ = ['CONFIG_KEYS', 'DTYPES', 'C_INT_MAX', 'MAX_LAYERS', 'IR_NOTES', 'ALIGN', 'pipeline_graph', 'read_config', 'align_up',
-           'dimension_table', 'build_ir', 'validate_ir', 'buffer_bytes', 'plan_memory', 'parameter_count',
-           'dimension_rows', 'buffer_rows', 'memory_rows', 'layer_graph', 'save_ir', 'load_ir']
+__all__ = ['CONFIG_KEYS', 'DTYPES', 'BLOCK_DTYPES', 'C_INT_MAX', 'MAX_LAYERS', 'IR_NOTES', 'ALIGN', 'pipeline_graph',
+           'read_config', 'align_up', 'dimension_table', 'build_ir', 'validate_ir', 'buffer_bytes', 'plan_memory',
+           'parameter_count', 'dimension_rows', 'buffer_rows', 'memory_rows', 'layer_graph', 'save_ir', 'load_ir']
 
 # %% ../../nbs/51_irv2_build.ipynb #c8b34c46
 def pipeline_graph():
@@ -49,6 +49,8 @@ CONFIG_KEYS = {
 
 DTYPES = {'fp32': 4, 'bf16': 2, 'fp16': 2, 'i32': 4}
 "Bytes per element of the IR dtypes."
+BLOCK_DTYPES = {'q8_0': (32, 34), 'q4_k': (256, 144), 'q6_k': (256, 210)}
+"Block weight dtypes (GGML layouts): elements and bytes per block (see `irv2.qkernels`)."
 _TORCH_DTYPES = {'float32': 'fp32', 'bfloat16': 'bf16', 'float16': 'fp16'}
 
 C_INT_MAX = 2**31 - 1
@@ -322,8 +324,13 @@ def validate_ir(ir, where:str='IR', maps:KernelMaps|None=None) -> None:
 ALIGN = 64
 
 def buffer_bytes(b:dict) -> int:
-    "Bytes of one buffer (one layer's worth for layer buffers)."
-    return math.prod(b['resolved_shape']) * DTYPES[b['dtype']]
+    "Bytes of one buffer (one layer's worth for layer buffers); block dtypes (q8_0, q4_k, q6_k) by their GGML block layout."
+    n = math.prod(b['resolved_shape'])
+    if b['dtype'] in BLOCK_DTYPES:
+        be, bb = BLOCK_DTYPES[b['dtype']]
+        if n % be: raise IrError(f'buffer {b["name"]!r}: {n} elements is not a whole number of {be}-element {b["dtype"]} blocks')
+        return n // be * bb
+    return n * DTYPES[b['dtype']]
 
 def _lay(bufs, start=0):
     out, off = [], start

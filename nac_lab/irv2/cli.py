@@ -22,16 +22,28 @@ def _tokens(text:str) -> list:
 def _build(args):
     from nac_lab.irv2.build import build_ir, save_ir
     from nac_lab.irv2.maps import load_maps, maps_files
-    check_output(args.out, [args.config], 'IR')          # before the work: never overwrite the config
+    if not args.config and not args.gguf: raise Irv2Error('give a HuggingFace config.json, or --gguf FILE')
+    if args.gguf and (args.config or args.weights): raise Irv2Error('--gguf FILE takes the config from the file: give either CONFIG (and --weights FILE.gguf) or --gguf FILE')
+    if args.weights and not str(args.weights).lower().endswith('.gguf'): raise Irv2Error(f'--weights {args.weights}: expected a .gguf file (its tensor types become the IR dtypes)')
+    if args.train and (args.gguf or args.weights): raise Irv2Error('--train builds a training plan from a config.json, not from a GGUF file')
+    ins = [p for p in (args.config, args.gguf, args.weights) if p]
+    check_output(args.out, ins, 'IR')                      # before the work: never overwrite an input
     from nac_lab.irv2.encdec import config_is_encdec, build_encdec_ir, save_encdec_ir
-    if config_is_encdec(args.config):     # T5 encoder-decoder or BERT encoder (irv2.encdec)
-        if args.dtype != 'fp32' or args.maps: raise Irv2Error('T5 and BERT IRs are built in fp32 from the shipped kernel maps: drop --dtype/--maps')
+    if args.config and not args.weights and config_is_encdec(args.config):     # T5 encoder-decoder or BERT encoder (irv2.encdec)
+        if args.dtype != 'fp32' or args.maps or args.weights_dtype:
+            raise Irv2Error('T5 and BERT IRs are built in fp32 from the shipped kernel maps: drop --dtype/--maps/--weights-dtype')
         ir = build_encdec_ir(args.config, ctx=args.ctx, enc_ctx=args.enc_ctx, train=args.train)
-        save_encdec_ir(ir, args.out, inputs=[args.config])
+        save_encdec_ir(ir, args.out, inputs=ins)
     else:
         maps = load_maps(args.maps) if args.maps else None
-        ir = build_ir(args.config, ctx=args.ctx, dtype=args.dtype, maps=maps, train=args.train)
-        save_ir(ir, args.out, maps=maps, inputs=[args.config] + maps_files(maps))
+        if args.gguf or args.weights:
+            from nac_lab.irv2.gguf_run import gguf_ir
+            ir = gguf_ir(args.gguf or args.weights, config=args.config, ctx=args.ctx, maps=maps)
+        else: ir = build_ir(args.config, ctx=args.ctx, dtype=args.dtype, maps=maps, train=args.train)
+        if args.weights_dtype:
+            from nac_lab.irv2.qkernels import set_weight_dtypes
+            ir = set_weight_dtypes(ir, args.weights_dtype, maps=maps)
+        save_ir(ir, args.out, maps=maps, inputs=ins + maps_files(maps))
     c, p = ir['config'], ir['meta']['memory_plan']
     print(f'wrote {args.out}: {c["model_type"]}, {c["num_hidden_layers"]} layers, {len(ir["buffers"])} buffers, {len(ir["nodes"])} nodes, '
           f'{ir["meta"]["parameters"]:,} parameters; arenas: weights {p["weights"]["total"]:,} B, activations {p["activations"]["total"]:,} B'
@@ -78,7 +90,11 @@ def register(sub):
     p = sub.add_parser('irv2', help='IR v2: build an IR from a HF config, emit C, compile and run it')
     s = p.add_subparsers(dest='irv2_command', metavar='SUBCOMMAND', required=True)
     b = s.add_parser('build', help='HF config.json + kernel maps -> IR v2 JSON')
-    b.add_argument('config', help='HuggingFace config.json')
+    b.add_argument('config', nargs='?', default=None, help='HuggingFace config.json (or give --gguf)')
+    b.add_argument('--gguf', default=None, metavar='FILE.gguf', help='take the config from this GGUF file and each matrix dtype from its tensor types')
+    b.add_argument('--weights', default=None, metavar='FILE.gguf', help='with CONFIG: the matrix dtypes from this GGUF file\'s tensor types')
+    b.add_argument('--weights-dtype', default=None, choices=['fp32', 'bf16', 'fp16', 'q8_0', 'q4_k', 'q6_k'],
+                   help='store the weight matrices in this dtype (norms and biases stay fp32); the C runtime reads all of them')
     b.add_argument('--ctx', type=int, default=None, help='planning context length (default: max_position_embeddings)')
     b.add_argument('--dtype', default='fp32', choices=['fp32', 'bf16', 'fp16'], help='weight dtype of the IR (the C runtime needs fp32)')
     b.add_argument('--maps', default=None, help='kernel maps folder (default: the shipped data/irv2/kernel_maps)')
@@ -91,7 +107,7 @@ def register(sub):
     e.add_argument('--maps', default=None, help='kernel maps the IR was built with, when not the shipped ones')
     e.set_defaults(func=_emit)
     r = s.add_parser('run', help='compile (cached), load weights by name, print greedy tokens')
-    r.add_argument('ir'); r.add_argument('weights', help='safetensors file with HuggingFace tensor names')
+    r.add_argument('ir'); r.add_argument('weights', help='safetensors file with HuggingFace tensor names, or a GGUF file (mapped, blocks used as stored)')
     r.add_argument('--tokens', required=True, help='prompt token ids, comma separated')
     r.add_argument('--steps', type=int, default=8, help='tokens to generate (default 8)')
     r.add_argument('--cache', default=None, help='compile cache folder (default ~/.cache/nac_lab/irv2)')

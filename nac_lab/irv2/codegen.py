@@ -11,7 +11,8 @@ from ..fileio import atomic_write, check_output
 from .build import validate_ir, plan_memory, load_ir
 
 # %% auto #0
-__all__ = ['C_KERNELS', 'EMITTERS', 'CFLAGS', 'c_comment', 'emit_c', 'cc_command', 'compile_c', 'emit_file']
+__all__ = ['C_KERNELS', 'EMITTERS', 'WEIGHT_DTYPE_ARGS', 'C_EXTRA', 'CFLAGS', 'c_comment', 'emit_c', 'cc_command', 'compile_c',
+           'emit_file']
 
 # %% ../../nbs/52_irv2_codegen.ipynb #548f2297
 C_KERNELS = r'''
@@ -276,6 +277,17 @@ EMITTERS = {'embedding_forward': _emb, 'rmsnorm_forward': _rms, 'linear_forward'
             'swiglu_forward': _swi}
 "C call emitter per kernel function name."
 
+WEIGHT_DTYPE_ARGS = {}
+"Kernel function -> its arguments that read a weight of any IR weight dtype (registered by `irv2.qkernels`)."
+C_EXTRA = []
+"Functions `ir -> C source` appended to `C_KERNELS` (registered by `irv2.qkernels`; empty string when not needed)."
+
+def _typed_ok(ir, buf):
+    "Whether every node binding `buf` (or an alias of it) reads it through a `WEIGHT_DTYPE_ARGS` argument."
+    names = {buf} | {b['name'] for b in ir['buffers'] if b['alias_of'] == buf}
+    uses = [(n['kernel'], x['arg']) for n in ir['nodes'] for x in n['bindings'] if x['buffer'] in names]
+    return bool(uses) and all(a in WEIGHT_DTYPE_ARGS.get(k, ()) for k, a in uses)
+
 # %% ../../nbs/52_irv2_codegen.ipynb #16510c42
 _COMMENT_SAFE = frozenset('ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789 _.,:;=+-()[]{}<>|!&^~@$')
 
@@ -307,8 +319,11 @@ def _c_ident(s): return ''.join(ch if ch.isalnum() or ch == '_' else '_' for ch 
 def emit_c(ir:dict, name:str='model', maps:KernelMaps|None=None) -> str:
     "Generate the complete C runtime of an IR v2 document (see above); `maps` adds the ops of custom kernel maps."
     validate_ir(ir, maps=maps)
-    bad = [b['name'] for b in ir['buffers'] if b['dtype'] not in ('fp32', 'i32')]
-    if bad: raise CodegenError(f'the C runtime computes in fp32 but buffer(s) {", ".join(bad[:4])} are {ir["config"]["dtype"]}: rebuild the IR with --dtype fp32')
+    from nac_lab.irv2 import qkernels  # noqa: F401  (registers the bf16/fp16/q8_0/q4_k/q6_k weight kernels)
+    bad = [b['name'] for b in ir['buffers'] if b['dtype'] not in ('fp32', 'i32') and not _typed_ok(ir, b['name'])]
+    if bad: raise CodegenError(f'the C runtime computes in fp32 but buffer(s) {", ".join(bad[:4])} are {ir["config"]["dtype"]} '
+                               f'(only matrices read by linear/embedding kernels may have another dtype): rebuild the IR with --dtype fp32 '
+                               f'(and --weights-dtype KIND)')
     for n in ir['nodes']:
         if n['kernel'] not in EMITTERS: raise CodegenError(f'node (layer {n["layer"]}, {n["op"]}): no C implementation of kernel {n["kernel"]!r} (known: {", ".join(sorted(EMITTERS))})')
     plan = plan_memory(ir)
@@ -390,7 +405,7 @@ def emit_c(ir:dict, name:str='model', maps:KernelMaps|None=None) -> str:
 #define NAC_A_LAYER_BASE ((size_t){A["layer_base"] // 4}u)
 #define NAC_A_LAYER_STRIDE ((size_t){A["layer_stride"] // 4}u)
 #define NAC_LOGITS_ROW {logits_row}
-{C_KERNELS}
+{C_KERNELS}{"".join(f(ir) for f in C_EXTRA)}
 /* ---- the model ------------------------------------------------------------------------------ */
 typedef struct nac_model {{
     float *w;      /* weights arena */

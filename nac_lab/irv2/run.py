@@ -83,6 +83,10 @@ def _merges(shape, rank):
 
 def weights_image(ir:dict, st) -> np.ndarray:
     "The fp32 weights arena of `ir` filled from safetensors file `st` (a path or `SafeTensors`)."
+    if isinstance(st, (str, Path)) and str(st).lower().endswith('.gguf') or any(
+            b['dtype'] != 'fp32' for b in ir['buffers'] if b['role'] == 'weight'):
+        from .qkernels import typed_weights_image        # bf16/fp16/q8_0/q4_k/q6_k weights, GGUF files: a byte image
+        return typed_weights_image(ir, st)
     if not isinstance(st, SafeTensors): st = SafeTensors(st)
     plan = plan_memory(ir)['weights']
     img = np.zeros(plan['total'] // 4, np.float32)
@@ -135,7 +139,7 @@ class Runtime:
         if not self.m:
             raise RuntimeFailure(f'nac_init could not allocate the arenas ({plan["weights"]["total"]:,} + {plan["activations"]["total"]:,} bytes); build the IR with a smaller --ctx')
         img = weights if isinstance(weights, np.ndarray) else weights_image(self.ir, weights)
-        img = np.ascontiguousarray(img, dtype=np.float32)
+        img = np.ascontiguousarray(img) if img.dtype == np.uint8 else np.ascontiguousarray(img, dtype=np.float32)
         self._check(L.nac_load_weights(self.m, img.ctypes.data, img.nbytes), 'nac_load_weights')
 
     def _check(self, rc, what):
