@@ -11,8 +11,8 @@ from ..fileio import atomic_write, check_output
 from .build import validate_ir, plan_memory, load_ir
 
 # %% auto #0
-__all__ = ['C_KERNELS', 'EMITTERS', 'WEIGHT_DTYPE_ARGS', 'C_EXTRA', 'CFLAGS', 'c_comment', 'emit_c', 'cc_command', 'compile_c',
-           'emit_file']
+__all__ = ['C_KERNELS', 'EMITTERS', 'WEIGHT_DTYPE_ARGS', 'C_EXTRA', 'CFLAGS', 'c_float', 'c_comment', 'emit_c', 'cc_command',
+           'compile_c', 'emit_file']
 
 # %% ../../nbs/52_irv2_codegen.ipynb #548f2297
 C_KERNELS = r'''
@@ -217,7 +217,15 @@ class _Ctx:
         if v is None: raise CodegenError(f'{self.where()}: parameter {name!r} is missing')
         return v
 
-def _f32(v): return f'{float(v):.9g}f' if math.isfinite(v) else 'INFINITY'
+def c_float(v) -> str:
+    "`v` as a C float literal: 9 significant digits (round-trips float32), a `.0` where C needs one, signed infinities, NaN."
+    v = float(v)
+    if math.isnan(v): return 'NAN'
+    if math.isinf(v): return 'INFINITY' if v > 0 else '-INFINITY'
+    t = f'{v:.9g}'
+    return (t if any(ch in t for ch in '.e') else t + '.0') + 'f'
+
+_f32 = c_float
 
 def _emb(c):
     vocab, dim = c.shape(c.arg('table'), 2)

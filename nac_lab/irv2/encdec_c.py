@@ -10,7 +10,7 @@ import numpy as np
 from ..fileio import atomic_write
 from .maps import CodegenError, RuntimeFailure, WeightError
 from . import codegen
-from .codegen import C_KERNELS, EMITTERS, c_comment, cc_command, compile_c
+from .codegen import C_KERNELS, EMITTERS, c_comment, c_float, cc_command, compile_c
 from .run import SafeTensors, cache_dir, _cc_version, _merges
 from .encdec import (ENCDEC_KERNELS, FLAG_CAUSAL, FLAG_CROSS, STAGES, validate_encdec_ir, plan_encdec_memory,
                                  load_encdec_ir, build_encdec_ir)
@@ -154,10 +154,7 @@ def _t5attn(c):
     return (f't5_attention_forward({c.p("q")}, {c.p("k_cache")}, {c.p("v_cache")}, {c.p("rel_bias", True)}, {c.p("scores")}, {c.p("out")}, '
             f'n, pos0, {nk}, {int(causal)}, {nh}, {hd}, {clen}, {crow}, {nb}, {md}, {scale});')
 
-def _cf(v) -> str:
-    "A C float literal (`codegen._f32` prints 1.0 as `1f`, which C rejects)."
-    t = f'{float(v):.9g}'
-    return (t if any(ch in t for ch in '.en') else t + '.0') + 'f'
+_cf = c_float        # C float literals (irv2.codegen)
 
 def _ew(c, a, b, out):
     return min(c.row(c.arg(x)) for x in (a, b, out) if x)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import ctypes, hashlib, math, os, stat, subprocess, tempfile
 from pathlib import Path
 import numpy as np
-from ..binio import map_file, safetensors_header
+from ..safetensors import SafetensorsFile, write_safetensors
 from .maps import WeightError, RuntimeFailure, CodegenError, IrError
 from .build import build_ir, load_ir, plan_memory, validate_ir
 from .codegen import emit_c, compile_c, cc_command
@@ -50,27 +50,24 @@ def compile_ir(ir:dict, cache=None, openmp:bool=False, extra=(), maps=None) -> P
     return lib
 
 # %% ../../nbs/53_irv2_run.ipynb #8d6ee16b
-ST_DTYPES = {'F32': np.float32, 'F16': np.float16, 'BF16': 'bf16', 'F64': np.float64}
+ST_DTYPES = ('F32', 'F16', 'BF16', 'F64')
 "safetensors dtypes the loader converts to fp32."
-_ST_SIZE = {'F32': 4, 'F16': 2, 'BF16': 2, 'F64': 8, 'I8': 1, 'U8': 1, 'I16': 2, 'I32': 4, 'I64': 8, 'BOOL': 1, 'F8_E4M3': 1, 'F8_E5M2': 1}
 
 class SafeTensors:
-    "A safetensors file: `entries[name] = (dtype, shape, absolute offset, nbytes)`; `array(name)` as fp32."
+    "A safetensors file read by `nac_lab.safetensors`: `entries[name] = (dtype, shape, absolute offset, nbytes)`; `array(name)` as fp32."
     def __init__(self, path):
         self.path = Path(path)
-        if os.path.exists(path) and not stat.S_ISREG(os.stat(path).st_mode): raise WeightError(f'{self.path}: not a regular file (a FIFO or device would block or never end)')
-        self.buf = map_file(path)
-        ents, self.metadata = safetensors_header(self.buf, _ST_SIZE, f'safetensors {self.path.name}')
-        self.entries = {name: (e.dtype, e.shape, e.start, e.nbytes) for name, e in ents.items()}
+        if os.path.exists(path) and not stat.S_ISREG(os.stat(path).st_mode):
+            raise WeightError(f'{self.path}: not a regular file (a FIFO or device would block or never end)')
+        self.file = SafetensorsFile(path)
+        self.buf, self.metadata = self.file.buf, self.file.metadata
+        self.entries = {name: (e.dtype, e.shape, e.start, e.nbytes) for name, e in self.file.entries.items()}
 
     def array(self, name:str) -> np.ndarray:
         "Tensor `name` converted to a float32 numpy array."
-        dt, shape, off, nb = self.entries[name]
+        dt = self.entries[name][0]
         if dt not in ST_DTYPES: raise WeightError(f'{self.path.name}: tensor {name!r} has dtype {dt}; the runtime loads F32, F16, BF16 or F64')
-        if dt == 'BF16':
-            u = np.frombuffer(self.buf, dtype='<u2', count=nb // 2, offset=off)
-            return (u.astype(np.uint32) << 16).view(np.float32).reshape(shape)
-        return np.frombuffer(self.buf, dtype=np.dtype(ST_DTYPES[dt]).newbyteorder('<'), count=math.prod(shape), offset=off).astype(np.float32).reshape(shape)
+        return self.file.array(name)
 
 # %% ../../nbs/53_irv2_run.ipynb #db18118f
 def _merges(shape, rank):
@@ -288,11 +285,11 @@ def random_weights(ir:dict, seed:int=0) -> dict:
 
 def save_weights(tensors:dict, path, inputs=()) -> Path:
     "Write HF-named tensors (numpy arrays, or torch tensors of any dtype) to a safetensors file, atomically."
-    if any(not isinstance(v, np.ndarray) for v in tensors.values()):
-        import torch
-        from safetensors.torch import save
-        blob = save({k: (torch.from_numpy(v) if isinstance(v, np.ndarray) else v).contiguous() for k, v in tensors.items()})
-    else:
-        from safetensors.numpy import save
-        blob = save({k: np.ascontiguousarray(v) for k, v in tensors.items()})
-    return atomic_write(path, blob, inputs=inputs, what='weights file')
+    return write_safetensors(path, {k: _st_tensor(v) for k, v in tensors.items()}, inputs=inputs, what='weights file')
+
+def _st_tensor(v):
+    "A numpy array, or `('BF16', bits)`, for the safetensors writer from a numpy array or a torch tensor of any dtype."
+    if isinstance(v, np.ndarray): return v
+    import torch
+    v = v.detach().contiguous().cpu()
+    return ('BF16', v.view(torch.int16).numpy().view(np.uint16)) if v.dtype == torch.bfloat16 else v.numpy()
