@@ -85,7 +85,7 @@ def test_config_file_errors(tmp_path):
     (tmp_path/'c.json').write_text('{"hidden_size": 64,\n "n_layer": }')
     with pytest.raises(ConfigError, match=r'c.json:2:13: invalid config'):
         read_config(tmp_path/'c.json')
-    with pytest.raises(ConfigError, match='must be a JSON object'):
+    with pytest.raises(ConfigError, match='config: top level must be an object, not list'):
         read_config([1, 2])
 
 

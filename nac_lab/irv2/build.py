@@ -10,7 +10,7 @@ from ..core import data_path
 from .maps import (DIM_NAMES, DIM_IDS, KernelMaps, load_maps, load_json, check_schema, eval_condition,
                                ConfigError, IrError, MapError, known_ops, show)
 from ..fileio import atomic_write
-from ..config import config_field
+from ..config import config_field, read_hf_config
 
 # %% auto #0
 __all__ = ['CONFIG_KEYS', 'DTYPES', 'BLOCK_DTYPES', 'C_INT_MAX', 'MAX_LAYERS', 'IR_NOTES', 'ALIGN', 'pipeline_graph',
@@ -59,13 +59,8 @@ MAX_LAYERS = 4096
 "Most layers an IR may have: it lists every layer's nodes, so a bigger count would only exhaust memory (review: `2**31-1`)."
 
 def _flatten_config(raw:dict, where:str) -> dict:
-    if not isinstance(raw, dict): raise ConfigError(f'{where}: a config must be a JSON object, not {type(raw).__name__}')
-    cfg = {k: v for k, v in raw.items() if k != 'text_config'}
-    tc = raw.get('text_config')
-    if tc is not None:
-        if not isinstance(tc, dict): raise ConfigError(f'{where}: "text_config" must be an object')
-        cfg.update(tc)
-    return cfg
+    "The parsed config as one flat dict (`nac_lab.config.read_hf_config`: an object, `text_config` lifted)."
+    return read_hf_config(raw, where, err=ConfigError)[0]
 
 def _field(cfg:dict, name:str, where:str, kind, required=True, default=None):
     "Field `name` under any of its spellings, strictly typed (`nac_lab.config.config_field`); sizes positive and C ints."
