@@ -9,13 +9,15 @@ from pathlib import Path
 from ..core import data_path
 from .maps import (DIM_NAMES, DIM_IDS, KernelMaps, load_maps, load_json, check_schema, eval_condition,
                                ConfigError, IrError, MapError, known_ops, show)
+from ..binio import align_up
 from ..fileio import atomic_write
 from ..config import config_field, read_hf_config
 
 # %% auto #0
-__all__ = ['CONFIG_KEYS', 'DTYPES', 'BLOCK_DTYPES', 'C_INT_MAX', 'MAX_LAYERS', 'IR_NOTES', 'ALIGN', 'pipeline_graph',
-           'read_config', 'align_up', 'dimension_table', 'build_ir', 'validate_ir', 'buffer_bytes', 'plan_memory',
-           'parameter_count', 'dimension_rows', 'buffer_rows', 'memory_rows', 'layer_graph', 'save_ir', 'load_ir']
+__all__ = ['CONFIG_KEYS', 'DTYPES', 'BLOCK_DTYPES', 'C_INT_MAX', 'MAX_LAYERS', 'ELEM_ALIGN', 'IR_NOTES', 'ALIGN',
+           'pipeline_graph', 'read_config', 'aligned', 'dimension_table', 'build_ir', 'validate_ir', 'buffer_bytes',
+           'plan_memory', 'parameter_count', 'dimension_rows', 'buffer_rows', 'memory_rows', 'layer_graph', 'save_ir',
+           'load_ir']
 
 # %% ../../nbs/51_irv2_build.ipynb #c8b34c46
 def pipeline_graph():
@@ -141,16 +143,19 @@ def read_config(src, ctx:int|None=None, dtype:str|None=None, where:str|None=None
     return out
 
 # %% ../../nbs/51_irv2_build.ipynb #64c3e6a4
-def align_up(n:int, a:int=16) -> int:
-    "Round `n` up to a multiple of `a`."
-    return -(-n // a) * a
+ELEM_ALIGN = 16
+"`aligned_*` dimensions are rounded up to this many elements (RULINGS IR v2 2: 64 bytes of fp32)."
+
+def aligned(n:int) -> int:
+    "`n` rounded up to a multiple of `ELEM_ALIGN` (`binio.align_up`)."
+    return align_up(n, ELEM_ALIGN)
 
 def dimension_table(cfg:dict) -> list:
     "The eleven-entry dimension table of a normalised config, in id order."
-    vals = dict(tokens=cfg['context_length'], embed=cfg['hidden_size'], aligned_embed=align_up(cfg['hidden_size']),
-                head_dim=cfg['head_dim'], aligned_head=align_up(cfg['head_dim']), num_heads=cfg['num_attention_heads'],
-                num_kv_heads=cfg['num_key_value_heads'], aligned_ctx=align_up(cfg['context_length']),
-                intermediate=cfg['intermediate_size'], aligned_intermediate=align_up(cfg['intermediate_size']), vocab=cfg['vocab_size'])
+    vals = dict(tokens=cfg['context_length'], embed=cfg['hidden_size'], aligned_embed=aligned(cfg['hidden_size']),
+                head_dim=cfg['head_dim'], aligned_head=aligned(cfg['head_dim']), num_heads=cfg['num_attention_heads'],
+                num_kv_heads=cfg['num_key_value_heads'], aligned_ctx=aligned(cfg['context_length']),
+                intermediate=cfg['intermediate_size'], aligned_intermediate=aligned(cfg['intermediate_size']), vocab=cfg['vocab_size'])
     return [{'id': i, 'name': n, 'value': vals[n]} for i, n in enumerate(DIM_NAMES)]
 
 # %% ../../nbs/51_irv2_build.ipynb #7d273218

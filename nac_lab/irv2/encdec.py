@@ -10,7 +10,8 @@ from ..core import data_path
 from ..config import config_field
 from ..fileio import atomic_write
 from .maps import DIM_NAMES, ConfigError, IrError, MapError, load_json, check_schema, eval_condition, show
-from .build import C_INT_MAX, MAX_LAYERS, align_up, ALIGN, _lay
+from .build import C_INT_MAX, MAX_LAYERS, aligned, ALIGN, _lay
+from ..binio import align_up
 
 # %% auto #0
 __all__ = ['ENCDEC_DIM_NAMES', 'ENCDEC_DIM_IDS', 'ACTIVATIONS', 'STAGES', 'FLAG_CAUSAL', 'FLAG_CROSS', 'ENCDEC_KERNELS',
@@ -181,10 +182,10 @@ def load_encdec_maps(root=None, family:str='t5') -> dict:
 # %% ../../nbs/58b_irv2_encdec.ipynb #608625c7
 def encdec_dimension_table(cfg:dict) -> list:
     "The 15-entry dimension table of a normalised T5 or BERT config."
-    v = dict(tokens=cfg['context_length'], embed=cfg['hidden_size'], aligned_embed=align_up(cfg['hidden_size']), head_dim=cfg['head_dim'],
-             aligned_head=align_up(cfg['head_dim']), num_heads=cfg['num_attention_heads'], num_kv_heads=cfg['num_key_value_heads'],
-             aligned_ctx=align_up(cfg['context_length']), intermediate=cfg['intermediate_size'],
-                 aligned_intermediate=align_up(cfg['intermediate_size']),
+    v = dict(tokens=cfg['context_length'], embed=cfg['hidden_size'], aligned_embed=aligned(cfg['hidden_size']), head_dim=cfg['head_dim'],
+             aligned_head=aligned(cfg['head_dim']), num_heads=cfg['num_attention_heads'], num_kv_heads=cfg['num_key_value_heads'],
+             aligned_ctx=aligned(cfg['context_length']), intermediate=cfg['intermediate_size'],
+                 aligned_intermediate=aligned(cfg['intermediate_size']),
              vocab=cfg['vocab_size'], enc_tokens=cfg['encoder_context_length'], rel_buckets=cfg['relative_attention_num_buckets'])
     v.update(positions=cfg['max_position_embeddings'], type_vocab=cfg['type_vocab_size'])
     return [{'id': i, 'name': n, 'value': v[n]} for i, n in enumerate(ENCDEC_DIM_NAMES)]
