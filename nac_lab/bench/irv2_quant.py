@@ -13,7 +13,7 @@ __all__ = ['run_quant_bench', 'quant_report', 'main']
 
 # %% ../../nbs/55b_irv2_bench_quant.ipynb #307fb77e
 class _Tensors:
-    "A `raw` weight source over in-memory raw bytes (for `qkernels.typed_weights_image`)."
+    "A `raw` weight source over in-memory raw bytes (for `weights.typed_weights_image`)."
     def __init__(self, raws:dict, shapes:dict):
         from pathlib import Path
         self.raws, self.path = raws, Path('<memory>')
@@ -22,7 +22,8 @@ class _Tensors:
 
 def _typed(ir32, sd, dtype):
     "(IR, weights image, dequantized tensors) of `sd` with the matrices in `dtype`, each tensor quantized once."
-    from nac_lab.irv2.qkernels import set_weight_dtypes, typed_weights_image, matrix_rows, WEIGHT_DTYPES
+    from nac_lab.irv2.qkernels import set_weight_dtypes, matrix_rows, WEIGHT_DTYPES
+    from nac_lab.irv2.weights import typed_weights_image
     from nac_lab.irv2.quant import quantize, dequantize
     ir = set_weight_dtypes(ir32, dtype)
     by = {b['tensor']: b for b in ir['buffers'] if b['role'] == 'weight' and b['tensor']}
@@ -88,7 +89,7 @@ def run_quant_bench(config:str='bench-100m.json', dtypes=('q8_0', 'q4_k'), promp
 
 def _fp32_image(ir, sd):
     "The fp32 weights arena of `ir` from in-memory HF tensors."
-    from nac_lab.irv2.qkernels import typed_weights_image
+    from nac_lab.irv2.weights import typed_weights_image
     return typed_weights_image(ir, _Tensors({k: np.ascontiguousarray(v, np.float32).reshape(-1).view(np.uint8) for k, v in sd.items()},
                                             {k: v.shape for k, v in sd.items()})).view(np.float32)
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from .maps import CodegenError, IrError, KernelMaps, show, maps_files
 from ..fileio import atomic_write, check_output
 from .build import validate_ir, plan_memory, load_ir
+from .qkernels_c import register as register_typed_weights
 
 # %% auto #0
 __all__ = ['C_KERNELS', 'EMITTERS', 'WEIGHT_DTYPE_ARGS', 'C_EXTRA', 'CFLAGS', 'c_float', 'c_comment', 'emit_c', 'cc_command',
@@ -286,9 +287,10 @@ EMITTERS = {'embedding_forward': _emb, 'rmsnorm_forward': _rms, 'linear_forward'
 "C call emitter per kernel function name."
 
 WEIGHT_DTYPE_ARGS = {}
-"Kernel function -> its arguments that read a weight of any IR weight dtype (registered by `irv2.qkernels`)."
+"Kernel function -> its arguments that read a weight of any IR weight dtype (`irv2.qkernels_c` registers its typed weights)."
 C_EXTRA = []
-"Functions `ir -> C source` appended to `C_KERNELS` (registered by `irv2.qkernels`; empty string when not needed)."
+"Functions `ir -> C source` appended to `C_KERNELS` (empty string when not needed)."
+register_typed_weights(EMITTERS, WEIGHT_DTYPE_ARGS, C_EXTRA)
 
 def _typed_ok(ir, buf):
     "Whether every node binding `buf` (or an alias of it) reads it through a `WEIGHT_DTYPE_ARGS` argument."
@@ -327,7 +329,6 @@ def _c_ident(s): return ''.join(ch if ch.isalnum() or ch == '_' else '_' for ch 
 def emit_c(ir:dict, name:str='model', maps:KernelMaps|None=None) -> str:
     "Generate the complete C runtime of an IR v2 document (see above); `maps` adds the ops of custom kernel maps."
     validate_ir(ir, maps=maps)
-    from nac_lab.irv2 import qkernels  # noqa: F401  (registers the bf16/fp16/q8_0/q4_k/q6_k weight kernels)
     bad = [b['name'] for b in ir['buffers'] if b['dtype'] not in ('fp32', 'i32') and not _typed_ok(ir, b['name'])]
     if bad: raise CodegenError(f'the C runtime computes in fp32 but buffer(s) {", ".join(bad[:4])} are {ir["config"]["dtype"]} '
                                f'(only matrices read by linear/embedding kernels may have another dtype): rebuild the IR with --dtype fp32 '

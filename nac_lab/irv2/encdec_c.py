@@ -11,7 +11,8 @@ from ..fileio import atomic_write
 from .maps import CodegenError, RuntimeFailure, WeightError
 from . import codegen
 from .codegen import C_KERNELS, EMITTERS, c_comment, c_float, cc_command, compile_c
-from .run import SafeTensors, cache_dir, _cc_version, _merges
+from .run import cache_dir, _cc_version
+from .weights import SafeTensors, merged_shapes
 from .encdec import (ENCDEC_KERNELS, FLAG_CAUSAL, FLAG_CROSS, STAGES, validate_encdec_ir, plan_encdec_memory,
                                  load_encdec_ir, build_encdec_ir)
 
@@ -488,7 +489,7 @@ def encdec_weights_image(ir:dict, st) -> np.ndarray:
         where = f'{st.path.name}: tensor {tname!r} (buffer {b["name"]}' + (f', {b["scope"]} layer {layer})' if layer is not None else ')')
         if tname not in st.entries: raise WeightError(f'{where} is missing from the file')
         shape = st.entries[tname][1]
-        if shape not in set(_merges(tuple(b['resolved_shape']), len(shape))):
+        if shape not in set(merged_shapes(tuple(b['resolved_shape']), len(shape))):
             raise WeightError(f'{where} has shape {list(shape)} but the IR expects {b["resolved_shape"]} '
                               '(or that shape with adjacent axes merged)')
         a = st.array(tname); o = (base + e['offset']) // 4

@@ -4,18 +4,18 @@
 
 # %% ../../nbs/53_irv2_run.ipynb #176b096a
 from __future__ import annotations
-import ctypes, hashlib, math, os, stat, subprocess, tempfile
+import ctypes, hashlib, math, os, subprocess, tempfile
 from pathlib import Path
 import numpy as np
-from ..safetensors import SafetensorsFile, write_safetensors
+from ..safetensors import write_safetensors
 from .maps import WeightError, RuntimeFailure, CodegenError, IrError
 from .build import build_ir, load_ir, plan_memory, validate_ir
 from .codegen import emit_c, compile_c, cc_command
 from ..fileio import atomic_write
+from .weights import ST_DTYPES, SafeTensors, merged_shapes, weights_image  # noqa: F401 (re-exported: weight files have their own module)
 
 # %% auto #0
-__all__ = ['ST_DTYPES', 'cache_dir', 'compile_ir', 'SafeTensors', 'weights_image', 'physical_memory', 'Runtime', 'TorchReference',
-           'random_weights', 'save_weights']
+__all__ = ['cache_dir', 'compile_ir', 'physical_memory', 'Runtime', 'TorchReference', 'random_weights', 'save_weights']
 
 # %% ../../nbs/53_irv2_run.ipynb #92982589
 def cache_dir(path=None) -> Path:
@@ -48,62 +48,6 @@ def compile_ir(ir:dict, cache=None, openmp:bool=False, extra=(), maps=None) -> P
         os.replace(Path(tmp)/'model.c', d/'model.c')
         os.replace(Path(tmp)/'libmodel.so', lib)
     return lib
-
-# %% ../../nbs/53_irv2_run.ipynb #8d6ee16b
-ST_DTYPES = ('F32', 'F16', 'BF16', 'F64')
-"safetensors dtypes the loader converts to fp32."
-
-class SafeTensors:
-    "A safetensors file read by `nac_lab.safetensors`: `entries[name] = (dtype, shape, absolute offset, nbytes)`; `array(name)` as fp32."
-    def __init__(self, path):
-        self.path = Path(path)
-        if os.path.exists(path) and not stat.S_ISREG(os.stat(path).st_mode):
-            raise WeightError(f'{self.path}: not a regular file (a FIFO or device would block or never end)')
-        self.file = SafetensorsFile(path)
-        self.buf, self.metadata = self.file.buf, self.file.metadata
-        self.entries = {name: (e.dtype, e.shape, e.start, e.nbytes) for name, e in self.file.entries.items()}
-
-    def array(self, name:str) -> np.ndarray:
-        "Tensor `name` converted to a float32 numpy array."
-        dt = self.entries[name][0]
-        if dt not in ST_DTYPES: raise WeightError(f'{self.path.name}: tensor {name!r} has dtype {dt}; the runtime loads F32, F16, BF16 or F64')
-        return self.file.array(name)
-
-# %% ../../nbs/53_irv2_run.ipynb #db18118f
-def _merges(shape, rank):
-    "Every way to merge adjacent axes of `shape` into `rank` axes."
-    shape = list(shape)
-    if rank == len(shape): yield tuple(shape); return
-    if rank < 1 or rank > len(shape): return
-    for k in range(1, len(shape) - rank + 2):
-        for rest in _merges(shape[k:], rank - 1): yield (math.prod(shape[:k]),) + rest
-
-def weights_image(ir:dict, st) -> np.ndarray:
-    "The fp32 weights arena of `ir` filled from safetensors file `st` (a path or `SafeTensors`)."
-    if isinstance(st, (str, Path)) and str(st).lower().endswith('.gguf') or any(
-            b['dtype'] != 'fp32' for b in ir['buffers'] if b['role'] == 'weight'):
-        from .qkernels import typed_weights_image        # bf16/fp16/q8_0/q4_k/q6_k weights, GGUF files: a byte image
-        return typed_weights_image(ir, st)
-    if not isinstance(st, SafeTensors): st = SafeTensors(st)
-    plan = plan_memory(ir)['weights']
-    img = np.zeros(plan['total'] // 4, np.float32)
-    by = {b['name']: b for b in ir['buffers']}
-    jobs = [(e, None, 0) for e in plan['global']] + [(e, l, plan['layer_base'] + l * plan['layer_stride'])
-                                                      for l in range(plan['layers']) for e in plan['layer']]
-    for e, layer, base in jobs:
-        b = by[e['buffer']]
-        tname = (b['tensor'] or '').replace('{layer}', str(layer))
-        where = f'{st.path.name}: tensor {tname!r} (buffer {b["name"]}' + (f', layer {layer})' if layer is not None else ')')
-        if not b['tensor']: raise WeightError(f'IR weight buffer {b["name"]!r} has no tensor name')
-        if tname not in st.entries: raise WeightError(f'{where} is missing from the file')
-        dt, shape, _, _ = st.entries[tname]
-        want = tuple(b['resolved_shape'])
-        if shape not in set(_merges(want, len(shape))):
-            raise WeightError(f'{where} has shape {list(shape)} but the IR expects {list(want)} (or that shape with adjacent axes merged)')
-        a = st.array(tname)
-        o = (base + e['offset']) // 4
-        img[o:o + a.size] = a.reshape(-1)
-    return img
 
 # %% ../../nbs/53_irv2_run.ipynb #12b815de
 def physical_memory() -> int|None:
