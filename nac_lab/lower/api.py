@@ -8,7 +8,8 @@ import json, shutil
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
-from .graph import LowerError, import_nac
+from .layers import LowerError
+from .graph import import_nac
 from .quant import calibrate, quantize_graph
 from .emit import Emitter, emit_program, DTYPE, to_elem, from_elem
 from .tile import Device, resolve_device, check_legal, choose_tilings, layer_report

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 import numpy as np
-from .graph import Layer, LowerError
+from .layers import Layer, LowerError
 from .emit import LAYER_EMITTERS, Val, emit_whole, to_elem
 
 # %% auto #0

@@ -10,7 +10,7 @@ import numpy as np
 from ..fileio import atomic_write
 from ..progress import track
 from ..nem.sim import summary
-from .graph import LowerError
+from .layers import LowerError
 from .tile import resolve_device
 from .api import lower
 

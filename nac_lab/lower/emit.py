@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 import numpy as np
-from .graph import LowerError
+from .layers import LowerError
 from .quant import pool_attrs, const_q
 
 # %% auto #0

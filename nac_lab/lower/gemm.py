@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 import numpy as np
-from .graph import LowerError
+from .layers import LowerError
 from .emit import ESIZE, LAYER_EMITTERS, fnum, qdesc, qchan, to_elem, arena_name
 
 # %% auto #0

@@ -4,55 +4,16 @@
 
 # %% ../../nbs/66_lower_import.ipynb #3b729c03
 from __future__ import annotations
-import re
-from dataclasses import dataclass, field
 import numpy as np
 import torch
-from ..binio import NacLabError
+from .layers import UNARY, BINARY, PASS, LowerError, Layer, LayerGraph, nem_input_name  # noqa: F401 (re-exported)
+from .attn import import_more
+from .ops import plan_layouts
 
 # %% auto #0
-__all__ = ['UNARY', 'BINARY', 'PASS', 'LowerError', 'Layer', 'LayerGraph', 'nem_input_name', 'import_nac']
+__all__ = ['import_nac']
 
-# %% ../../nbs/66_lower_import.ipynb #46ee63bf
-class LowerError(NacLabError, ValueError):
-    "A model cannot be lowered to NEM: names the NAC instruction, the op and what is missing."
-
-# %% ../../nbs/66_lower_import.ipynb #1a4e04c4
-@dataclass
-class Layer:
-    "One node of the layer graph: `op` (our vocabulary), input value names, attributes, constants, output shape (PyTorch layout)."
-    name: str
-    op: str
-    inputs: list
-    attrs: dict = field(default_factory=dict)
-    params: dict = field(default_factory=dict)
-    shape: tuple = ()
-    nac: int = -1                # the NAC instruction it implements
-
-# %% ../../nbs/66_lower_import.ipynb #7e99afc1
-@dataclass
-class LayerGraph:
-    "Inputs (name -> shape), layers in dependency order, outputs (value names); `nhwc`: the 4-D values stored NHWC (None: all of them); `ints`: integer inputs."
-    inputs: dict
-    layers: list
-    outputs: list
-    nhwc: set = None
-    ints: set = field(default_factory=set)      # integer model inputs (token indices), stored i32
-    def layer(self, name): return next(l for l in self.layers if l.name == name)
-    def __repr__(self): return f'LayerGraph({len(self.inputs)} input(s), {len(self.layers)} layers: {", ".join(l.op for l in self.layers)})'
-
-UNARY = {'nac.relu': 'relu', 'nac.gelu': 'gelu', 'nac.silu': 'silu', 'nac.sigmoid': 'sigmoid', 'nac.tanh': 'tanh'}
-BINARY = {'nac.add': 'add', 'nac.mul': 'mul', 'nac.sub': 'sub'}
-PASS = ('nac.dropout', 'nac.clone', 'nac.contiguous', 'nac.pass')
-
-# %% ../../nbs/66_lower_import.ipynb #89e2c5ca
-_NEM_NAME = re.compile(r'[A-Za-z_][A-Za-z0-9_]{0,62}')
-_OURS = re.compile(r'L\d+_\w*|in\d+|ACT_L2')          # names the emitter gives its own buffers
-
-def nem_input_name(name, k:int) -> str:
-    "The NEM buffer name of model input `k`: its own name when that is a plain identifier, else `in<k>` (a name read from the file never reaches the emitted program unchecked)."
-    return name if isinstance(name, str) and _NEM_NAME.fullmatch(name) and not _OURS.fullmatch(name) else f'in{k}'
-
+# %% ../../nbs/66_lower_import.ipynb #cc2ed91d
 def _args(s):
     "The step's arguments by parameter name ({name: ('ref', j) | ('const', v) | ('list', ...)})."
     from nac_lab.nac.ops import op_by_name
@@ -81,7 +42,6 @@ def import_nac(model, *example) -> LayerGraph:
     if not example: raise LowerError('import_nac needs example inputs (their shapes fix every layer\'s shape)')
     vals = [None] * len(it.steps)
     it.run_steps(it._inputs([torch.as_tensor(np.asarray(x)) for x in example], {}), values=vals)
-    from nac_lab.lower.attn import import_more
     g, names, consts = LayerGraph({}, [], []), {}, {}
     def ref(i, where):
         j = i[1]
@@ -128,7 +88,6 @@ def import_nac(model, *example) -> LayerGraph:
         if lay.op in ('hardsigmoid', 'hardswish'):
             g.layers += _hard(lay); names[s.index] = lname; continue
         g.layers.append(lay); names[s.index] = lname
-    from nac_lab.lower.ops import plan_layouts
     return plan_layouts(g)
 
 # %% ../../nbs/66_lower_import.ipynb #5aec103c

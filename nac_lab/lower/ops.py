@@ -5,7 +5,7 @@
 # %% ../../nbs/69g_lower_ops.ipynb #9b859278
 from __future__ import annotations
 import numpy as np
-from .graph import Layer, LowerError
+from .layers import Layer, LowerError
 from .emit import LAYER_EMITTERS, ESIZE, emit_whole, fnum, qdesc, to_elem, _arena_region
 
 # %% auto #0

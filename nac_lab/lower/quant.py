@@ -11,7 +11,7 @@ import torch
 from numpy.lib.stride_tricks import sliding_window_view
 from ..fxp.types import QFormat
 from ..fxp.requant import requantize
-from .graph import LowerError
+from .layers import LowerError
 
 # %% auto #0
 __all__ = ['SAME_Q', 'REAL_FN', 'QParam', 'act_qparam', 'calibrate', 'QLayer', 'derived_range', 'const_q', 'quantize_graph',

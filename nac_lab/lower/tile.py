@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 import numpy as np
 from ..core import data_path
-from .graph import LowerError
+from .layers import LowerError
 from ..nem.memory import NemExecError
 from .emit import Emitter, Tiling, Val, conv_l1, nem_shape, stored_nhwc, emit_program, conv_rows, _uniform_run
 from .gemm import GemmTiling, gemm_dims, gemm_candidates, naive_gemm
@@ -97,7 +97,7 @@ def _tile_candidates(Ho):
 # %% ../../nbs/69_lower_tile.ipynb #d227322b
 def layer_program(l, g, dev, elem, qp, tiling) -> str:
     "A one-layer program (input imported in L2, output left in L2) for timing a tiling of `l`."
-    from nac_lab.lower.graph import LayerGraph
+    from nac_lab.lower.layers import LayerGraph
     sub = LayerGraph({n: g.inputs.get(n) or g.layer(n).shape for n in dict.fromkeys(l.inputs)}, [l], [l.name], g.nhwc, set(getattr(g, 'ints', ())) & set(l.inputs))
     E = Emitter(dev, dev.l1, elem)
     emit_program(sub, E, 'int8' if elem == 'i8' else elem, qp, _fake_ql(l, elem), {l.name: tiling}, probe=True)
