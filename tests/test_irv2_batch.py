@@ -151,7 +151,8 @@ def test_bad_batches_are_typed_errors():
     with pytest.raises(ConfigError, match='single-sequence'): build_ir(cfg, batch=2, train=True)
     ir = build_ir(cfg, batch=4)
     for edit, msg in [(lambda c: c.update(batch=5), 'does not hold 5 slots'), (lambda c: c.update(batch=65), 'exceeds context_length'),
-                      (lambda c: c.update(batch='4'), 'batch must be a positive integer')]:
+                      (lambda c: c.update(batch=4.0), 'batch must be a positive integer'),
+                      (lambda c: c.update(batch='4'), r"config.batch: '4' is not of type 'integer'")]:
         bad_ir = json.loads(json.dumps(ir)); edit(bad_ir['config'])
         with pytest.raises(IrError, match=msg): validate_ir(bad_ir)
         with pytest.raises(NacLabError): emit_batch_c(bad_ir)
