@@ -199,7 +199,8 @@ from nac_lab.irv2.run import random_weights, save_weights
 name, tmp, prompts = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 ir = build_ir(data_path('irv2', 'configs', name), ctx=32, batch=3)
 w = save_weights(random_weights(ir, seed=2), tmp + '/w.safetensors')
-rt = BatchRuntime(ir, w, cache=tmp + '/cache', extra=('-fsanitize=address,undefined', '-fno-sanitize-recover=all', '-fno-omit-frame-pointer', '-g'))
+san = ('-fsanitize=address,undefined', '-fno-sanitize-recover=all', '-fno-omit-frame-pointer', '-g')
+rt = BatchRuntime(ir, w, cache=tmp + '/cache', extra=san)
 toks = rt.generate_batch(prompts, 32 - max(map(len, prompts)) + 1)   # the longest prompt reaches the last position
 rt.reset(1); rt.prefill_batch([[3, 4]], slots=[1]); rt.step([5, 6], [1, 1])
 bad = [rt.lib.nac_reset(rt.m, 3), rt.lib.nac_slot_position(rt.m, -2)]
@@ -210,7 +211,8 @@ print(json.dumps({'tokens': toks, 'positions': rt.positions, 'bad': bad}))
 def test_batch_c_is_sanitizer_clean(tmp_path):
     libs = _sanitizer_runtimes()
     if libs is None: pytest.skip('the C compiler has no AddressSanitizer/UBSan runtime')
-    env = {**os.environ, 'LD_PRELOAD': ' '.join(libs), 'ASAN_OPTIONS': 'detect_leaks=0:abort_on_error=0', 'UBSAN_OPTIONS': 'print_stacktrace=1'}
+    env = {**os.environ, 'LD_PRELOAD': ' '.join(libs), 'ASAN_OPTIONS': 'detect_leaks=0:abort_on_error=0',
+           'UBSAN_OPTIONS': 'print_stacktrace=1'}
     prompts = [list(range(1, 17)), [5, 6, 7], [9] * 8, [2, 3, 4, 5, 6]]
     r = subprocess.run([sys.executable, '-c', CHILD, 'tiny-llama.json', str(tmp_path), json.dumps(prompts)],
                        capture_output=True, text=True, env=env, timeout=300)

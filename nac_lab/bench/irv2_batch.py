@@ -13,7 +13,8 @@ from fastcore.imports import in_notebook
 __all__ = ['run_batch_bench', 'batch_report', 'main']
 
 # %% ../../nbs/55c_irv2_bench_batch.ipynb #60ba12b4
-def run_batch_bench(config:str='bench-20m.json', batch:int=4, prompt_len:int=16, steps:int=32, repeats:int=3, seed:int=0, cache=None) -> dict:
+def run_batch_bench(config:str='bench-20m.json', batch:int=4, prompt_len:int=16, steps:int=32, repeats:int=3, seed:int=0,
+                    cache=None) -> dict:
     "Time greedy decode at batch 1 and at `batch` (one thread); return the figures."
     from nac_lab.core import data_path
     from nac_lab.irv2.build import build_ir

@@ -25,7 +25,8 @@ def _prompt_lines(path) -> list:
     p = Path(path)
     try: st = p.stat()
     except OSError as ex: raise Irv2Error(f'--prompts {p}: cannot read it ({ex.strerror or ex})') from None
-    if not stat.S_ISREG(st.st_mode) or st.st_size > 1 << 26: raise Irv2Error(f'--prompts {p}: expected a regular text file of at most 64 MiB')
+    if not stat.S_ISREG(st.st_mode) or st.st_size > 1 << 26:
+        raise Irv2Error(f'--prompts {p}: expected a regular text file of at most 64 MiB')
     try: text = p.read_text(encoding='utf-8')
     except (OSError, UnicodeDecodeError) as ex: raise Irv2Error(f'--prompts {p}: cannot read it as UTF-8 text ({ex})') from None
     return [(k + 1, line) for k, line in enumerate(text.splitlines()) if line.strip()]
@@ -36,7 +37,8 @@ def _prompts(args) -> list:
     if args.tokens: out.append(args.tokens); where.append('--tokens')
     for k, p in enumerate(args.prompt or []): out.append(p); where.append(f'--prompt #{k + 1}')
     for k, line in (_prompt_lines(args.prompts) if args.prompts else []): out.append(line); where.append(f'--prompts {args.prompts}:{k}')
-    if not out: raise Irv2Error('give the prompt token ids: --tokens 1,2,3, or --prompt (repeatable), or --prompts FILE (one prompt per line)')
+    if not out:
+        raise Irv2Error('give the prompt token ids: --tokens 1,2,3, or --prompt (repeatable), or --prompts FILE (one prompt per line)')
     res = []
     for text, w in zip(out, where):
         try: res.append(_tokens(text))
@@ -55,7 +57,8 @@ def _build(args):
     from nac_lab.irv2.encdec import config_is_encdec, build_encdec_ir, save_encdec_ir
     if args.config and not args.weights and config_is_encdec(args.config):     # T5 encoder-decoder or BERT encoder (irv2.encdec)
         if args.dtype != 'fp32' or args.maps or args.weights_dtype or args.batch is not None:
-            raise Irv2Error('T5 and BERT IRs are built in fp32 from the shipped kernel maps, for one sequence: drop --dtype/--maps/--weights-dtype/--batch')
+            raise Irv2Error('T5 and BERT IRs are built in fp32 from the shipped kernel maps, for one sequence: '
+                            'drop --dtype/--maps/--weights-dtype/--batch')
         ir = build_encdec_ir(args.config, ctx=args.ctx, enc_ctx=args.enc_ctx, train=args.train)
         save_encdec_ir(ir, args.out, inputs=ins)
     else:
@@ -74,7 +77,8 @@ def _build(args):
     c, p = ir['config'], ir['meta']['memory_plan']
     bt = f', batch {c["batch"]} (KV cache slots)' if 'batch' in c else ''
     print(f'wrote {args.out}: {c["model_type"]}, {c["num_hidden_layers"]} layers, {len(ir["buffers"])} buffers, {len(ir["nodes"])} nodes, '
-          f'{ir["meta"]["parameters"]:,} parameters{bt}; arenas: weights {p["weights"]["total"]:,} B, activations {p["activations"]["total"]:,} B'
+          f'{ir["meta"]["parameters"]:,} parameters{bt}; arenas: weights {p["weights"]["total"]:,} B, '
+          f'activations {p["activations"]["total"]:,} B'
           + (f', grads {p["grads"]["total"]:,} B' if 'grads' in p else ''))
 
 def _emit(args):
@@ -96,7 +100,8 @@ def _run(args):
     from nac_lab.irv2.encdec import ir_file_is_encdec
     prompts = _prompts(args)
     if ir_file_is_encdec(args.ir):    # encoder input --tokens; greedy decoder tokens out (T5) or the last hidden state (BERT)
-        if len(prompts) != 1 or not args.tokens: raise Irv2Error('T5 and BERT IRs take one encoder input: --tokens 1,2,3 (no --prompt/--prompts)')
+        if len(prompts) != 1 or not args.tokens:
+            raise Irv2Error('T5 and BERT IRs take one encoder input: --tokens 1,2,3 (no --prompt/--prompts)')
         from nac_lab.irv2.encdec_c import EncDecRuntime
         rt = EncDecRuntime(args.ir, args.weights, cache=args.cache, openmp=args.openmp)
         if rt.ir['config']['num_decoder_layers']: print(','.join(map(str, rt.generate(_tokens(args.tokens), args.steps))))
