@@ -10,7 +10,7 @@ from nac_lab.binio import NacLabError
 from nac_lab.core import data_path
 from nac_lab.irv2.batch import BatchRuntime, emit_batch_c
 from nac_lab.irv2.build import build_ir, validate_ir
-from nac_lab.irv2.maps import ConfigError, IrError, RuntimeFailure
+from nac_lab.irv2.maps import CodegenError, ConfigError, IrError, RuntimeFailure
 from nac_lab.irv2.run import Runtime, TorchReference, random_weights, save_weights
 
 CONFIGS = ['tiny-llama.json', 'tiny-qwen2.json']
@@ -143,7 +143,7 @@ def test_memory_plan_by_formula(name, ctx):
         assert ir['config']['batch'] == B and 'batch' not in one['config']
 
 
-def test_bad_batches_are_typed_errors():
+def test_bad_batches_are_typed_errors(cache):
     cfg = data_path('irv2', 'configs', 'tiny-llama.json')
     for bad, msg in [(0, 'positive integer'), (-2, 'positive integer'), (True, 'positive integer'), ('4', 'positive integer'),
                      (2.0, 'positive integer'), (65, 'exceeds the context length 64')]:
@@ -156,6 +156,7 @@ def test_bad_batches_are_typed_errors():
         bad_ir = json.loads(json.dumps(ir)); edit(bad_ir['config'])
         with pytest.raises(IrError, match=msg): validate_ir(bad_ir)
         with pytest.raises(NacLabError): emit_batch_c(bad_ir)
+    with pytest.raises(CodegenError, match='planned for batch 4.*BatchRuntime'): Runtime(ir, None, cache=cache)   # before the weights
 
 
 def test_openmp_build_matches(tmp_path, cache):

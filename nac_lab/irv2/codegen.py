@@ -328,7 +328,7 @@ def emit_c(ir:dict, name:str='model', maps:KernelMaps|None=None) -> str:
     "Generate the complete C runtime of an IR v2 document (see above); `maps` adds the ops of custom kernel maps."
     validate_ir(ir, maps=maps)
     if 'batch' in ir['config']: raise CodegenError(f'the IR is planned for batch {ir["config"]["batch"]}: its C runtime comes from '
-                                                   f'nac_lab.irv2.batch.emit_batch_c (nac-lab irv2 emit/run choose it)')
+                                                   f'nac_lab.irv2.batch (emit_batch_c, BatchRuntime; nac-lab irv2 emit/run choose it)')
     from nac_lab.irv2 import qkernels  # noqa: F401  (registers the bf16/fp16/q8_0/q4_k/q6_k weight kernels)
     bad = [b['name'] for b in ir['buffers'] if b['dtype'] not in ('fp32', 'i32') and not _typed_ok(ir, b['name'])]
     if bad: raise CodegenError(f'the C runtime computes in fp32 but buffer(s) {", ".join(bad[:4])} are {ir["config"]["dtype"]} '
