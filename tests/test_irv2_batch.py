@@ -160,6 +160,8 @@ def test_bad_batches_are_typed_errors(cache):
 
 
 def test_openmp_build_matches(tmp_path, cache):
+    from nac_lab.irv2.codegen import CFLAGS
+    assert {'-Wall', '-Wextra', '-Werror'} <= set(CFLAGS)        # compile_c also fails on any diagnostic output
     ir1, sd, one, three = _pair('tiny-llama.json', tmp_path, cache, batch=4, seed=8)
     omp = BatchRuntime(three.ir, tmp_path/'w.safetensors', cache=cache, openmp=True)
     ps = _prompts(ir1['config']['vocab_size'], (5, 1, 9, 3), seed=9)
