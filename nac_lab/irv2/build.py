@@ -218,8 +218,9 @@ def _node(step, kernel, layer, cfg, present, omitted):
     if kernel['params']: node['params'] = {p['name']: cfg[p['from']] for p in kernel['params']}
     return node
 
-def build_ir(config, ctx:int|None=None, dtype:str|None=None, maps:KernelMaps|None=None, train:bool=False) -> dict:
+def build_ir(config, ctx:int|None=None, dtype:str|None=None, maps:KernelMaps|None=None, train:bool=False, batch:int|None=None) -> dict:
     "Build the IR v2 document from `config` (a HF config dict or path) and the kernel maps (default: shipped); `train` adds the training plan (`irv2.grad`)."
+    # batch: plan for that many sequences (irv2.batch_plan); 1 or None give the one-sequence IR
     src = Path(config) if isinstance(config, (str, Path)) else None
     cfg = read_config(config, ctx=ctx, dtype=dtype)
     maps = maps or load_maps()
@@ -244,6 +245,9 @@ def build_ir(config, ctx:int|None=None, dtype:str|None=None, maps:KernelMaps|Non
     if train:
         from nac_lab.irv2.grad import add_training_plan
         add_training_plan(ir)
+    if batch is not None:
+        from nac_lab.irv2.batch_plan import apply_batch
+        apply_batch(ir, batch)
     ir['meta']['parameters'] = parameter_count(ir)
     ir['meta']['memory_plan'] = plan_memory(ir)
     validate_ir(ir, maps=maps)
@@ -319,6 +323,8 @@ def validate_ir(ir, where:str='IR', maps:KernelMaps|None=None) -> None:
     if any(b['role'] == 'grad' for b in ir['buffers']):
         from nac_lab.irv2.grad import check_training_plan
         check_training_plan(ir, where)
+    from nac_lab.irv2.batch_plan import check_batch
+    check_batch(ir, where)
 
 # %% ../../nbs/51_irv2_build.ipynb #6e4a2bd5
 ALIGN = 64

@@ -19,6 +19,32 @@ def _tokens(text:str) -> list:
         except ValueError: raise Irv2Error(f'--tokens: item {i + 1} {part.strip()!r} is not an integer (expected e.g. 1,2,3)') from None
     return toks
 
+def _prompt_lines(path) -> list:
+    "The non-blank lines of a --prompts file (a regular file of at most 64 MiB), with their line numbers."
+    import stat
+    p = Path(path)
+    try: st = p.stat()
+    except OSError as ex: raise Irv2Error(f'--prompts {p}: cannot read it ({ex.strerror or ex})') from None
+    if not stat.S_ISREG(st.st_mode) or st.st_size > 1 << 26:
+        raise Irv2Error(f'--prompts {p}: expected a regular text file of at most 64 MiB')
+    try: text = p.read_text(encoding='utf-8')
+    except (OSError, UnicodeDecodeError) as ex: raise Irv2Error(f'--prompts {p}: cannot read it as UTF-8 text ({ex})') from None
+    return [(k + 1, line) for k, line in enumerate(text.splitlines()) if line.strip()]
+
+def _prompts(args) -> list:
+    "The prompts of `irv2 run`: --tokens, each --prompt, then each non-blank line of --prompts FILE, in that order."
+    out, where = [], []
+    if args.tokens: out.append(args.tokens); where.append('--tokens')
+    for k, p in enumerate(args.prompt or []): out.append(p); where.append(f'--prompt #{k + 1}')
+    for k, line in (_prompt_lines(args.prompts) if args.prompts else []): out.append(line); where.append(f'--prompts {args.prompts}:{k}')
+    if not out:
+        raise Irv2Error('give the prompt token ids: --tokens 1,2,3, or --prompt (repeatable), or --prompts FILE (one prompt per line)')
+    res = []
+    for text, w in zip(out, where):
+        try: res.append(_tokens(text))
+        except Irv2Error as e: raise Irv2Error(f'{w}: {str(e).removeprefix("--tokens: ")}') from None
+    return res
+
 def _build(args):
     from nac_lab.irv2.build import build_ir, save_ir
     from nac_lab.irv2.maps import load_maps, maps_files
@@ -30,8 +56,9 @@ def _build(args):
     check_output(args.out, ins, 'IR')                      # before the work: never overwrite an input
     from nac_lab.irv2.encdec import config_is_encdec, build_encdec_ir, save_encdec_ir
     if args.config and not args.weights and config_is_encdec(args.config):     # T5 encoder-decoder or BERT encoder (irv2.encdec)
-        if args.dtype != 'fp32' or args.maps or args.weights_dtype:
-            raise Irv2Error('T5 and BERT IRs are built in fp32 from the shipped kernel maps: drop --dtype/--maps/--weights-dtype')
+        if args.dtype != 'fp32' or args.maps or args.weights_dtype or args.batch is not None:
+            raise Irv2Error('T5 and BERT IRs are built in fp32 from the shipped kernel maps, for one sequence: '
+                            'drop --dtype/--maps/--weights-dtype/--batch')
         ir = build_encdec_ir(args.config, ctx=args.ctx, enc_ctx=args.enc_ctx, train=args.train)
         save_encdec_ir(ir, args.out, inputs=ins)
     else:
@@ -39,14 +66,19 @@ def _build(args):
         if args.gguf or args.weights:
             from nac_lab.irv2.gguf_run import gguf_ir
             ir = gguf_ir(args.gguf or args.weights, config=args.config, ctx=args.ctx, maps=maps)
-        else: ir = build_ir(args.config, ctx=args.ctx, dtype=args.dtype, maps=maps, train=args.train)
+            if args.batch is not None:
+                from nac_lab.irv2.batch import set_batch
+                ir = set_batch(ir, args.batch, maps=maps)
+        else: ir = build_ir(args.config, ctx=args.ctx, dtype=args.dtype, maps=maps, train=args.train, batch=args.batch)
         if args.weights_dtype:
             from nac_lab.irv2.qkernels import set_weight_dtypes
             ir = set_weight_dtypes(ir, args.weights_dtype, maps=maps)
         save_ir(ir, args.out, maps=maps, inputs=ins + maps_files(maps))
     c, p = ir['config'], ir['meta']['memory_plan']
+    bt = f', batch {c["batch"]} (KV cache slots)' if 'batch' in c else ''
     print(f'wrote {args.out}: {c["model_type"]}, {c["num_hidden_layers"]} layers, {len(ir["buffers"])} buffers, {len(ir["nodes"])} nodes, '
-          f'{ir["meta"]["parameters"]:,} parameters; arenas: weights {p["weights"]["total"]:,} B, activations {p["activations"]["total"]:,} B'
+          f'{ir["meta"]["parameters"]:,} parameters{bt}; arenas: weights {p["weights"]["total"]:,} B, '
+          f'activations {p["activations"]["total"]:,} B'
           + (f', grads {p["grads"]["total"]:,} B' if 'grads' in p else ''))
 
 def _emit(args):
@@ -54,7 +86,11 @@ def _emit(args):
     from nac_lab.irv2.maps import load_maps
     from nac_lab.irv2.encdec import ir_file_is_encdec
     from nac_lab.irv2.encdec_c import emit_encdec_file
-    out = emit_encdec_file(args.ir, args.out) if ir_file_is_encdec(args.ir) else emit_file(args.ir, args.out, maps=load_maps(args.maps) if args.maps else None)
+    from nac_lab.irv2.batch import ir_file_batch, emit_batch_file
+    maps = load_maps(args.maps) if args.maps else None
+    if ir_file_is_encdec(args.ir): out = emit_encdec_file(args.ir, args.out)
+    elif ir_file_batch(args.ir) > 1: out = emit_batch_file(args.ir, args.out, maps=maps)
+    else: out = emit_file(args.ir, args.out, maps=maps)
     print(f'wrote {args.out}: {len(out.read_text().splitlines())} lines of C')
 
 def _run(args):
@@ -62,16 +98,24 @@ def _run(args):
     if args.steps < 0: raise Irv2Error(f'--steps must be >= 0, got {args.steps}')
     from nac_lab.irv2.maps import load_maps
     from nac_lab.irv2.encdec import ir_file_is_encdec
+    prompts = _prompts(args)
     if ir_file_is_encdec(args.ir):    # encoder input --tokens; greedy decoder tokens out (T5) or the last hidden state (BERT)
+        if len(prompts) != 1 or not args.tokens:
+            raise Irv2Error('T5 and BERT IRs take one encoder input: --tokens 1,2,3 (no --prompt/--prompts)')
         from nac_lab.irv2.encdec_c import EncDecRuntime
         rt = EncDecRuntime(args.ir, args.weights, cache=args.cache, openmp=args.openmp)
         if rt.ir['config']['num_decoder_layers']: print(','.join(map(str, rt.generate(_tokens(args.tokens), args.steps))))
         else:
             for row in rt.encode(_tokens(args.tokens)): print(' '.join(f'{v:.6g}' for v in row))
         return
-    rt = Runtime(args.ir, args.weights, cache=args.cache, openmp=args.openmp, maps=load_maps(args.maps) if args.maps else None)
-    toks = rt.generate(_tokens(args.tokens), args.steps)
-    print(','.join(map(str, toks)))
+    maps = load_maps(args.maps) if args.maps else None
+    from nac_lab.irv2.batch import ir_file_batch, BatchRuntime
+    if ir_file_batch(args.ir) > 1:    # a batch IR: the prompts together, B at a time
+        outs = BatchRuntime(args.ir, args.weights, cache=args.cache, openmp=args.openmp, maps=maps).generate_batch(prompts, args.steps)
+    else:
+        rt = Runtime(args.ir, args.weights, cache=args.cache, openmp=args.openmp, maps=maps)
+        outs = [rt.generate(p, args.steps) for p in prompts]
+    for toks in outs: print(','.join(map(str, toks)))
 
 def _info(args):
     from nac_lab.irv2.build import load_ir, dimension_rows, buffer_rows, memory_rows
@@ -84,6 +128,7 @@ def _info(args):
         return
     ir = load_ir(args.ir, load_maps(args.maps) if args.maps else None)
     print(dimension_rows(ir)); print(); print(buffer_rows(ir)); print(); print(memory_rows(ir))
+    if 'batch' in ir['config']: print(f'batch {ir["config"]["batch"]}: each KV cache holds {ir["config"]["batch"]} slots, one per sequence')
 
 def register(sub):
     "Add `nac-lab irv2 ...` to the command line."
@@ -100,6 +145,8 @@ def register(sub):
     b.add_argument('--maps', default=None, help='kernel maps folder (default: the shipped data/irv2/kernel_maps)')
     b.add_argument('--train', action='store_true', help='add the training plan: grad buffers and saved activations (irv2.grad)')
     b.add_argument('--enc-ctx', type=int, default=None, help='T5: encoder context length (default: --ctx)')
+    b.add_argument('--batch', type=int, default=None, metavar='B',
+                   help='plan for B sequences at once (B KV cache slots; default 1; at most --ctx); run takes several prompts')
     b.add_argument('-o', '--out', required=True, help='IR JSON to write')
     b.set_defaults(func=_build)
     e = s.add_parser('emit', help='IR v2 JSON -> one self-contained C file')
@@ -108,7 +155,9 @@ def register(sub):
     e.set_defaults(func=_emit)
     r = s.add_parser('run', help='compile (cached), load weights by name, print greedy tokens')
     r.add_argument('ir'); r.add_argument('weights', help='safetensors file with HuggingFace tensor names, or a GGUF file (mapped, blocks used as stored)')
-    r.add_argument('--tokens', required=True, help='prompt token ids, comma separated')
+    r.add_argument('--tokens', default=None, help='prompt token ids, comma separated')
+    r.add_argument('--prompt', action='append', default=None, metavar='IDS', help='one more prompt (comma separated ids); repeatable')
+    r.add_argument('--prompts', default=None, metavar='FILE', help='a file of prompts, one per line (comma separated ids)')
     r.add_argument('--steps', type=int, default=8, help='tokens to generate (default 8)')
     r.add_argument('--cache', default=None, help='compile cache folder (default ~/.cache/nac_lab/irv2)')
     r.add_argument('--openmp', action='store_true', help='compile with -fopenmp')

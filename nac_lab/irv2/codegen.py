@@ -329,6 +329,8 @@ def _c_ident(s): return ''.join(ch if ch.isalnum() or ch == '_' else '_' for ch 
 def emit_c(ir:dict, name:str='model', maps:KernelMaps|None=None) -> str:
     "Generate the complete C runtime of an IR v2 document (see above); `maps` adds the ops of custom kernel maps."
     validate_ir(ir, maps=maps)
+    if 'batch' in ir['config']: raise CodegenError(f'the IR is planned for batch {ir["config"]["batch"]}: its C runtime comes from '
+                                                   f'nac_lab.irv2.batch (emit_batch_c, BatchRuntime; nac-lab irv2 emit/run choose it)')
     bad = [b['name'] for b in ir['buffers'] if b['dtype'] not in ('fp32', 'i32') and not _typed_ok(ir, b['name'])]
     if bad: raise CodegenError(f'the C runtime computes in fp32 but buffer(s) {", ".join(bad[:4])} are {ir["config"]["dtype"]} '
                                f'(only matrices read by linear/embedding kernels may have another dtype): rebuild the IR with --dtype fp32 '

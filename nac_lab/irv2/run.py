@@ -33,9 +33,9 @@ def _cc_version(cc:str) -> str:
         except FileNotFoundError: raise CodegenError(f'C compiler {cc!r} not found (set CC)') from None
     return _CC_VERSION[cc]
 
-def compile_ir(ir:dict, cache=None, openmp:bool=False, extra=(), maps=None) -> Path:
-    "Generate, compile (unless cached) and return the path of the shared library of `ir`."
-    src = emit_c(ir, 'model', maps)
+def compile_ir(ir:dict, cache=None, openmp:bool=False, extra=(), maps=None, emit=None) -> Path:
+    "Generate (with `emit`, default `emit_c`), compile (unless cached) and return the path of the shared library of `ir`."
+    src = (emit or emit_c)(ir, 'model', maps)
     cmd = cc_command('model.c', 'libmodel.so', openmp, extra)
     key = hashlib.sha256('\0'.join([src, ' '.join(cmd), _cc_version(cmd[0])]).encode()).hexdigest()[:24]
     d = cache_dir(cache)/key
@@ -57,6 +57,7 @@ def physical_memory() -> int|None:
 
 class Runtime:
     "A compiled IR v2 model loaded through ctypes (see above)."
+    emitter = None   # the C generator (None: codegen.emit_c); irv2.batch.BatchRuntime sets emit_batch_c
     def __init__(self, ir, weights, cache=None, openmp:bool=False, extra=(), maps=None):
         self.ir = load_ir(ir, maps) if not isinstance(ir, dict) else ir
         validate_ir(self.ir, maps=maps)
@@ -64,7 +65,7 @@ class Runtime:
         need, have = plan['weights']['total'] + plan['activations']['total'], physical_memory()
         if have and need > have:   # refuse before allocating: zeroing the arenas would touch every page
             raise RuntimeFailure(f'the arenas need {need:,} bytes but this machine has {have:,}: build the IR with a smaller --ctx')
-        self.lib_path = compile_ir(self.ir, cache, openmp, extra, maps)
+        self.lib_path = compile_ir(self.ir, cache, openmp, extra, maps, emit=self.emitter)
         L = self.lib = ctypes.CDLL(str(self.lib_path))
         vp, i32p, f32p = ctypes.c_void_p, ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_float)
         for name, res, args in [('nac_init', vp, []), ('nac_free', None, [vp]), ('nac_weights_bytes', ctypes.c_size_t, []),
