@@ -22,10 +22,10 @@ so `import nac_lab` stays cheap. The command line is `nac-lab --help`.
 # %% ../nbs/05_api.ipynb #2065af06
 _LAZY = {
     # errors and binary I/O (nac_lab.binio)
-    'NacLabError': 'nac_lab.binio', 'FormatError': 'nac_lab.binio', 'Reader': 'nac_lab.binio', 'Writer': 'nac_lab.binio',
+    'NacLabError': 'nac_lab.errors', 'FormatError': 'nac_lab.errors', 'Reader': 'nac_lab.binio', 'Writer': 'nac_lab.binio',
     # NAC: container, compiler, interpreter (issues: container, compiler)
     'read_nac': 'nac_lab.nac.format', 'write_nac': 'nac_lab.nac.format', 'NacFile': 'nac_lab.nac.format',
-    'compile': 'nac_lab.nac.compile', 'load': 'nac_lab.nac.compile', 'NacModel': 'nac_lab.nac.compile',
+    'compile': 'nac_lab.nac.compile', 'load': 'nac_lab.nac.run', 'NacModel': 'nac_lab.nac.run',
     'check': 'nac_lab.nac.check',      # every problem of a .nac file (nbs/24d_nac_check)
     # MMAP schedules
     'build_schedule': 'nac_lab.nac.mmap', 'simulate': 'nac_lab.nac.mmap_sim',
@@ -46,9 +46,11 @@ def __dir__(): return sorted(set(globals()) | set(_LAZY))
 # %% ../nbs/05_api.ipynb #5dd3d4ab
 from typing import TYPE_CHECKING
 if TYPE_CHECKING:      # read by IDEs and type checkers only; at run time `__getattr__` imports these on first use
-    from nac_lab.binio import NacLabError, FormatError, Reader, Writer
+    from nac_lab.errors import NacLabError, FormatError
+    from nac_lab.binio import Reader, Writer
     from nac_lab.nac.format import read_nac, write_nac, NacFile
-    from nac_lab.nac.compile import compile, load, NacModel
+    from nac_lab.nac.compile import compile
+    from nac_lab.nac.run import load, NacModel
     from nac_lab.nac.check import check
     from nac_lab.nac.mmap import build_schedule
     from nac_lab.nac.mmap_sim import simulate

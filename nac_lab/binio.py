@@ -12,38 +12,12 @@ import numpy as np
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['CONTROL_RE', 'ST_MAX_HEADER', 'NacLabError', 'FormatError', 'TruncatedError', 'BadMagicError', 'BadValueError',
-           'LimitError', 'printable', 'Reader', 'map_file', 'StEntry', 'safetensors_header_len', 'safetensors_header',
-           'WriteError', 'Writer', 'align_up', 'hexdump']
+__all__ = ['CONTROL_RE', 'ST_MAX_HEADER', 'printable', 'Reader', 'map_file', 'StEntry', 'safetensors_header_len',
+           'safetensors_header', 'Writer', 'align_up', 'hexdump']
 
 # %% ../nbs/00_binio.ipynb #2b22e8b3
-class NacLabError(Exception):
-    "Root of every error that nac_lab raises on purpose."
-
-class FormatError(NacLabError, ValueError):
-    "Malformed input in a binary or text format; knows the format, section and byte offset."
-    def __init__(self, msg:str, *, fmt:str|None=None, section:str|None=None, offset:int|None=None):
-        self.msg, self.fmt, self.section, self.offset = msg, fmt, section, offset
-        super().__init__(self._render())
-
-    def _render(self):
-        where = ''
-        if self.section: where += self.section
-        if self.offset is not None: where += (' at ' if where else 'at ') + f'offset {self.offset:#x}'
-        head = f'{self.fmt}: ' if self.fmt else ''
-        return f'{head}{where}: {self.msg}' if where else f'{head}{self.msg}'
-
-class TruncatedError(FormatError):
-    "The input ends before a field that must be there."
-
-class BadMagicError(FormatError):
-    "A magic number, tag or version is not the expected one."
-
-class BadValueError(FormatError):
-    "A field holds a value outside its legal set (unknown code, impossible size, bad reference)."
-
-class LimitError(FormatError):
-    "A count or length read from the input is larger than the remaining bytes can hold."
+from .errors import (NacLabError, FormatError, TruncatedError, BadMagicError, BadValueError,  # noqa: F401
+                             LimitError, WriteError)    # re-exported: binio is where most callers look
 
 # %% ../nbs/00_binio.ipynb #26ecbdec
 CONTROL_RE = re.compile('[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\u200e\u200f]')
@@ -340,9 +314,6 @@ def safetensors_header(head, sizes:dict, fmt:str='safetensors', file_size:int|No
     return out, meta
 
 # %% ../nbs/00_binio.ipynb #7fa31c59
-class WriteError(NacLabError, ValueError):
-    "A value cannot be encoded in the field it is written to."
-
 class Writer:
     "Little-endian byte builder with alignment and back-patching."
     def __init__(self): self.buf = bytearray()

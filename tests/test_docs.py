@@ -192,15 +192,15 @@ def test_search_finds_a_symbol_in_chromium(site, tmp_path):
     dom = _dom((site / 'index.html').as_uri() + '?q=SysOp', tmp_path)
     res = re.search(r'<div id="nl-results"[^>]*>(.*?)</div>\s*<a href="index.html"', dom, re.S)
     assert res, 'no results box'
-    assert 'href="nac_format.html#SysOp"' in res.group(1), res.group(1)[:2000]
+    assert 'href="nac_container.html#SysOp"' in res.group(1), res.group(1)[:2000]
     dom = _dom((site / 'index.html').as_uri() + '?q=zzqqxx%20nothing', tmp_path)
     assert 'No results for' in dom
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason='Chromium is not installed')
 def test_enum_page_and_toc_in_chromium(site, tmp_path):
-    from nac_lab.nac.format import SysOp
-    dom = _dom((site / 'nac_format.html').as_uri(), tmp_path)
+    from nac_lab.nac.container import SysOp
+    dom = _dom((site / 'nac_container.html').as_uri(), tmp_path)
     toc = re.search(r'<nav class="nl-toc"[^>]*>(.*?)</nav>', dom, re.S)
     assert toc, 'no table of contents'
     heads = re.findall(r'<h([23]) id="([^"]+)"', dom)
@@ -223,7 +223,7 @@ def test_enum_page_and_toc_in_chromium(site, tmp_path):
     # the description's inline markdown is rendered, and the page links to its notebook
     desc = re.search(r'<p class="nl-desc">(.*?)</p>', dom, re.S).group(1)
     assert '`' not in desc and '<code>' in desc, desc
-    assert re.search(r'<p class="nl-src">Source: <a href="[^"]*/nbs/10_nac_format.ipynb">', dom)
+    assert re.search(r'<p class="nl-src">Source: <a href="[^"]*/nbs/10b_nac_container.ipynb">', dom)
 
 
 # --- Quarto (`nbdev_docs`, where Quarto is installed): _quarto.yml's sidebar ---------------------------------

@@ -2,10 +2,12 @@
 NAC instruction streams and, independently, as a Python tree evaluated with plain torch ops. The interpreter
 (generated program and step loop), a write/read round trip, the MMAP schedule on every path and the coupled
 fast-memory run must all agree with the tree."""
+from nac_lab.nac.mmap import read_checked
 import numpy as np, pytest, torch
 from nac_lab.nac.format import NacFile, Instruction, read_nac, write_nac
 from nac_lab.nac.run import Interpreter
-from nac_lab.nac.control import control_map, check_paths
+from nac_lab.nac.control import control_map
+from nac_lab.nac.mmap_sim import check_paths
 from nac_lab.nac.mmap import build_schedule, check_mmap
 from nac_lab.nac.mmap_sim import coupled_check
 
@@ -92,7 +94,7 @@ def test_random_blocks(seed):
     cm = control_map(nac)
     sizes = [0 if ins.A in (3, 6) else 24 for ins in nac.ops]
     nac.mmap = build_schedule(nac, sizes=sizes)
-    back = read_nac(write_nac(nac), check_mmap=True)
+    back = read_checked(write_nac(nac))
     check_mmap(back)
     assert check_paths(back, sizes=sizes) == []
     it, it2 = Interpreter(nac), Interpreter(back)

@@ -4,6 +4,7 @@ Expected values are computed here by brute force from the definitions (nac_lab.n
 code under test: the readers of a value are found by scanning every instruction, and live bytes by testing every
 (value, tick) pair.
 """
+from nac_lab.nac.mmap import read_checked
 import random
 import numpy as np
 import pytest
@@ -192,11 +193,11 @@ def test_file_round_trip_and_reader_errors(tmp_path):
 
 
 def test_read_nac_check_mmap_is_strict_and_opt_in(tmp_path):
-    """read_nac(..., check_mmap=True) raises MmapError naming record, tick and the command's byte offset for a
-    PRELOAD of an op; a tick beyond OPS is an MmapError with or without it; the default stays lenient."""
+    """read_checked(...) raises MmapError naming record, tick and the command's byte offset for a
+    PRELOAD of an op; a tick beyond OPS is an MmapError with or without it; read_nac stays lenient."""
     nac, _ = demo_nac()
     p = tmp_path / 'demo.nac'; p.write_bytes(write_nac(nac))
-    assert read_nac(p, check_mmap=True).mmap                  # the scheduler's own schedule passes
+    assert read_checked(p).mmap                  # the scheduler's own schedule passes
     data = p.read_bytes(); off = read_nac(p).sections['MMAP'][0]
     # record 0: tick (2 bytes) + count (1) at off + 8, its first command's action at off + 11, target at off + 12
     assert data[off + 11] in (10, 40)
@@ -204,14 +205,14 @@ def test_read_nac_check_mmap_is_strict_and_opt_in(tmp_path):
     bad = bytearray(data); bad[off + 11] = 40; bad[off + 12:off + 14] = op.to_bytes(2, 'little')
     lenient = read_nac(bytes(bad))                              # default behaviour unchanged
     assert (int(lenient.mmap[0].commands[0].action), lenient.mmap[0].commands[0].target) == (40, op)
-    with pytest.raises(MmapError) as ei: read_nac(bytes(bad), check_mmap=True)
+    with pytest.raises(MmapError) as ei: read_checked(bytes(bad))
     e = ei.value
     assert e.offset == off + 11 and e.section == f'MMAP record 0 (tick {lenient.mmap[0].tick})'
     assert 'PRELOAD target must be an <INPUT B=1>' in str(e) and f'offset {off + 11:#x}' in str(e)
     # tick beyond OPS (record 0's tick field)
     bad = bytearray(data); bad[off + 8:off + 10] = (len(nac.ops) + 5).to_bytes(2, 'little')
     for strict in (False, True):
-        with pytest.raises(MmapError) as ei: read_nac(bytes(bad), check_mmap=strict)
+        with pytest.raises(MmapError) as ei: (read_checked if strict else read_nac)(bytes(bad))
         assert ei.value.offset == off + 8 and ei.value.section == 'MMAP record 0'
         assert f'tick {len(nac.ops) + 5} has no instruction' in str(ei.value)
     # decreasing ticks are well-formed bytes: only the strict reader rejects them
@@ -219,7 +220,7 @@ def test_read_nac_check_mmap_is_strict_and_opt_in(tmp_path):
     nac.mmap = [recs[1], recs[0]] + recs[2:]
     swapped = write_nac(nac)
     read_nac(swapped)
-    with pytest.raises(MmapError, match='ticks must not decrease'): read_nac(swapped, check_mmap=True)
+    with pytest.raises(MmapError, match='ticks must not decrease'): read_checked(swapped)
 
 
 def test_more_than_255_commands_at_a_tick_survive_the_file():

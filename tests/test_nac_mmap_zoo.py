@@ -2,6 +2,7 @@
 from a real interpreter run and survives the interpreter-coupled run; compile()'s own value sizes equal the run's; a
 schedule built from run sizes does the same; the file round-trips with its schedule; `nac-lab schedule check`
 accepts it; reordering never makes the bound worse; dynamic-batch files are minimal at the example batch."""
+from nac_lab.nac.mmap import read_checked
 import json, warnings
 import pytest
 
@@ -68,7 +69,7 @@ def test_saved_schedule_meets_lower_bound(zoo, tmp_path):
     """Issue 5: the schedule compile() writes into the file, read back from disk, is valid, its peak equals
     the lower bound for sizes measured by a real interpreter run, and it survives the interpreter-coupled run."""
     name, m, xs, sz = zoo
-    back = read_nac(m.save(tmp_path / f'{name}.nac'), check_mmap=True)
+    back = read_checked(m.save(tmp_path / f'{name}.nac'))
     assert len(back.mmap) > 0
     rep = simulate(back, sizes=sz)
     assert rep.valid, [str(v) for v in rep.violations[:5]]
@@ -128,7 +129,7 @@ def test_dynamic_batch_schedule_is_minimal_for_the_example_batch(name, tmp_path)
     warnings.filterwarnings('ignore')
     x3 = example_inputs(name, 3)
     m = nac_compile(build_model(name), x3, dynamic_shapes=tuple({0: torch.export.Dim.AUTO} for _ in x3))
-    back = read_nac(m.save(tmp_path / f'{name}.nac'), check_mmap=True)
+    back = read_checked(m.save(tmp_path / f'{name}.nac'))
     sz3 = sizes_from_run(m, *x3)
     assert list(m.value_sizes) == list(sz3)
     rep = simulate(back, sizes=sz3)
@@ -147,7 +148,7 @@ def test_quantized_schedule_is_minimal_for_stored_sizes(tmp_path):
     warnings.filterwarnings('ignore')
     xs = example_inputs('llama')
     m = nac_compile(build_model('llama'), xs, quant='int8_channel')
-    back = read_nac(m.save(tmp_path / 'q.nac'), check_mmap=True)
+    back = read_checked(m.save(tmp_path / 'q.nac'))
     run = sizes_from_run(m, *xs)
     params = [i for i, ins in enumerate(back.ops) if ins.A == 2 and ins.B == 1]
     for i in params:

@@ -137,7 +137,7 @@ def _run(args):
 
 # %% ../../nbs/74_ark_cli.ipynb #456ee6f3
 def _from_nac(args):
-    from nac_lab.nac.compile import load
+    from nac_lab.nac.run import load
     from nac_lab.ark.nac import from_nac, save_ark
     shapes = dict(parse_shape(s) for s in args.shape or [])
     m, w, meta = from_nac(load(args.model).interpreter, shapes)

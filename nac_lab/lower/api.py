@@ -113,7 +113,7 @@ def lower(model, device, *, mode='int8', calib=None, example=None, tiling='searc
     ex = example if example is not None else (samples[0] if samples else None)
     if ex is None: raise LowerError('lower needs example inputs or calibration samples (they fix the shapes)')
     ex = tuple(ex) if isinstance(ex, (tuple, list)) else (ex,)
-    from nac_lab.nac.compile import NacModel, load
+    from nac_lab.nac.run import NacModel, load
     from nac_lab.nac.format import NacFile
     m = NacModel(model) if isinstance(model, NacFile) else model if isinstance(model, NacModel) else load(model)
     g = import_nac(m, *ex)

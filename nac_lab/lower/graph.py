@@ -34,7 +34,7 @@ def _np(t): return t.detach().to(torch.float32).cpu().numpy() if isinstance(t, t
 # %% ../../nbs/66_lower_import.ipynb #d317cfc2
 def import_nac(model, *example) -> LayerGraph:
     "The layer graph of NAC model `model` (path, `NacFile` or `NacModel`), shapes from running it on `example` inputs."
-    from nac_lab.nac.compile import NacModel, load
+    from nac_lab.nac.run import NacModel, load
     from nac_lab.nac.format import NacFile
     if isinstance(model, NacFile): model = NacModel(model)
     elif not isinstance(model, NacModel): model = load(model)

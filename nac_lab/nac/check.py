@@ -9,8 +9,8 @@ import numpy as np
 from dataclasses import dataclass, field
 from pathlib import Path
 from ..binio import NacLabError, FormatError, Reader, map_file
-from .format import (NacFile, Instruction, SysOp, HEADER_ORDER, TAGS, _read_header, _READERS, _read_orch, _read_sys,
-                                _has_c, _check_layout, _check_refs, _input_name_problem, state_writes)
+from .container import NacFile, Instruction, SysOp, HEADER_ORDER, TAGS, _has_c, _check_layout, _check_refs, state_writes
+from .reader import _read_header, _READERS, _read_orch, _read_sys, _input_name_problem
 
 # %% auto #0
 __all__ = ['NacCheckError', 'Problem', 'CheckReport', 'check']

@@ -38,15 +38,11 @@ def _summary(k, v) -> str:
     r = repr(v)
     return f'output {k}: {r if len(r) <= 200 else r[:197] + "..."}'
 
-def run_orchestrated(args) -> int:
-    "Handler of `nac-lab run FILE.nac --orchestrated`."
+def run_orchestrated(args, ins:dict) -> int:
+    "Handler of `nac-lab run FILE.nac --orchestrated`, given the `--input` arrays by context slot (`nac.cli_run` parses them)."
     import numpy as np
-    from nac_lab.nac.cli_run import parse_inputs, CliInputError
     from nac_lab.nac.mep_vm import MepVM
     from nac_lab.fileio import atomic_write
-    ins = parse_inputs(args.input)
-    bad = [k for k in ins if not (isinstance(k, int) and 0 <= k < 256)]
-    if bad: raise CliInputError(f'--input {bad[0]}: with --orchestrated, inputs name context slots 0..255 (e.g. --input 3=x.npy)')
     outs = MepVM(args.file, max_steps=args.max_steps, max_seconds=args.max_seconds).run(ins, prompts=args.prompt or [], seed=args.seed)
     for k, v in enumerate(outs): print(_summary(k, v))
     if args.output:

@@ -101,7 +101,7 @@ def _report(args):
     off = (getattr(nac, 'sections', {}) or {}).get('MMAP', (None,))[0]
     rep = simulate(nac, sizes=sizes, capacity=args.capacity, bandwidth=args.bandwidth, section_offset=off)
     if any(ins.A == 6 for ins in nac.ops):              # <CONTROL_FLOW>: replay every path too (nac.control)
-        from nac_lab.nac.control import check_paths
+        from nac_lab.nac.mmap_sim import check_paths
         rep.violations += check_paths(nac, sizes=sizes)
     return nac, rep, note
 

@@ -13,12 +13,13 @@ from .format import NacFile, Instruction, QuantMethod, read_nac, load_canonical_
 from .weights import quantize, load_weights
 from .ops import (canonical_for, FIRST_CUSTOM_ID, Param, bind, aten_name, params_of, tensor_code, const_code,
                              encode_value, NacOpError)
-from .optimize import NacGraph, NacCompileError, export_graph, optimize as optimize_graph, _flat_args
+from .optimize import NacGraph, NacCompileError, export_graph, optimize as optimize_graph, _flat_args, _where
 from ..progress import stage, with_steps
+from .run import NacModel, load  # noqa: F401 (re-exported: the runnable model lives with the interpreter)
 
 # %% auto #0
-__all__ = ['QUANT_METHODS', 'lower', 'store_weights', 'guess_d_model', 'value_sizes', 'add_intermediate_outputs', 'NacModel',
-           'compile', 'load']
+__all__ = ['QUANT_METHODS', 'compile', 'lower', 'store_weights', 'guess_d_model', 'value_sizes', 'add_intermediate_outputs',
+           'compile_module']
 
 # %% ../../nbs/18_nac_compile.ipynb #8d978e45
 from .control import is_control, subgraph_only, lower_control   # torch.cond -> <CONTROL_FLOW> (nac.control)
@@ -26,12 +27,6 @@ load_canonical_ops()          # IDs 32-200 resolve by name (the container regist
 
 QUANT_METHODS = {'none': QuantMethod.NONE, 'fp16': QuantMethod.FP16, 'int8_tensor': QuantMethod.INT8_TENSOR,
                  'int8_channel': QuantMethod.INT8_CHANNEL, 'block_fp8': QuantMethod.BLOCK_FP8}
-
-def _where(n: fx.Node, g: NacGraph) -> str:
-    "'module path: node name (op)' for error messages."
-    st = n.meta.get('nn_module_stack') or {}
-    path = list(st.values())[-1][0] if st else ''
-    return f"{g.module_name}{'.' + path if path else ''}: node {n.name!r} ({n.target if n.op == 'call_function' else n.op})"
 
 def _exact_f32(v) -> bool:
     return all(float(np.float32(x)) == float(x) or x != x for x in v)
@@ -231,56 +226,8 @@ def add_intermediate_outputs(g: NacGraph, nac: NacFile, index: dict, names) -> i
     return j
 
 # %% ../../nbs/18_nac_compile.ipynb #ad9b90c5
-class NacModel:
-    "A compiled NAC model: the `NacFile` plus a lazily built interpreter."
-    def __init__(self, nac: NacFile, *, device=None, weights_path=None):
-        self.nac, self.device, self.weights_path = nac, torch.device(device) if device else torch.device('cpu'), weights_path
-        self._interp = None
-        self.optimizer_log, self.graph, self.value_sizes, self.compile_seconds = [], None, None, None
-
-    @property
-    def interpreter(self):
-        "The interpreter (`nac_lab.nac.run.Interpreter`), built on first use."
-        if self._interp is None:
-            from nac_lab.nac.run import Interpreter
-            self._interp = Interpreter(self.nac, device=self.device, weights_path=self.weights_path)
-        return self._interp
-
-    def run(self, *inputs, **named) -> tuple:
-        "Execute the model; returns the tuple of `<OUTPUT B=0>` values."
-        return self.interpreter.run(*inputs, **named)
-
-    def profile(self, *inputs, **named) -> list:
-        "Run once with per-instruction timing; returns one record per instruction."
-        return self.interpreter.profile(*inputs, **named)
-
-    def reset_states(self):
-        "Restore every state (`<INPUT B=2>`) to its initial value."
-        self.interpreter.reset_states()
-
-    def save(self, path) -> Path:
-        "Write the `.nac` file (and the `.safetensors` beside it when weights are external)."
-        return self.nac.save(path)
-
-    def to_bytes(self) -> bytes:
-        "The `.nac` file as bytes (internal weights only)."
-        from nac_lab.nac.format import write_nac
-        return write_nac(self.nac)
-
-    @property
-    def n_instructions(self) -> int: return len(self.nac.ops)
-
-    def op_counts(self) -> dict:
-        "Histogram of op names over the instruction stream."
-        h = {}
-        for ins in self.nac.ops:
-            n = op_name(self.nac, ins.A, f'op{ins.A}'); h[n] = h.get(n, 0) + 1
-        return dict(sorted(h.items()))
-
-    def __repr__(self): return f'NacModel({self.nac!r})'
-
 @with_steps(lambda module, *a, **k: f'compile {type(module).__name__}', ('export', 'optimise', 'lower', 'weights', 'schedule'))
-def compile(module: torch.nn.Module, example_args, *, dynamic_shapes=None, quant: str = 'none', weights: str = 'internal',
+def compile_module(module: torch.nn.Module, example_args, *, dynamic_shapes=None, quant: str = 'none', weights: str = 'internal',
             optimize: bool = True, schedule: bool = True, signature: bool = True, tokenizer=None, intermediate=()) -> NacModel:
     "Compile a PyTorch module to NAC: export, optimize, canonicalise, store weights (and the MMAP schedule, the input signature, a tokenizer)."
     if weights not in ('internal', 'external'): raise NacCompileError(f"weights must be 'internal' or 'external', not {weights!r}")
@@ -311,18 +258,4 @@ def compile(module: torch.nn.Module, example_args, *, dynamic_shapes=None, quant
     m.optimizer_log, m.graph, m.value_sizes, m.compile_seconds = log, g, sizes, time.perf_counter() - t0
     return m
 
-def load(path, *, device=None) -> NacModel:
-    "Read a `.nac` file (weights internal, or in the `.safetensors` beside it) as a runnable `NacModel`."
-    return NacModel(read_nac(path), device=device)
-
-# %% ../../nbs/18_nac_compile.ipynb #3eefaab9
-def _call(self:NacModel, *inputs, **named):
-    "Run like the source module: the output itself when there is one, else the tuple of outputs."
-    out = self.run(*inputs, **named)
-    return out[0] if len(out) == 1 else out
-NacModel.__call__ = _call
-
-def _run_with_intermediate(self:NacModel, *inputs, **named) -> tuple:
-    "`(outputs, [values of each <OUTPUT B=1>, as tuples])` for one call (see `compile(..., intermediate=)`)."
-    return self.interpreter.run_with_intermediate(*inputs, **named)
-NacModel.run_with_intermediate = _run_with_intermediate
+compile = compile_module       # the historical name (it shadows the builtin inside this module only)

@@ -8,12 +8,12 @@ import dataclasses
 from dataclasses import dataclass, field
 from ..binio import NacLabError, BadValueError
 from .format import Instruction, SysOp
+from ..errors import NacRunError
 
 # %% auto #0
 __all__ = ['MAX_NESTING', 'BRANCH_PASSES', 'CONTROL_KINDS', 'ControlFlowError', 'Construct', 'ControlMap', 'reads_of',
-           'control_map', 'is_control', 'subgraph_only', 'lower_control', 'interp_control', 'control_step', 'truth',
-           'on_path', 'guard_prefix', 'control_line', 'exec_control', 'lift_readers', 'safe_tick', 'branch_choices',
-           'path_stream', 'check_paths', 'block_listing', 'draw_blocks']
+           'control_map', 'is_control', 'subgraph_only', 'lower_control', 'interp_control', 'truth', 'on_path',
+           'guard_prefix', 'control_line', 'exec_control', 'lift_readers', 'safe_tick', 'block_listing', 'draw_blocks']
 
 # %% ../../nbs/24c_nac_control.ipynb #d3e503e5
 class ControlFlowError(BadValueError):
@@ -130,7 +130,7 @@ def lower_control(lw, n, owner=None, where=None) -> int:
     "Lower `torch.cond` node `n` into `<CONTROL_FLOW>` + two blocks (see above); returns the index of the `<CONTROL_FLOW>`."
     import torch
     from nac_lab.nac.optimize import NacCompileError, NacGraph, PASSES, optimize
-    from nac_lab.nac.compile import _where
+    from nac_lab.nac.optimize import _where
     where = where or _where(n, lw.g)
     if n.target is not torch.ops.higher_order.cond:
         raise NacCompileError(
@@ -190,21 +190,12 @@ CONTROL_KINDS = ('cond', 'block_out')
 
 def interp_control(nac) -> ControlMap:
     "The `ControlMap` of `nac` for the interpreter (a broken layout is a `NacRunError` naming the instruction)."
-    from nac_lab.nac.run import NacRunError
     try: return control_map(nac)
     except ControlFlowError as ex: raise NacRunError(f'{ex.section}: {ex.msg}') from None
-
-def control_step(interp, i:int):
-    "The interpreter `Step` of `<CONTROL_FLOW>` `i` (kind `cond`) or of a block's closing `<OUTPUT B=1>` (kind `block_out`)."
-    from nac_lab.nac.run import Step
-    cm = interp.control
-    if i in cm.constructs: return Step(i, '<CONTROL_FLOW>', 'cond', args=[('ref', cm.constructs[i].pred)], target=cm.constructs[i])
-    return Step(i, '<OUTPUT>', 'block_out', args=[('ref', i + int(d)) for d in interp.nac.ops[i].D], target=cm.ends[i])
 
 def truth(v, i:int) -> bool:
     "The branch predicate value `v` of `<CONTROL_FLOW>` `i` selects: a one-element tensor or a Python/NumPy scalar."
     import numpy as np, torch
-    from nac_lab.nac.run import NacRunError
     if isinstance(v, torch.Tensor):
         if v.numel() != 1:
             raise NacRunError(f'instruction {i} (<CONTROL_FLOW>): the predicate has shape {list(v.shape)}; a branch needs exactly one element')
@@ -252,71 +243,6 @@ def safe_tick(cm:ControlMap, s:int, p:int) -> int:
     k = cm.outermost(s, p, span=False)
     if k is None: return s
     return k.end + 1 if k.end + 1 < p else k.cf
-
-# %% ../../nbs/24c_nac_control.ipynb #7dfcb2cf
-def branch_choices(cm:ControlMap, limit:int=64, cap:int=256) -> list:
-    "`{cf: branch}` choices to replay: every path when there are at most `limit`, else a greedy set (at most `cap`) that enters every block."
-    kids = {}
-    for c in cm.constructs: kids.setdefault(cm.guard[c], []).append(c)
-    def paths(g):                                      # all paths through the constructs directly in scope `g`
-        out = [{}]
-        for c in kids.get(g, ()):
-            nxt = []
-            for b in (True, False):
-                for sub in paths(g + ((c, b),)):
-                    for p in out:
-                        nxt.append({**p, c: b, **sub})
-                        if len(nxt) > limit: raise OverflowError
-            out = nxt
-        return out
-    try: return paths(())
-    except OverflowError: pass
-    out = []                                           # each block needs its chain of enclosing choices: merge compatible chains
-    for c in cm.constructs:
-        for b in (True, False):
-            need = dict(cm.guard[c]); need[c] = b
-            for p in out:
-                if all(p.get(k, v) == v for k, v in need.items()): p.update(need); break
-            else: out.append(need)
-    return [{**{c: True for c in cm.constructs}, **p} for p in out[:cap]]
-
-def path_stream(nac, taken:dict, records=None, sizes=None):
-    "`(kept, ops, records, sizes, lost)`: the straight-line program one run executes for branch choices `taken`, MMAP renumbered; `lost` = commands about skipped instructions."
-    from nac_lab.nac.mmap import commands_of, to_records, Command
-    cm = control_map(nac); ops = list(nac.ops)
-    kept = [i for i in range(len(ops)) if on_path(cm.guard[i], taken)]
-    new = {i: k for k, i in enumerate(kept)}
-    out = []
-    for k, i in enumerate(kept):
-        ins = ops[i]
-        if ins.A == SysOp.CONTROL_FLOW: out.append(Instruction(255, 0, [], [new[i + int(ins.D[0])] - k]))  # reads its predicate
-        elif ins.A >= 10 or ins.A == SysOp.OUTPUT: out.append(dataclasses.replace(ins, D=[new[i + int(d)] - k if d else 0 for d in ins.D]))
-        else: out.append(ins)
-    cmds, lost = [], []
-    for c in commands_of(nac.mmap if records is None else records):
-        if c.tick not in new: continue                   # a tick of a skipped block never happens
-        if c.target in new: cmds.append(Command(new[c.tick], c.action, new[c.target]))
-        else: lost.append(c)
-    sz = None if sizes is None else [int(sizes[i]) for i in kept]
-    return kept, out, to_records(cmds), sz, lost
-
-def check_paths(nac, records=None, sizes=None, *, limit:int=64, cap:int=256) -> list:
-    "MMAP violations of `nac`'s schedule on every run path (`branch_choices`), ticks and targets in original numbering."
-    from nac_lab.nac.mmap_sim import simulate
-    from nac_lab.nac.mmap import Violation
-    cm = control_map(nac)
-    if not cm:
-        return list(simulate(nac, records, sizes).violations)
-    out = []
-    for taken in branch_choices(cm, limit, cap):
-        kept, ops, recs, sz, lost = path_stream(nac, taken, records, sizes)
-        where = 'path ' + ', '.join(f'{c}:{"T" if b else "F"}' for c, b in sorted(taken.items()))
-        for c in lost:
-            out.append(Violation(c.tick, c.action.name, c.target, f'{where}: targets instruction {c.target}, which this path skips'))
-        for v in simulate(ops, recs, sz).violations:
-            out.append(Violation(kept[v.tick] if v.tick < len(kept) else v.tick, v.command,
-                                 kept[v.target] if v.target is not None and v.target < len(kept) else v.target, f'{where}: {v.why}'))
-    return out
 
 # %% ../../nbs/24c_nac_control.ipynb #cab152a5
 def block_listing(nac, idx, fmt, mm:dict|None=None) -> str:

@@ -12,7 +12,7 @@ from ..fileio import atomic_write, check_output, same_file
 
 # %% auto #0
 __all__ = ['escape', 'MAX_RANK', 'MAX_BYTES_ENV', 'in_file', 'shape_problem', 'MemoryLimitError', 'physical_memory', 'max_bytes',
-           'value_bytes', 'to_meta', 'check_bytes', 'companion', 'check_nac_outputs', 'save_nac_files']
+           'value_bytes', 'to_meta', 'check_bytes', 'companion', 'check_nac_outputs']
 
 # %% ../../nbs/24_nac_guard.ipynb #7499bf15
 escape = printable      # the foundation's one escaper for untrusted text (nac_lab.binio)
@@ -99,13 +99,3 @@ def check_nac_outputs(out, inputs=(), external:bool=False) -> list:
         raise WriteError(f'output {out} would be overwritten by its own external weights file {companion(out).name}: '
                          'name the .nac with another suffix')
     return outs
-
-def save_nac_files(nac, path, data:bytes, inputs=()) -> Path:
-    "Write `.nac` bytes `data` to `path` and, for external weights held in `nac.tensors`, the `.safetensors` beside it."
-    external = not nac.weights_internal and bool(nac.tensors)
-    outs = check_nac_outputs(path, inputs, external)
-    atomic_write(outs[0], data, what='.nac file')
-    if external:
-        from nac_lab.nac.weights import save_external
-        save_external(nac, outs[1])
-    return outs[0]

@@ -170,7 +170,7 @@ def _SRC_CONSTANT(self:MepVM, i, a):
 
 @patch
 def _RES_LOAD_MODEL(self:MepVM, i, a):
-    from nac_lab.nac.compile import NacModel
+    from nac_lab.nac.run import NacModel
     p = self.path(self.const(a['path']))
     own = self.nac.path is not None and p == Path(self.nac.path).resolve()
     self.models[a['model']] = NacModel(self.nac if own else read_nac(p), device=self.device)

@@ -4,20 +4,21 @@
 
 # %% ../../nbs/25_nac_mmap.ipynb #5fc721e6
 from __future__ import annotations
-import dataclasses, heapq
+import dataclasses, heapq, os
 from dataclasses import dataclass
 from typing import NamedTuple
 from collections import defaultdict
 import numpy as np
-from ..binio import NacLabError, BadValueError
-from .format import MmapAction, MmapRecord, MmapCommand, Instruction, MmapError
+from ..binio import NacLabError, BadValueError, FormatError
+from .format import MmapAction, MmapRecord, MmapCommand, Instruction, MmapError, NacFile, read_nac
+from .guard import in_file
 
 # %% auto #0
 __all__ = ['A_INPUT', 'A_OUTPUT', 'A_CONTROL_FLOW', 'A_CONVERGENCE', 'PARAM', 'INPUT', 'OP', 'OUTPUT', 'ACTION_ORDER',
            'MAX_COMMANDS', 'ScheduleError', 'ops_of', 'kind_of', 'sources', 'Liveness', 'liveness', 'as_sizes',
            'intervals', 'live_bytes', 'lower_bound', 'Command', 'schedule_commands', 'make_record', 'record_tick',
            'record_commands', 'commands_of', 'to_records', 'build_schedule', 'Violation', 'mmap_violations',
-           'check_mmap', 'memory_order', 'apply_order', 'reorder', 'reorder_nac']
+           'check_mmap', 'read_checked', 'memory_order', 'apply_order', 'reorder', 'reorder_nac']
 
 # %% ../../nbs/25_nac_mmap.ipynb #0d0f6341
 class ScheduleError(NacLabError):
@@ -346,12 +347,23 @@ def _describe(ins) -> str:
     if ins.A == A_OUTPUT: return '<OUTPUT>'
     return f'an op (A={ins.A})'
 
-def check_mmap(nac, records=None, *, section_offset:int|None=None) -> None:
-    "Raise `MmapError` for the first static violation of `nac`'s MMAP records (or of `records`)."
+def check_mmap(nac, records=None, *, section_offset:int|None=None):
+    "Raise `MmapError` for the first static violation of `nac`'s MMAP records (or of `records`); returns `nac`."
     recs = nac.mmap if records is None else records
+    if section_offset is None and records is None: section_offset = (getattr(nac, 'sections', None) or {}).get('MMAP', (None,))[0]
     for v in mmap_violations(recs, nac, section_offset=section_offset):
         raise MmapError(f'{v.command}' + ('' if v.target is None else f' -> {v.target}') + f': {v.why}',
                         fmt='NAC', section=f'MMAP record {v.record} (tick {v.tick})', offset=v.offset)
+    return nac
+
+def read_checked(src, *, path=None) -> NacFile:
+    "`read_nac`, then `check_mmap`: the strict reading of a file (errors name the file, the MMAP record, its tick and offset)."
+    nac = read_nac(src, path=path)
+    try: return check_mmap(nac) if nac.mmap else nac
+    except FormatError as ex:
+        p = src if isinstance(src, (str, os.PathLike)) else path
+        if p is None: raise
+        raise in_file(ex, p) from None
 
 # %% ../../nbs/25_nac_mmap.ipynb #3642e49f
 def memory_order(x, sizes) -> list[int]:

@@ -15,7 +15,8 @@ from .mmap import (liveness, ops_of, as_sizes, live_bytes, commands_of, mmap_vio
 
 # %% auto #0
 __all__ = ['Timeline', 'SimReport', 'simulate', 'without_frees', 'param_id', 'sizes_from_file', 'demo_nac', 'plot_timeline',
-           'sizes_from_run', 'CoupledReport', 'coupled_check', 'zoo_row', 'zoo_table']
+           'sizes_from_run', 'CoupledReport', 'coupled_check', 'branch_choices', 'path_stream', 'check_paths',
+           'zoo_row', 'zoo_table']
 
 # %% ../../nbs/26_nac_mmap_sim.ipynb #1eb67008
 @dataclass
@@ -356,6 +357,72 @@ def coupled_check(model, *inputs, records=None, **named) -> CoupledReport:
                 elif c.action == MmapAction.FORWARD and c.target > t and v is not None: mem.fwd = (t, c.target, v)
     match = outs is not None and _same(outs, out_ref)
     return CoupledReport(viol, mem.reads, match)
+
+# %% ../../nbs/26_nac_mmap_sim.ipynb #588975c5
+from .control import ControlMap, control_map
+from .mmap import Command, to_records
+from .format import SysOp
+
+def branch_choices(cm:ControlMap, limit:int=64, cap:int=256) -> list:
+    "`{cf: branch}` choices to replay: every path when there are at most `limit`, else a greedy set (at most `cap`) that enters every block."
+    kids = {}
+    for c in cm.constructs: kids.setdefault(cm.guard[c], []).append(c)
+    def paths(g):                                      # all paths through the constructs directly in scope `g`
+        out = [{}]
+        for c in kids.get(g, ()):
+            nxt = []
+            for b in (True, False):
+                for sub in paths(g + ((c, b),)):
+                    for p in out:
+                        nxt.append({**p, c: b, **sub})
+                        if len(nxt) > limit: raise OverflowError
+            out = nxt
+        return out
+    try: return paths(())
+    except OverflowError: pass
+    out = []                                           # each block needs its chain of enclosing choices: merge compatible chains
+    for c in cm.constructs:
+        for b in (True, False):
+            need = dict(cm.guard[c]); need[c] = b
+            for p in out:
+                if all(p.get(k, v) == v for k, v in need.items()): p.update(need); break
+            else: out.append(need)
+    return [{**{c: True for c in cm.constructs}, **p} for p in out[:cap]]
+
+def path_stream(nac, taken:dict, records=None, sizes=None):
+    "`(kept, ops, records, sizes, lost)`: the straight-line program one run executes for branch choices `taken`, MMAP renumbered; `lost` = commands about skipped instructions."
+    cm = control_map(nac); ops = list(nac.ops)
+    kept = [i for i in range(len(ops)) if on_path(cm.guard[i], taken)]
+    new = {i: k for k, i in enumerate(kept)}
+    out = []
+    for k, i in enumerate(kept):
+        ins = ops[i]
+        if ins.A == SysOp.CONTROL_FLOW: out.append(Instruction(255, 0, [], [new[i + int(ins.D[0])] - k]))  # reads its predicate
+        elif ins.A >= 10 or ins.A == SysOp.OUTPUT: out.append(dataclasses.replace(ins, D=[new[i + int(d)] - k if d else 0 for d in ins.D]))
+        else: out.append(ins)
+    cmds, lost = [], []
+    for c in commands_of(nac.mmap if records is None else records):
+        if c.tick not in new: continue                   # a tick of a skipped block never happens
+        if c.target in new: cmds.append(Command(new[c.tick], c.action, new[c.target]))
+        else: lost.append(c)
+    sz = None if sizes is None else [int(sizes[i]) for i in kept]
+    return kept, out, to_records(cmds), sz, lost
+
+def check_paths(nac, records=None, sizes=None, *, limit:int=64, cap:int=256) -> list:
+    "MMAP violations of `nac`'s schedule on every run path (`branch_choices`), ticks and targets in original numbering."
+    cm = control_map(nac)
+    if not cm:
+        return list(simulate(nac, records, sizes).violations)
+    out = []
+    for taken in branch_choices(cm, limit, cap):
+        kept, ops, recs, sz, lost = path_stream(nac, taken, records, sizes)
+        where = 'path ' + ', '.join(f'{c}:{"T" if b else "F"}' for c, b in sorted(taken.items()))
+        for c in lost:
+            out.append(Violation(c.tick, c.action.name, c.target, f'{where}: targets instruction {c.target}, which this path skips'))
+        for v in simulate(ops, recs, sz).violations:
+            out.append(Violation(kept[v.tick] if v.tick < len(kept) else v.tick, v.command,
+                                 kept[v.target] if v.target is not None and v.target < len(kept) else v.target, f'{where}: {v.why}'))
+    return out
 
 # %% ../../nbs/26_nac_mmap_sim.ipynb #3f305b23
 def zoo_row(name:str, bandwidths=(4096, 65536)) -> dict:

@@ -10,9 +10,9 @@ import torch
 from ..binio import NacLabError
 
 # %% auto #0
-__all__ = ['CANONICAL_TABLE', 'PYTHON_TARGETS', 'OPS_BY_ID', 'OPS_BY_NAME', 'OPS_BY_TARGET', 'FIRST_CUSTOM_ID', 'PYTHON_NAMES',
-           'NacOpError', 'Param', 'params_of', 'aten_op', 'fast_kernel', 'NacOp', 'canonical_for', 'aten_name',
-           'op_by_name', 'bind_params', 'bind', 'tensor_code', 'const_code', 'encode_value', 'decode_value']
+__all__ = ['PYTHON_TARGETS', 'OPS_BY_ID', 'OPS_BY_NAME', 'OPS_BY_TARGET', 'FIRST_CUSTOM_ID', 'PYTHON_NAMES', 'NacOpError',
+           'Param', 'params_of', 'aten_op', 'fast_kernel', 'NacOp', 'canonical_for', 'aten_name', 'op_by_name',
+           'bind_params', 'bind', 'tensor_code', 'const_code', 'encode_value', 'decode_value']
 
 # %% ../../nbs/15_nac_ops.ipynb #9d3014c9
 class NacOpError(NacLabError, ValueError):
@@ -63,151 +63,7 @@ def aten_op(name: str):
     except (AttributeError, RuntimeError): raise NacOpError(f'no ATen operator {name!r} in torch {torch.__version__}') from None
 
 # %% ../../nbs/15_nac_ops.ipynb #6cabc336
-from .format import PREDEFINED_OPS    # the container's table of IDs 10-31 (RULINGS 6); not repeated here
-
-CANONICAL_TABLE = '''
-10  nac.pass           -                                     alias.default detach.default lift_fresh_copy.default
-11  nac.add            add.Tensor                            add.Scalar
-12  nac.sub            sub.Tensor                            sub.Scalar
-13  nac.gt             gt.Tensor                             gt.Scalar
-14  nac.neg            neg.default
-15  nac.where          where.self                            where.ScalarOther where.ScalarSelf where.Scalar
-16  nac.clone          clone.default
-17  nac.view           view.default                          reshape.default{shape=size} _unsafe_view.default
-18  nac.le             le.Tensor                             le.Scalar
-19  nac.arange         arange.start_step                     arange.default[start=0] arange.start
-20  nac.mul            mul.Tensor                            mul.Scalar
-21  nac.div            div.Tensor                            div.Scalar
-22  nac.matmul         matmul.default                        mm.default{mat2=other} bmm.default{mat2=other}
-23  nac.transpose      transpose.int                         t.default[dim0=0,dim1=-1]
-24  nac.zeros          zeros.default
-25  nac.zeros_like     zeros_like.default
-26  nac.new_zeros      new_zeros.default
-27  nac.ones           ones.default
-28  nac.ones_like      ones_like.default
-29  nac.new_ones       new_ones.default
-30  nac.full           full.default
-31  nac.full_like      full_like.default
-32  nac.linear         linear.default
-33  nac.addmm          addmm.default
-34  nac.conv1d         conv1d.default
-35  nac.conv2d         conv2d.default
-36  nac.conv3d         conv3d.default
-37  nac.conv_transpose2d conv_transpose2d.input
-38  nac.convolution    convolution.default
-39  nac.batch_norm     batch_norm.default
-40  nac.batch_norm_infer _native_batch_norm_legit_no_training.default
-41  nac.layer_norm     layer_norm.default
-42  nac.group_norm     group_norm.default
-43  nac.rms_norm       rms_norm.default
-44  nac.relu           relu.default
-45  nac.gelu           gelu.default
-46  nac.silu           silu.default
-47  nac.sigmoid        sigmoid.default
-48  nac.tanh           tanh.default
-49  nac.softmax        softmax.int
-50  nac.log_softmax    log_softmax.int
-51  nac.hardswish      hardswish.default
-52  nac.hardsigmoid    hardsigmoid.default
-53  nac.leaky_relu     leaky_relu.default
-54  nac.elu            elu.default
-55  nac.exp            exp.default
-56  nac.log            log.default
-57  nac.sqrt           sqrt.default
-58  nac.rsqrt          rsqrt.default
-59  nac.pow            pow.Tensor_Scalar                     pow.Tensor_Tensor
-60  nac.abs            abs.default
-61  nac.clamp          clamp.default
-62  nac.hardtanh       hardtanh.default
-63  nac.erf            erf.default
-64  nac.sin            sin.default
-65  nac.cos            cos.default
-66  nac.reciprocal     reciprocal.default
-67  nac.maximum        maximum.default
-68  nac.minimum        minimum.default
-69  nac.mish           mish.default
-70  nac.max_pool2d     max_pool2d.default
-71  nac.avg_pool2d     avg_pool2d.default
-72  nac.adaptive_avg_pool2d adaptive_avg_pool2d.default
-73  nac.max_pool1d     max_pool1d.default
-74  nac.avg_pool1d     avg_pool1d.default
-75  nac.adaptive_avg_pool1d adaptive_avg_pool1d.default
-76  nac.adaptive_max_pool2d adaptive_max_pool2d.default
-77  nac.max_pool2d_with_indices max_pool2d_with_indices.default
-80  nac.sum            sum.dim_IntList
-81  nac.mean           mean.dim
-82  nac.amax           amax.default
-83  nac.argmax         argmax.default
-84  nac.max_dim        max.dim
-85  nac.amin           amin.default
-86  nac.min_dim        min.dim
-87  nac.sum_all        sum.default
-88  nac.mean_all       mean.default
-89  nac.max_all        max.default
-90  nac.var            var.correction
-91  nac.prod           prod.dim_int
-92  nac.argmin         argmin.default
-93  nac.var_dim        var.dim
-100 nac.permute        permute.default
-101 nac.expand         expand.default
-102 nac.squeeze        squeeze.dims
-103 nac.squeeze_dim    squeeze.dim
-104 nac.unsqueeze      unsqueeze.default
-105 nac.flatten        flatten.using_ints
-106 nac.slice          slice.Tensor
-107 nac.select         select.int
-108 nac.cat            cat.default                           concat.default
-109 nac.split          split.Tensor
-110 nac.split_with_sizes split_with_sizes.default
-111 nac.chunk          chunk.default
-112 nac.pad            pad.default
-113 nac.constant_pad_nd constant_pad_nd.default
-114 nac.gather         gather.default
-115 nac.index_select   index_select.default
-116 nac.embedding      embedding.default
-117 nac.unbind         unbind.int
-118 nac.stack          stack.default
-119 nac.repeat         repeat.default
-120 nac.repeat_interleave repeat_interleave.self_int
-121 nac.index          index.Tensor
-122 nac.narrow         narrow.default
-123 nac.tril           tril.default
-124 nac.triu           triu.default
-125 nac.roll           roll.default
-126 nac.flip           flip.default
-127 nac.squeeze_all    squeeze.default
-128 nac.contiguous     contiguous.default
-129 nac.expand_as      expand_as.default
-130 nac.sdpa           scaled_dot_product_attention.default
-140 nac.eq             eq.Tensor                             eq.Scalar
-141 nac.ne             ne.Tensor                             ne.Scalar
-142 nac.lt             lt.Tensor                             lt.Scalar
-143 nac.ge             ge.Tensor                             ge.Scalar
-144 nac.masked_fill    masked_fill.Scalar                    masked_fill.Tensor
-145 nac.logical_not    logical_not.default
-146 nac.logical_and    logical_and.default
-147 nac.logical_or     logical_or.default
-148 nac.bitwise_not    bitwise_not.default
-150 nac.cumsum         cumsum.default
-151 nac.upsample_nearest2d upsample_nearest2d.vec
-152 nac.upsample_bilinear2d upsample_bilinear2d.vec
-153 nac.upsample_nearest1d upsample_nearest1d.vec
-160 nac.to_copy        _to_copy.default
-161 nac.to_dtype       to.dtype
-162 nac.type_as        type_as.default
-163 nac.dropout        dropout.default
-164 nac.scalar_tensor  scalar_tensor.default
-170 nac.getitem        -
-171 nac.size           sym_size.int
-172 nac.sym_add        -
-173 nac.sym_sub        -
-174 nac.sym_mul        -
-175 nac.sym_floordiv   -
-176 nac.numel          sym_numel.default
-177 nac.bitwise_and    bitwise_and.Tensor                    __and__.Tensor bitwise_and.Scalar __and__.Scalar
-178 nac.bitwise_or     bitwise_or.Tensor                     __or__.Tensor bitwise_or.Scalar __or__.Scalar
-179 nac.bitwise_xor    bitwise_xor.Tensor                    __xor__.Tensor bitwise_xor.Scalar __xor__.Scalar
-'''
+from .optable import CANONICAL_TABLE, PREDEFINED_OPS  # noqa: F401  the op ids and names live in nac.optable (torch-free)
 
 # %% ../../nbs/15_nac_ops.ipynb #129da6f0
 _T, _I = 'Tensor', 'int'

@@ -102,6 +102,13 @@ def _export_graph(module, example_args, dynamic_shapes):
     g.range_constraints = dict(ep.range_constraints)      # symbol -> value range of each dynamic size (nac.signature)
     return g
 
+# %% ../../nbs/17_nac_optimize.ipynb #86dc7a11
+def _where(n: fx.Node, g: NacGraph) -> str:
+    "'module path: node name (op)' for error messages."
+    st = n.meta.get('nn_module_stack') or {}
+    path = list(st.values())[-1][0] if st else ''
+    return f"{g.module_name}{'.' + path if path else ''}: node {n.name!r} ({n.target if n.op == 'call_function' else n.op})"
+
 # %% ../../nbs/17_nac_optimize.ipynb #7bba67fa
 class TrainModeWarning(UserWarning):
     "`compile` was given a module in training mode whose layers compute differently in eval mode, the mode it compiles."

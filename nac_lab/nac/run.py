@@ -9,18 +9,18 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 from ..binio import NacLabError
-from .format import NacFile, F32List, decode_operands, op_name, load_canonical_ops, SysOp
+from pathlib import Path
+from .format import NacFile, F32List, decode_operands, op_name, load_canonical_ops, SysOp, read_nac, write_nac
 from .weights import load_weights, torch_weights
 from .ops import OPS_BY_ID, op_by_name, decode_value, NacOpError
 from .guard import escape
 
 # %% auto #0
-__all__ = ['TUPLE_FIRST_OPS', 'NacRunError', 'Step', 'regroup', 'Interpreter', 'is_lost_constant', 'first_of_tuples',
-           'meta_size_check', 'check_sizes', 'run_with_intermediate']
+__all__ = ['TUPLE_FIRST_OPS', 'Step', 'regroup', 'control_step', 'Interpreter', 'is_lost_constant', 'first_of_tuples',
+           'meta_size_check', 'check_sizes', 'run_with_intermediate', 'NacModel', 'load']
 
 # %% ../../nbs/19_nac_run.ipynb #f47921ed
-class NacRunError(NacLabError, RuntimeError):
-    "A `.nac` program cannot be loaded or executed; names the instruction, op and argument."
+from ..errors import NacRunError  # noqa: F401 (defined with the other shared errors)
 
 load_canonical_ops()          # IDs 32-200 resolve by name (the container registers them from nac.ops)
 
@@ -71,7 +71,13 @@ def regroup(op, operands: list, device=None, where='') -> tuple:
     return args, kwargs
 
 # %% ../../nbs/19_nac_run.ipynb #30f5769f
-from .control import interp_control, control_step, CONTROL_KINDS, guard_prefix, control_line, on_path, exec_control
+from .control import interp_control, CONTROL_KINDS, guard_prefix, control_line, on_path, exec_control
+
+def control_step(interp, i:int):
+    "The interpreter `Step` of `<CONTROL_FLOW>` `i` (kind `cond`) or of a block's closing `<OUTPUT B=1>` (kind `block_out`)."
+    cm = interp.control
+    if i in cm.constructs: return Step(i, '<CONTROL_FLOW>', 'cond', args=[('ref', cm.constructs[i].pred)], target=cm.constructs[i])
+    return Step(i, '<OUTPUT>', 'block_out', args=[('ref', i + int(d)) for d in interp.nac.ops[i].D], target=cm.ends[i])
 _SIMPLE = (bool, int, type(None), str)
 
 class Interpreter:
@@ -394,3 +400,66 @@ def run_with_intermediate(self, *inputs, **named) -> tuple:
     return out, list(self.intermediate)
 
 Interpreter.run_with_intermediate = run_with_intermediate
+
+# %% ../../nbs/19_nac_run.ipynb #f2e47230
+class NacModel:
+    "A compiled NAC model: the `NacFile` plus a lazily built interpreter."
+    def __init__(self, nac: NacFile, *, device=None, weights_path=None):
+        self.nac, self.device, self.weights_path = nac, torch.device(device) if device else torch.device('cpu'), weights_path
+        self._interp = None
+        self.optimizer_log, self.graph, self.value_sizes, self.compile_seconds = [], None, None, None
+
+    @property
+    def interpreter(self):
+        "The interpreter (`nac_lab.nac.run.Interpreter`), built on first use."
+        if self._interp is None:
+            self._interp = Interpreter(self.nac, device=self.device, weights_path=self.weights_path)
+        return self._interp
+
+    def run(self, *inputs, **named) -> tuple:
+        "Execute the model; returns the tuple of `<OUTPUT B=0>` values."
+        return self.interpreter.run(*inputs, **named)
+
+    def profile(self, *inputs, **named) -> list:
+        "Run once with per-instruction timing; returns one record per instruction."
+        return self.interpreter.profile(*inputs, **named)
+
+    def reset_states(self):
+        "Restore every state (`<INPUT B=2>`) to its initial value."
+        self.interpreter.reset_states()
+
+    def save(self, path) -> Path:
+        "Write the `.nac` file (and the `.safetensors` beside it when weights are external)."
+        return self.nac.save(path)
+
+    def to_bytes(self) -> bytes:
+        "The `.nac` file as bytes (internal weights only)."
+        return write_nac(self.nac)
+
+    @property
+    def n_instructions(self) -> int: return len(self.nac.ops)
+
+    def op_counts(self) -> dict:
+        "Histogram of op names over the instruction stream."
+        h = {}
+        for ins in self.nac.ops:
+            n = op_name(self.nac, ins.A, f'op{ins.A}'); h[n] = h.get(n, 0) + 1
+        return dict(sorted(h.items()))
+
+    def __repr__(self): return f'NacModel({self.nac!r})'
+
+def load(path, *, device=None) -> NacModel:
+    "Read a `.nac` file (weights internal, or in the `.safetensors` beside it) as a runnable `NacModel`."
+    return NacModel(read_nac(path), device=device)
+
+# %% ../../nbs/19_nac_run.ipynb #f213e620
+def _call(self:NacModel, *inputs, **named):
+    "Run like the source module: the output itself when there is one, else the tuple of outputs."
+    out = self.run(*inputs, **named)
+    return out[0] if len(out) == 1 else out
+NacModel.__call__ = _call
+
+def _run_with_intermediate(self:NacModel, *inputs, **named) -> tuple:
+    "`(outputs, [values of each <OUTPUT B=1>, as tuples])` for one call (see `compile(..., intermediate=)`)."
+    return self.interpreter.run_with_intermediate(*inputs, **named)
+NacModel.run_with_intermediate = _run_with_intermediate

@@ -9,14 +9,14 @@ from pathlib import Path
 import numpy as np
 from ..binio import FormatError, BadValueError, LimitError, WriteError
 from .format import NacFile, DataTensor, DType, DTYPE_NP, DTYPE_NAMES, QuantMethod
+from .writer import ST_DTYPES, ST_NAMES, _quant_meta, safetensors_bytes, save_external  # noqa: F401 (re-exported: the writer saves external weights)
 from ..fileio import atomic_write, parse_json
 from ..safetensors import ST_SIZES, SafetensorsFile, safetensors_bytes as st_bytes
 from .guard import shape_problem, escape, in_file
 
 # %% auto #0
-__all__ = ['BLOCK_SIZE', 'ST_DTYPES', 'ST_NAMES', 'quantize', 'dequantize', 'set_weights', 'MissingWeightsError',
-           'safetensors_bytes', 'save_external', 'read_safetensors', 'external_tensors', 'tensors_of', 'load_weights',
-           'torch_weights', 'save_nac']
+__all__ = ['BLOCK_SIZE', 'quantize', 'dequantize', 'set_weights', 'MissingWeightsError', 'read_safetensors', 'external_tensors',
+           'tensors_of', 'load_weights', 'torch_weights', 'save_nac']
 
 # %% ../../nbs/11_nac_weights.ipynb #c2e8e356
 BLOCK_SIZE = 64
@@ -99,36 +99,8 @@ def set_weights(nac:NacFile, weights:dict, method:QuantMethod=QuantMethod.NONE, 
     return nac
 
 # %% ../../nbs/11_nac_weights.ipynb #4ad2842e
-ST_DTYPES = {'F32': DType.F32, 'F64': DType.F64, 'F16': DType.F16, 'BF16': DType.BF16, 'I32': DType.I32, 'I64': DType.I64,
-             'I16': DType.I16, 'I8': DType.I8, 'U8': DType.U8, 'BOOL': DType.BOOL}
-ST_NAMES = {v: k for k, v in ST_DTYPES.items()}
-
 class MissingWeightsError(BadValueError):
     "The external weights file, or a tensor that DATA block 1 names, is not there."
-
-def _quant_meta(t:DataTensor) -> str|None:
-    q = QuantMethod(t.quant)
-    if q == QuantMethod.NONE: return None
-    d = {'quant_type': q.name}
-    if q == QuantMethod.INT8_TENSOR: d['scale'] = float(np.float32(t.scale))
-    elif q == QuantMethod.INT8_CHANNEL: d.update(scales=[float(s) for s in t.scales], axis=int(t.axis))
-    elif q == QuantMethod.BLOCK_FP8: d.update(block_size=int(t.block_size), orig_shape=list(t.orig_shape), n_blocks=len(t.scales),
-                                             scales=[float(s) for s in t.scales])
-    return json.dumps(d, separators=(',', ':'))
-
-def safetensors_bytes(named:dict, metadata:dict|None=None) -> bytes:
-    "A safetensors file holding `{name: DataTensor}` in order, with string map `metadata` (laid out by `nac_lab.safetensors`)."
-    return st_bytes({name: (ST_NAMES[t.dtype], t.data) for name, t in named.items()}, metadata)
-
-def save_external(nac:NacFile, path, *, inputs=()) -> Path:
-    "Write the tensors of `nac` (keyed by their DATA block 1 names) as the safetensors file `path` (atomically; never over one of `inputs`)."
-    named, meta = {}, {}
-    for pid, t in nac.tensors.items():
-        name = nac.param_names.get(pid)
-        if name is None: raise WriteError(f'tensor {pid} has no name in param_names (DATA block 1)')
-        named[name] = t
-        if (m := _quant_meta(t)) is not None: meta[name] = m
-    return atomic_write(path, safetensors_bytes(named, meta or None), inputs=inputs, what='external weights file')
 
 # %% ../../nbs/11_nac_weights.ipynb #52bf613c
 def _st_error(cls, msg, off=None, section='safetensors header'):
