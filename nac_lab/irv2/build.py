@@ -7,6 +7,8 @@ from __future__ import annotations
 import json, math
 from pathlib import Path
 from ..core import data_path
+from .rope import rope_scaling
+GATED_ACTS = ('silu', 'swish', 'gelu', 'gelu_pytorch_tanh', 'gelu_new', 'gelu_fast')
 from .maps import (DIM_NAMES, DIM_IDS, KernelMaps, load_maps, load_json, check_schema, eval_condition,
                                ConfigError, IrError, MapError, known_ops, show)
 from ..binio import align_up
@@ -14,7 +16,7 @@ from ..fileio import atomic_write
 from ..config import config_field, read_hf_config
 
 # %% auto #0
-__all__ = ['CONFIG_KEYS', 'DTYPES', 'BLOCK_DTYPES', 'C_INT_MAX', 'MAX_LAYERS', 'ELEM_ALIGN', 'IR_NOTES', 'ALIGN',
+__all__ = ['GATED_ACTS', 'CONFIG_KEYS', 'DTYPES', 'BLOCK_DTYPES', 'C_INT_MAX', 'MAX_LAYERS', 'ELEM_ALIGN', 'IR_NOTES', 'ALIGN',
            'pipeline_graph', 'read_config', 'aligned', 'dimension_table', 'build_ir', 'validate_ir', 'buffer_bytes',
            'plan_memory', 'parameter_count', 'dimension_rows', 'buffer_rows', 'memory_rows', 'layer_graph', 'save_ir',
            'load_ir']
@@ -96,18 +98,20 @@ def read_config(src, ctx:int|None=None, dtype:str|None=None, where:str|None=None
         hd = out['hidden_size'] // heads
     out['head_dim'] = hd
     maxpos = _field(cfg, 'max_position_embeddings', where, 'int', required=ctx is None)
+    scaling = rope_scaling(cfg, where, maxpos)          # RoPE scaling (irv2.rope): None for plain RoPE
+    longest = maxpos if maxpos is None or scaling is None else int(maxpos * max(1.0, scaling['factor']))
     if ctx is not None:
         if isinstance(ctx, bool) or not isinstance(ctx, int) or ctx < 1: raise ConfigError(f'{where}: context length must be a positive integer, got {ctx!r}')
         if ctx > C_INT_MAX: raise ConfigError(f'{where}: context length {ctx} exceeds {C_INT_MAX}, the largest the C runtime can index with int')
-        if maxpos is not None and ctx > maxpos:
-            raise ConfigError(f'{where}: requested context {ctx} exceeds max_position_embeddings={maxpos}')
+        if longest is not None and ctx > longest:
+            raise ConfigError(f'{where}: requested context {ctx} exceeds max_position_embeddings={maxpos}'
+                              + ('' if scaling is None else f' times the RoPE scaling factor {scaling["factor"]}'))
     out['context_length'] = ctx if ctx is not None else maxpos
     out['rms_norm_eps'] = _field(cfg, 'rms_norm_eps', where, 'float', required=False, default=1e-6)
     if out['rms_norm_eps'] <= 0: raise ConfigError(f'{where}: rms_norm_eps must be > 0, got {out["rms_norm_eps"]}')
     rp = cfg.get('rope_parameters')
     theta = _field(cfg, 'rope_theta', where, 'float', required=False)
     if isinstance(rp, dict):
-        if rp.get('rope_type', 'default') != 'default': raise ConfigError(f'{where}: unsupported rope_parameters.rope_type {rp.get("rope_type")!r} (only default RoPE)')
         if 'rope_theta' in rp:
             t2 = rp['rope_theta']
             if isinstance(t2, bool) or not isinstance(t2, (int, float)) or not math.isfinite(t2):
@@ -118,18 +122,22 @@ def read_config(src, ctx:int|None=None, dtype:str|None=None, where:str|None=None
     out['rope_theta'] = 10000.0 if theta is None else theta
     if out['rope_theta'] < 0: raise ConfigError(f'{where}: rope_theta must be >= 0, got {out["rope_theta"]}')
     if out['rope_theta'] > 0 and hd % 2: raise ConfigError(f'{where}: RoPE needs an even head_dim, got {hd}')
-    rs = cfg.get('rope_scaling')
-    if rs is not None and not (isinstance(rs, dict) and rs.get('rope_type', rs.get('type')) == 'default'):
-        raise ConfigError(f'{where}: rope_scaling={json.dumps(rs)} is not supported (plain RoPE only)')
+    if scaling is not None:
+        if out['rope_theta'] <= 0: raise ConfigError(f'{where}: RoPE scaling {scaling["type"]!r} needs rope_theta > 0')
+        out['rope_scaling'] = scaling
     act = _field(cfg, 'hidden_act', where, 'str', required=False, default='silu')
-    if act not in ('silu', 'swish'): raise ConfigError(f'{where}: hidden_act={act!r} is not supported (the MLP is SwiGLU: silu)')
+    if act not in GATED_ACTS: raise ConfigError(f'{where}: hidden_act={act!r} is not supported (the gated MLP takes {", ".join(GATED_ACTS)})')
+    if act not in ('silu', 'swish'): out['hidden_act'] = act       # GeGLU: gelu (erf) or a tanh-approximated GELU
     if _flag(cfg, 'mlp_bias', where, False): raise ConfigError(f'{where}: mlp_bias=true is not supported')
     sw = cfg.get('sliding_window')
     if sw is not None and (isinstance(sw, bool) or not isinstance(sw, int) or sw < 1):
         raise ConfigError(f'{where}: sliding_window must be a positive integer or null, got {sw!r}')
     uses_sw = _flag(cfg, 'use_sliding_window', where, out['model_type'] == 'mistral')
     if uses_sw and sw is not None and sw < out['context_length']:
-        raise ConfigError(f'{where}: sliding_window={sw} is smaller than the context {out["context_length"]}: sliding-window attention is not supported (use --ctx <= {sw})')
+        if out['model_type'] != 'mistral':         # Qwen2's window depends on the layer (max_window_layers)
+            raise ConfigError(f'{where}: sliding_window={sw} is smaller than the context {out["context_length"]}: only the Mistral form '
+                              f'(every layer attends to the last {sw} positions) is supported (use --ctx <= {sw})')
+        out['sliding_window'] = sw                 # attention reads the last `sw` keys (irv2.codegen attention_forward)
     out['tie_word_embeddings'] = _flag(cfg, 'tie_word_embeddings', where, False)
     attn_bias = _flag(cfg, 'attention_bias', where, False)
     out['qkv_bias'] = _flag(cfg, 'qkv_bias', where, out['model_type'] == 'qwen2' or attn_bias)

@@ -11,6 +11,7 @@ from ..safetensors import write_safetensors
 from .maps import WeightError, RuntimeFailure, CodegenError, IrError
 from .build import build_ir, load_ir, plan_memory, validate_ir
 from .codegen import emit_c, compile_c, cc_command
+from .rope import inv_freq
 from ..fileio import atomic_write
 from .weights import ST_DTYPES, SafeTensors, merged_shapes, weights_image  # noqa: F401 (re-exported: weight files have their own module)
 
@@ -144,16 +145,20 @@ class TorchReference:
         self.torch, self.cfg = torch, cfg
         self.t = {k: (v if isinstance(v, torch.Tensor) else torch.from_numpy(np.asarray(v))).float() for k, v in tensors.items()}
         hd = cfg['head_dim']
-        self.inv_freq = 1.0 / (cfg['rope_theta'] ** (torch.arange(0, hd, 2, dtype=torch.int64).float() / hd)) if cfg['rope_theta'] > 0 else None
+        self.inv_freq = torch.from_numpy(inv_freq(cfg.get('rope_scaling'), cfg['rope_theta'], hd)[0]) if cfg['rope_theta'] > 0 else None
+        self.rope_factor = inv_freq(cfg.get('rope_scaling'), cfg['rope_theta'], hd)[1] if cfg['rope_theta'] > 0 else 1.0
         self.lm_head = self.t['model.embed_tokens.weight'] if cfg['tie_word_embeddings'] else self.t['lm_head.weight']
 
     def _w(self, l, name): return self.t.get(f'model.layers.{l}.{name}')
 
     def _rope(self, x, pos):
-        torch = self.torch
-        ang = pos.float()[:, None] * self.inv_freq[None, :]
+        torch, s = self.torch, self.cfg.get('rope_scaling')
+        inv = self.inv_freq
+        if s and s['type'] == 'dynamic':            # NTK frequencies of this call's length (irv2.rope)
+            inv = torch.from_numpy(inv_freq(s, self.cfg['rope_theta'], self.cfg['head_dim'], int(pos[-1]) + 1)[0])
+        ang = pos.float()[:, None] * inv[None, :]
         emb = torch.cat([ang, ang], -1)
-        cos, sin = emb.cos()[:, None, :], emb.sin()[:, None, :]
+        cos, sin = emb.cos()[:, None, :] * self.rope_factor, emb.sin()[:, None, :] * self.rope_factor
         h = x.shape[-1] // 2
         rot = torch.cat([-x[..., h:], x[..., :h]], -1)
         return x * cos + rot * sin
@@ -176,6 +181,7 @@ class TorchReference:
         pos = torch.arange(p0, p0 + n)
         x = self.t['model.embed_tokens.weight'][ids]
         mask = torch.full((n, p0 + n), float('-inf')).triu(p0 + 1)
+        if c.get('sliding_window'): mask = mask + torch.full((n, p0 + n), float('-inf')).tril(p0 - c['sliding_window'])
         for l in range(c['num_hidden_layers']):
             h = self._norm(x, self._w(l, 'input_layernorm.weight'))
             def proj(name, heads):
@@ -195,7 +201,9 @@ class TorchReference:
             x = x + o
             h = self._norm(x, self._w(l, 'post_attention_layernorm.weight'))
             g, u = h @ self._w(l, 'mlp.gate_proj.weight').T, h @ self._w(l, 'mlp.up_proj.weight').T
-            x = x + (torch.nn.functional.silu(g) * u) @ self._w(l, 'mlp.down_proj.weight').T
+            act = c.get('hidden_act', 'silu')
+            a = torch.nn.functional.silu(g) if act == 'silu' else torch.nn.functional.gelu(g, approximate='none' if act == 'gelu' else 'tanh')
+            x = x + (a * u) @ self._w(l, 'mlp.down_proj.weight').T
         cache['len'] = p0 + n
         return self._norm(x, self.t['model.norm.weight']) @ self.lm_head.T
 

@@ -1,0 +1,130 @@
+"""IR v2 decoder families beyond plain Llama: scaled RoPE (linear, dynamic NTK, YaRN, Llama-3), Mistral's sliding
+window and GeGLU MLPs (gelu, tanh-GELU). Each runs the generated C runtime against HuggingFace transformers' model with
+the same random weights — prefill, then decode through the KV cache on both sides — logits within 1e-4 (fp32) and
+greedy tokens identical; dynamic NTK runs past the original context so that its frequencies change between calls."""
+import numpy as np
+import pytest
+import torch
+from nac_lab.irv2.build import build_ir
+from nac_lab.irv2.run import Runtime, TorchReference, random_weights, save_weights
+
+transformers = pytest.importorskip('transformers')
+TOL = 1e-4
+BASE = dict(model_type='llama', hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, vocab_size=101, max_position_embeddings=16, rms_norm_eps=1e-5, tie_word_embeddings=False)
+KINDS = {'linear': {'factor': 2.0},
+         'llama3': {'factor': 4.0, 'low_freq_factor': 1.0, 'high_freq_factor': 4.0, 'original_max_position_embeddings': 8},
+         'yarn': {'factor': 2.0, 'original_max_position_embeddings': 8, 'beta_fast': 8.0, 'beta_slow': 1.0},
+         'dynamic': {'factor': 2.0}}
+
+
+@pytest.fixture(scope='module')
+def cache(tmp_path_factory): return tmp_path_factory.mktemp('rope_cache')
+
+
+def _hf(cfg, sd):
+    conf = transformers.LlamaConfig(**{k: v for k, v in cfg.items() if k != 'model_type'})
+    conf._attn_implementation = 'eager'
+    model = transformers.LlamaForCausalLM(conf).float().eval()
+    missing, unexpected = model.load_state_dict({k: torch.from_numpy(v) for k, v in sd.items()}, strict=False)
+    assert not missing and not unexpected
+    return model
+
+
+@pytest.mark.parametrize('kind', list(KINDS))
+def test_scaled_rope_matches_transformers(kind, tmp_path, cache):
+    cfg = {**BASE, 'rope_parameters': {'rope_type': kind, 'rope_theta': 1000.0, **KINDS[kind]}}
+    ctx = 28 if kind == 'dynamic' else 16                 # dynamic: beyond max_position_embeddings (16)
+    ir = build_ir(cfg, ctx=ctx)
+    assert ir['config']['rope_scaling']['type'] == kind
+    sd = random_weights(ir, seed=11)
+    rt = Runtime(ir, save_weights(sd, tmp_path / 'w.safetensors'), cache=cache)
+    model = _hf(cfg, sd)
+    prompt = [int(t) for t in np.random.default_rng(3).integers(0, 101, 12 if kind != 'dynamic' else 18)]
+    with torch.no_grad():
+        out = model(torch.tensor([prompt]), use_cache=True)
+    got = rt.prefill(prompt)
+    assert np.abs(out.logits[0].numpy()).max() > 0.1
+    assert np.abs(got - out.logits[0].numpy()).max() < TOL
+    past, last, ours = out.past_key_values, out.logits[0, -1].numpy(), got[-1]
+    for _ in range(4 if kind != 'dynamic' else 8):       # greedy decode through both KV caches
+        tok = int(np.argmax(last)); assert tok == int(np.argmax(ours))
+        with torch.no_grad():
+            out = model(torch.tensor([[tok]]), past_key_values=past, use_cache=True)
+        past, last, ours = out.past_key_values, out.logits[0, -1].numpy(), rt.decode(tok)
+        assert np.abs(ours - last).max() < TOL
+    rt.close()
+
+
+def test_reference_follows_the_scaling():
+    """The package's own torch reference applies the same scaled frequencies (it is what the benchmarks compare to)."""
+    cfg = {**BASE, 'rope_parameters': {'rope_type': 'yarn', 'rope_theta': 1000.0, **KINDS['yarn']}}
+    ir = build_ir(cfg); sd = random_weights(ir, seed=2)
+    prompt = list(range(1, 13))
+    with torch.no_grad():
+        hf = _hf(cfg, sd)(torch.tensor([prompt])).logits[0]
+    assert torch.allclose(TorchReference(ir['config'], sd).forward(prompt), hf, atol=TOL)
+
+
+def test_refusals():
+    from nac_lab.irv2.maps import ConfigError
+    with pytest.raises(ConfigError, match="rope_type='longrope' is not supported"):
+        build_ir({**BASE, 'rope_scaling': {'rope_type': 'longrope', 'factor': 2.0}})
+    with pytest.raises(ConfigError, match='exceeds max_position_embeddings=16 times the RoPE scaling factor 2.0'):
+        build_ir({**BASE, 'rope_parameters': {'rope_type': 'dynamic', 'rope_theta': 1e4, 'factor': 2.0}}, ctx=40)
+    with pytest.raises(ConfigError, match='exceeds max_position_embeddings=16'):
+        build_ir(BASE, ctx=20)
+
+
+def test_mistral_sliding_window_matches_transformers(tmp_path, cache):
+    """Mistral's sliding window (each query reads the last `sliding_window` keys) against transformers' Mistral, with a
+    window of 5 on a 16-token context: prefill 11 tokens, decode 4 through both KV caches."""
+    cfg = {**BASE, 'model_type': 'mistral', 'sliding_window': 5, 'rope_theta': 1000.0}
+    ir = build_ir(cfg)
+    assert ir['config']['sliding_window'] == 5
+    sd = random_weights(ir, seed=5)
+    rt = Runtime(ir, save_weights(sd, tmp_path / 'w.safetensors'), cache=cache)
+    conf = transformers.MistralConfig(**{k: v for k, v in cfg.items() if k != 'model_type'})
+    conf._attn_implementation = 'eager'
+    model = transformers.MistralForCausalLM(conf).float().eval()
+    missing, unexpected = model.load_state_dict({k: torch.from_numpy(v) for k, v in sd.items()}, strict=False)
+    assert not missing and not unexpected
+    prompt = [int(t) for t in np.random.default_rng(8).integers(0, 101, 11)]
+    with torch.no_grad():
+        out = model(torch.tensor([prompt]), use_cache=True)
+    assert np.abs(rt.prefill(prompt) - out.logits[0].numpy()).max() < TOL
+    full = build_ir({**cfg, 'sliding_window': None})      # the window matters: full attention gives other logits
+    assert 'sliding_window' not in full['config']
+    past = out.past_key_values
+    for tok in (3, 14, 15, 92):
+        with torch.no_grad():
+            out = model(torch.tensor([[tok]]), past_key_values=past, use_cache=True)
+        past = out.past_key_values
+        assert np.abs(rt.decode(tok) - out.logits[0, -1].numpy()).max() < TOL
+    ref = TorchReference(ir['config'], sd).forward(prompt + [3, 14, 15, 92]).numpy()
+    with torch.no_grad():
+        hf_full = model(torch.tensor([prompt + [3, 14, 15, 92]])).logits[0].numpy()
+    assert np.abs(ref - hf_full).max() < TOL
+    rt.close()
+
+
+@pytest.mark.parametrize('act', ['gelu', 'gelu_pytorch_tanh'])
+def test_geglu_matches_transformers(act, tmp_path, cache):
+    """A Llama whose gated MLP uses GELU (GeGLU: exact erf form, or the tanh approximation of Gemma)."""
+    cfg = {**BASE, 'hidden_act': act, 'rope_theta': 1000.0}
+    ir = build_ir(cfg)
+    assert ir['config']['hidden_act'] == act
+    sd = random_weights(ir, seed=4)
+    rt = Runtime(ir, save_weights(sd, tmp_path / 'w.safetensors'), cache=cache)
+    model = _hf(cfg, sd)
+    prompt = [int(t) for t in np.random.default_rng(6).integers(0, 101, 10)]
+    with torch.no_grad():
+        out = model(torch.tensor([prompt]), use_cache=True)
+    assert np.abs(rt.prefill(prompt) - out.logits[0].numpy()).max() < TOL
+    with torch.no_grad():
+        nxt = model(torch.tensor([[7]]), past_key_values=out.past_key_values, use_cache=True).logits[0, -1].numpy()
+    assert np.abs(rt.decode(7) - nxt).max() < TOL
+    silu = Runtime(build_ir({**cfg, 'hidden_act': 'silu'}), save_weights(sd, tmp_path / 'w2.safetensors'), cache=cache)
+    assert np.abs(silu.prefill(prompt) - out.logits[0].numpy()).max() > 10 * TOL      # the activation matters
+    assert torch.allclose(TorchReference(ir['config'], sd).forward(prompt), out.logits[0], atol=TOL)
+    rt.close(); silu.close()
