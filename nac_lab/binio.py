@@ -238,7 +238,8 @@ def safetensors_header_len(head, fmt:str='safetensors', file_size:int|None=None,
     n = r.u64('header length')
     after = (len(r.mv) if file_size is None else file_size) - 8
     if n > after: raise LimitError(f'header length {n} exceeds the {after} bytes after it', fmt=fmt, section='header length', offset=0)
-    if n > max_header: raise LimitError(f'header length {n} exceeds the {max_header}-byte limit', fmt=fmt, section='header length', offset=0)
+    if n > max_header: raise LimitError(f'header length {n} exceeds the {max_header}-byte limit', fmt=fmt, section='header length',
+                                        offset=0)
     return n
 
 class _DupKey(Exception): pass
@@ -265,7 +266,8 @@ def _st_json(raw, fmt:str):
     except UnicodeDecodeError as ex: raise bad(f'{ex.reason} at byte {ex.start}', 8 + ex.start) from None
     try: return json.loads(text, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as ex: raise bad(ex.msg, 8 + len(text[:ex.pos].encode())) from None
-    except _DupKey as ex: raise BadValueError(f'key {ex.args[0]!r} appears twice in one object', fmt=fmt, section='header', offset=8) from None
+    except _DupKey as ex: raise BadValueError(f'key {ex.args[0]!r} appears twice in one object', fmt=fmt, section='header',
+                                              offset=8) from None
     except RecursionError: raise bad('nested too deeply') from None
     except ValueError as ex: raise bad(str(ex)) from None          # e.g. an integer literal of more than 4300 digits
 
@@ -285,7 +287,8 @@ def safetensors_header(head, sizes:dict, fmt:str='safetensors', file_size:int|No
     r = Reader(head, fmt=fmt, section='header')
     r.seek(8)
     hdr = _st_json(r.bytes_(n, 'JSON header'), fmt)
-    if not isinstance(hdr, dict): raise BadValueError(f'header must be a JSON object, got {type(hdr).__name__}', fmt=fmt, section='header', offset=8)
+    if not isinstance(hdr, dict): raise BadValueError(f'header must be a JSON object, got {type(hdr).__name__}', fmt=fmt, section='header',
+                                                      offset=8)
     meta = hdr.pop('__metadata__', None)
     if meta is not None and not (isinstance(meta, dict) and all(isinstance(v, str) for v in meta.values())):
         raise BadValueError(f'__metadata__ must be an object of strings, got {_short(meta)}', fmt=fmt, section='__metadata__', offset=8)
@@ -305,7 +308,8 @@ def safetensors_header(head, sizes:dict, fmt:str='safetensors', file_size:int|No
             raise bad(f'data_offsets must be [begin, end] integers, got {_short(offs)}')
         b, en = offs
         if not 0 <= b <= en <= data_len:
-            raise bad(f'data_offsets {_short(offs)} fall outside the {data_len} data bytes', LimitError, base + b if 0 <= b <= data_len else 8)
+            raise bad(f'data_offsets {_short(offs)} fall outside the {data_len} data bytes', LimitError,
+                      base + b if 0 <= b <= data_len else 8)
         need = _st_nbytes(shape, sizes[dt])
         if en - b != need:
             raise bad(f'data_offsets span {en - b} bytes, shape {_short(shape)} {dt} needs '

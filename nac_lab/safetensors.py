@@ -104,7 +104,8 @@ def safetensors_bytes(tensors:dict, metadata:dict|None=None) -> bytes:
     "A safetensors file holding `tensors` (`{name: array | (dtype_name, array)}`) in order, with string map `metadata`."
     hdr, parts, off = {}, [], 0
     if metadata:
-        if not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()): raise WriteError('__metadata__ must map strings to strings')
+        if not all(isinstance(k, str) and isinstance(v, str) for k,
+                   v in metadata.items()): raise WriteError('__metadata__ must map strings to strings')
         hdr['__metadata__'] = dict(metadata)
     for name, t in tensors.items():
         dt, a = _entry(name, t)

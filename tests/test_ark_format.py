@@ -45,7 +45,8 @@ def test_era_conversion_of_real_files():
     assert '"Ops": [' in as_ops and '"Op": {' not in as_ops
     assert ark_text(read_ark(as_ops), 'op') == op
     # the dense Ops file has a node with 3 ops: it cannot be written in the Op era, and the CLI says why
-    rc, out, err = run_cli('ark', 'rewrite', data_path('ark') / 'tutorial_model_e3cc6e32_ops_dense.json', '-o', '/nonexistent-dir/x.json', '--era', 'op')
+    rc, out, err = run_cli('ark', 'rewrite', data_path('ark') / 'tutorial_model_e3cc6e32_ops_dense.json', '-o', '/nonexistent-dir/x.json',
+                           '--era', 'op')
     assert rc == 1 and 'Nodes[0]: has 3 ops' in err
 
 
@@ -98,7 +99,8 @@ def test_fuzz_bytes_never_crash():
 def test_errors_name_the_json_path():
     d = json.loads((data_path('ark') / 'tutorial_model_e3cc6e32_ops_dense.json').read_text())
     d['Nodes'][2]['Ops'][1]['ReadTensors'][0]['Strides'] = [1, 'a']
-    with pytest.raises(ArkFormatError, match=re.escape('Nodes[2].Ops[1].ReadTensors[0].Strides[1]: expected an integer, got a string')): read_ark(json.dumps(d))
+    with pytest.raises(ArkFormatError,
+                       match=re.escape('Nodes[2].Ops[1].ReadTensors[0].Strides[1]: expected an integer, got a string')): read_ark(json.dumps(d))
     d = json.loads((data_path('ark') / 'tutorial_model_877b0e63_op.json').read_text())
     d['Nodes'][4]['Op']['Args'] = {'Axis': {'FOO': 1}}
     with pytest.raises(ArkFormatError, match=re.escape("Nodes[4].Op.Args.Axis: unknown argument type 'FOO'")): read_ark(json.dumps(d))
@@ -107,7 +109,8 @@ def test_errors_name_the_json_path():
     d['Nodes'][4]['Op']['Args'] = {'F': {'FLOAT': 1e39}}
     with pytest.raises(ArkFormatError, match='not a finite float32'): read_ark(json.dumps(d))
     d['Nodes'][4]['Op']['ReadTensors'][0]['DataType'] = 'FP64'
-    with pytest.raises(ArkFormatError, match=re.escape("Nodes[4].Op.ReadTensors[0].DataType: unknown data type 'FP64'")): read_ark(json.dumps(d))
+    with pytest.raises(ArkFormatError,
+                       match=re.escape("Nodes[4].Op.ReadTensors[0].DataType: unknown data type 'FP64'")): read_ark(json.dumps(d))
 
 
 def test_mixed_eras_refused():
@@ -152,7 +155,8 @@ def test_fast_path_agrees_on_tagged_generated_models_and_mutations():
         tl = [k for k, l in enumerate(lines) if l.lstrip().startswith('{"Id":')]
         for _ in range(20):                       # damage one tensor line: both readers must give the same answer
             ls = list(lines); k = rng.choice(tl)
-            ls[k] = rng.choice([ls[k].replace('[[', '[[-3000000000,', 1), ls[k].replace('"Rank":-1', '"Rank":"x"'), ls[k].replace(']}', '],"Zz":1}', 1),
+            ls[k] = rng.choice([ls[k].replace('[[', '[[-3000000000,', 1), ls[k].replace('"Rank":-1', '"Rank":"x"'),
+                                ls[k].replace(']}', '],"Zz":1}', 1),
                                 ls[k].replace('"Shape":[', '"Shape":[true,', 1), ls[k].replace('FP32', 'FP31')])
             t = '\n'.join(ls)
             def res(f):
@@ -192,7 +196,8 @@ def test_fast_path_markers_and_json_numbers():
     cases.append('\n'.join(ls))
     ls = list(lines); ls[tl[5]] = ls[tl[5]].replace('"Shape":[', '"Shape":[0', 1)   # [064, ...]: not JSON
     cases.append('\n'.join(ls))
-    for a, b in (('{"Id":', '{"Id":0'), ('"Buffer":{"Id":', '"Buffer":{"Id":0'), ('"Rank":-1', '"Rank":-01'), ('"DataType":"FP32"', '"DataType":"FP33"'),
+    for a, b in (('{"Id":', '{"Id":0'), ('"Buffer":{"Id":', '"Buffer":{"Id":0'), ('"Rank":-1', '"Rank":-01'), ('"DataType":"FP32"',
+                                                                                                               '"DataType":"FP33"'),
                  ('"Shape":[', '"Shape":[1234567890123456789,')):   # leading zeros in each captured field, a bad type, 19 digits
         ls = list(lines); ls[tl[5]] = ls[tl[5]].replace(a, b, 1); cases.append('\n'.join(ls))
     tagged = next(k for k in tl if '"SendTags":[[' in lines[k])

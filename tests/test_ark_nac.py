@@ -43,7 +43,8 @@ def test_cli_round_trip(name, tmp_path):
     a, b = nac_load(tmp_path / 'a.nac').run(xi)[0], nac_load(tmp_path / 'b.nac').run(xi)[0]
     np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-5, atol=1e-5)
     np.save(tmp_path / 'x.npy', xi.numpy())
-    rc, out, err = run_cli('ark', 'run', tmp_path / 'm.json', '--input', f'x={tmp_path / "x.npy"}', '--output', tmp_path / 'o.npz'); assert rc == 0, err
+    rc, out, err = run_cli('ark', 'run', tmp_path / 'm.json', '--input', f'x={tmp_path / "x.npy"}', '--output',
+                           tmp_path / 'o.npz'); assert rc == 0, err
     got = np.load(tmp_path / 'o.npz')[f't{meta["outputs"][0]}']
     np.testing.assert_allclose(got, a.numpy(), rtol=1e-5, atol=1e-5)
 

@@ -19,7 +19,8 @@ def test_zoo_attention_5d_view_round_trip(heads, causal, shape, tmp_path):
     torch.manual_seed(0)
     mod = Attention(16, heads, causal).eval()
     nac_compile(mod, (torch.zeros(shape),)).save(tmp_path / 'a.nac')
-    rc, out, err = run_cli('ark', 'from-nac', tmp_path / 'a.nac', '-o', tmp_path / 'm.json', '--shape', 'x=' + ','.join(map(str, shape))); assert rc == 0, err
+    rc, out, err = run_cli('ark', 'from-nac', tmp_path / 'a.nac', '-o', tmp_path / 'm.json', '--shape',
+                           'x=' + ','.join(map(str, shape))); assert rc == 0, err
     rc, out, err = run_cli('ark', 'check', tmp_path / 'm.json'); assert rc == 0, out
     m = read_ark(tmp_path / 'm.json'); w, meta = load_weights(tmp_path / 'm.safetensors')
     assert max(len(t.shape) for _, _, o in m.ops() for t in o.read + o.write + o.result) <= 4
@@ -65,7 +66,9 @@ def test_impossible_views_and_ops_are_refused():
     class Reverse6d(nn.Module):
         def forward(s, x): return torch.relu(x.view(2, 2, 2, 2, 2, 2).permute(5, 4, 3, 2, 1, 0).reshape(8, 8))
     z = nac_compile(Reverse6d().eval(), (torch.zeros(8, 8),))
-    with pytest.raises(ArkNacError, match=r'view of shape \[2, 2, 2, 2, 2, 2\] with element strides \[1, 2, 4, 8, 16, 32\]'): from_nac(z.interpreter, {'x': (8, 8)})
+    with pytest.raises(ArkNacError,
+                       match=r'view of shape \[2, 2, 2, 2, 2, 2\] with element strides \[1, 2, 4, 8, 16, 32\]'): from_nac(z.interpreter,
+                                                                                                                          {'x': (8, 8)})
     gb = nac_compile(GPT2Block(16, 2).eval(), (torch.zeros(1, 4, 16), torch.ones(1, 1, 4, 4)))
     with pytest.raises(ArkNacError, match='nac.eq has no ARK equivalent'): from_nac(gb.interpreter, {'x': (1, 4, 16), 'mask': (1, 1, 4, 4)})
 
@@ -112,7 +115,8 @@ def test_cat_along_each_dim_and_untiled_windows_refused():
     part = bld.tensor((2, 2), strides=(2, 5), offsets=(0, 0), buffer=whole.buffer)
     c = bld.op('Copy', [x], out=part)
     bld.ops.append(Op('Tensor', 'cat', True, [c], [], [bld.like(whole)], {}))
-    with pytest.raises(ArkNacError, match='do not tile'): to_nac(bld.model(), {}, {'inputs': {'x': x.id}, 'outputs': [bld.ops[-1].result[0].id]})
+    with pytest.raises(ArkNacError, match='do not tile'): to_nac(bld.model(), {}, {'inputs': {'x': x.id},
+                                                                                   'outputs': [bld.ops[-1].result[0].id]})
 
 
 def test_zoo_gpt2_and_constant_masked_fill():
@@ -128,7 +132,8 @@ def test_zoo_gpt2_and_constant_masked_fill():
     np.testing.assert_allclose(to_nac(m, w, meta).run(xi)[0].numpy(), ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
     class Fill(nn.Module):
         def __init__(s, v): super().__init__(); s.v = v; s.register_buffer('mask', torch.rand(3, 5, generator=torch.Generator().manual_seed(0)) > 0.5)
-        def forward(s, x): return torch.softmax(x.masked_fill(s.mask, s.v), -1) if s.v == float('-inf') else x.masked_fill(s.mask, s.v) * 2.0
+        def forward(s, x): return torch.softmax(x.masked_fill(s.mask, s.v),
+                                                -1) if s.v == float('-inf') else x.masked_fill(s.mask, s.v) * 2.0
     for v in (-1e4, 3.5, float('-inf')):
         mod = Fill(v).eval(); x = torch.randn(3, 5, generator=torch.Generator().manual_seed(2))
         nm = nac_compile(mod, (torch.zeros(3, 5),))
@@ -137,4 +142,5 @@ def test_zoo_gpt2_and_constant_masked_fill():
     class RunTimeMask(nn.Module):
         def forward(s, x, y): return x.masked_fill(y > 0, 0.0)
     nm = nac_compile(RunTimeMask().eval(), (torch.zeros(2, 2), torch.zeros(2, 2)))
-    with pytest.raises(ArkNacError, match='has no ARK equivalent|computed at run time'): from_nac(nm.interpreter, {'x': (2, 2), 'y': (2, 2)})
+    with pytest.raises(ArkNacError, match='has no ARK equivalent|computed at run time'): from_nac(nm.interpreter, {'x': (2, 2),
+                                                                                                                   'y': (2, 2)})

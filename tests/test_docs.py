@@ -91,7 +91,8 @@ def test_pages_follow_the_umask(built):
 
 def test_refuses_outside_a_checkout(tmp_path):
     env = {**os.environ, 'PYTHONPATH': str(ROOT), 'PYTHONDONTWRITEBYTECODE': '1'}
-    res = subprocess.run([sys.executable, '-c', 'import sys; from nac_lab.cli import main; sys.exit(main(sys.argv[1:]))', 'docs', '-o', str(tmp_path / 'site')], cwd=tmp_path, env=env,
+    res = subprocess.run([sys.executable, '-c', 'import sys; from nac_lab.cli import main; sys.exit(main(sys.argv[1:]))', 'docs', '-o',
+                          str(tmp_path / 'site')], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 1 and 'not inside a nac_lab source checkout' in res.stderr, res.stderr
     assert _tree(tmp_path) == []

@@ -104,7 +104,8 @@ def test_random_wide_other_modes_against_reference(src, dsts):
     rng = np.random.default_rng(src.word_bits + 1)
     raws = _random_raws(src, 100_000, rng)
     rmodes = rng.integers(0, len(ROUNDING), raws.size)
-    for dst, o in itertools.product(dsts + [QFormat(dsts[0].word_bits, dsts[0].int_bits, False)], ('SAT_ZERO', 'SAT_SYM', 'WRAP_SM', 'WRAP', 'SAT')):
+    for dst, o in itertools.product(dsts + [QFormat(dsts[0].word_bits, dsts[0].int_bits, False)], ('SAT_ZERO', 'SAT_SYM', 'WRAP_SM',
+                                                                                                   'WRAP', 'SAT')):
         if o == 'WRAP_SM' and not dst.signed: continue
         for ri, r in enumerate(ROUNDING):
             sel = raws[rmodes == ri][:2000] if o in ('WRAP', 'SAT') and dst.signed else raws[rmodes == ri]
@@ -168,7 +169,8 @@ def test_to_float_roundtrip_and_errors():
 def test_to_float_rounding_modes():
     rng = np.random.default_rng(13)
     for fmt in (QFormat(62, 10), QFormat(120, 60), QFormat(8, 4)):
-        raws = [fmt.min_raw, fmt.max_raw, 0, 1, -1] + [int(rng.integers(0, 2**62)) * (fmt.max_raw - fmt.min_raw) // 2**62 + fmt.min_raw for _ in range(3000)]
+        raws = [fmt.min_raw, fmt.max_raw, 0, 1,
+                -1] + [int(rng.integers(0, 2**62)) * (fmt.max_raw - fmt.min_raw) // 2**62 + fmt.min_raw for _ in range(3000)]
         raws += [((1 << 53) + 1) << 3, -(((1 << 53) + 1) << 3), (1 << 54) + 2, -((1 << 54) + 2)]     # ties at 53 bits
         raws = [v for v in raws if fmt.min_raw <= v <= fmt.max_raw]
         arr = np.array(raws, dtype=fmt.dtype)

@@ -29,7 +29,8 @@ def test_rtl_matches_model(cfg):
     dps = [cfg.datapath(multiplier=(l.m0, l.shift)) for l in layers]
     assert sum(dp.cycles(l.x.shape[0], l.x.shape[1], l.w.shape[1]) - dp.pipeline_depth for dp, l in zip(dps, layers)) + 1 == cycles
     # the vectors exercised overflow: accumulator saturations/wraps happened
-    ev = sum(cfg.datapath(x_zero=l.x_zero, w_zero=l.w_zero, multiplier=(l.m0, l.shift)).run(l.x, l.w, l.bias).n_events for l in layers[:300])
+    ev = sum(cfg.datapath(x_zero=l.x_zero, w_zero=l.w_zero, multiplier=(l.m0, l.shift)).run(l.x, l.w,
+                                                                                            l.bias).n_events for l in layers[:300])
     assert ev > 0
     # sensitivity: models with the other accumulator overflow (and, for single rounding, the other rounding) disagree
     flip = RtlConfig(**{**cfg.__dict__, 'overflow': 'sat' if cfg.overflow == 'WRAP' else 'wrap'})

@@ -62,7 +62,8 @@ def test_trillim_strict_config_types(cwd):
     # review: the string "false" was read as true and lm_head dropped
     with pytest.raises(ConfigError, match="tie_word_embeddings must be true or false, got 'false'"):
         arch_from_hf(dict(QWEN, tie_word_embeddings='false'))
-    with pytest.raises(ConfigError, match='num_hidden_layers must be a positive integer, got 2.0'): arch_from_hf(dict(QWEN, num_hidden_layers=2.0))
+    with pytest.raises(ConfigError,
+                       match='num_hidden_layers must be a positive integer, got 2.0'): arch_from_hf(dict(QWEN, num_hidden_layers=2.0))
     with pytest.raises(ConfigError, match='attention_bias must be true or false'): arch_from_hf(dict(QWEN, attention_bias='yes'))
     assert arch_from_hf(dict(QWEN, tie_word_embeddings=False)).tie_word_embeddings is False
 
@@ -218,7 +219,8 @@ def test_irv2_kernel_maps(cwd, payload):
 def test_irv2_layers_bounded_and_strict(cwd):
     base = json.loads(Path(data_path('irv2', 'configs', 'tiny-llama.json')).read_text())
     with pytest.raises(IrConfigError, match='num_hidden_layers=2147483647 exceeds 4096'): build_ir(dict(base, num_hidden_layers=2**31 - 1))
-    with pytest.raises(IrConfigError, match="tie_word_embeddings must be true or false, got 'false'"): build_ir(dict(base, tie_word_embeddings='false'))
+    with pytest.raises(IrConfigError,
+                       match="tie_word_embeddings must be true or false, got 'false'"): build_ir(dict(base, tie_word_embeddings='false'))
     ir = build_ir(base, ctx=8)
     ir['config']['num_hidden_layers'] = 2**31 - 1
     Path('big.json').write_text(json.dumps(ir))

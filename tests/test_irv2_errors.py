@@ -44,7 +44,8 @@ def test_alignment_of_unaligned_dims():
     assert plan['weights']['layer_stride'] >= last['offset'] + last['bytes']
 
 
-@pytest.mark.parametrize('cfg', [QWEN, LLAMA, data_path('irv2', 'configs', 'tiny-qwen2.json'), data_path('irv2', 'configs', 'bench-20m.json')])
+@pytest.mark.parametrize('cfg', [QWEN, LLAMA, data_path('irv2', 'configs', 'tiny-qwen2.json'), data_path('irv2', 'configs',
+                                                                                                         'bench-20m.json')])
 @pytest.mark.parametrize('openmp', [False, True])
 def test_generated_c_compiles_warning_free(cfg, openmp, tmp_path):
     src = tmp_path/'m.c'
@@ -69,7 +70,8 @@ def test_compile_c_reports_errors(tmp_path):
     (lambda c: c.update(vocab_size=-1), 'vocab_size must be a positive integer'),
     (lambda c: c.update(hidden_act='relu'), "hidden_act='relu' is not supported"),
     (lambda c: c.update(mlp_bias=True), 'mlp_bias=true is not supported'),
-    (lambda c: c.update(rope_scaling={'rope_type': 'yarn', 'factor': 4.0}), "rope_scaling.original_max_position_embeddings is required for rope_type 'yarn'"),
+    (lambda c: c.update(rope_scaling={'rope_type': 'yarn', 'factor': 4.0}),
+     "rope_scaling.original_max_position_embeddings is required for rope_type 'yarn'"),
     (lambda c: c.update(rope_scaling={'rope_type': 'longrope', 'factor': 4.0}), "rope_scaling.rope_type='longrope' is not supported"),
     (lambda c: c.update(rope_theta=1e4, rotary_emb_base=5e5), 'contradictory values for rope_theta'),
     (lambda c: c.update(rms_norm_eps=0), 'rms_norm_eps must be > 0'),
@@ -158,7 +160,9 @@ def test_ir_errors(tmp_path):
     bad = copy.deepcopy(ir)
     for b in bad['buffers']:
         if b['name'] in ('rope_cos', 'rope_sin'): b['shape'][0]['div'] = 4; b['resolved_shape'][0] = ctx // 4
-    with pytest.raises(CodegenError, match=rf"\(layer 0, rope, rope_forward\): RoPE table 'rope_cos' has {ctx // 4} rows but positions run up to the context length {ctx}"):
+    with pytest.raises(CodegenError,
+                       match=rf"\(layer 0, rope, rope_forward\): RoPE table 'rope_cos' has {ctx // 4} rows but positions run up to the "
+                             rf"context length {ctx}"):
         emit_c(bad)
     # a condition nested past the recursion limit is a MapError, not a RecursionError
     bad = copy.deepcopy(ir); bad['nodes'][1]['condition'] = '(' * 3000 + 'qkv_bias' + ')' * 3000

@@ -62,7 +62,8 @@ def base_tokens(tir):
     words = set()
     for name in ('tiny-qwen2.json', 'tiny-llama.json'):
         for ctx in (16, 64):
-            words |= set(re.findall(r'[A-Za-z_][A-Za-z0-9_]*', CODE.sub(' ', emit_c(build_ir(data_path('irv2', 'configs', name), ctx=ctx)))))
+            words |= set(re.findall(r'[A-Za-z_][A-Za-z0-9_]*', CODE.sub(' ', emit_c(build_ir(data_path('irv2', 'configs', name),
+                                                                                             ctx=ctx)))))
     return words
 
 def test_ir_tree_mutations(tir, base_tokens, fuzz_cases):
@@ -126,7 +127,8 @@ def test_cli_writes_only_the_output(tmp_path, tir):
     try:
         base = json.loads(Path(data_path('irv2', 'configs', 'tiny-llama.json')).read_text())
         rng = random.Random('irv2-fuzz-cli')
-        def snap(): return {str(p): p.read_bytes() for p in sorted(Path('.').rglob('*')) if p.is_file() and p.name not in ('out.json', 'out.c')}
+        def snap(): return {str(p): p.read_bytes() for p in sorted(Path('.').rglob('*')) if p.is_file() and p.name not in ('out.json',
+                                                                                                                           'out.c')}
         for k in range(20):
             c = dict(base); c[rng.choice(sorted(base))] = rng.choice(HOSTILE)
             Path('cfg.json').write_text(json.dumps(c))

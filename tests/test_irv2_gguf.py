@@ -55,7 +55,8 @@ def test_tied_embeddings_and_qwen2(tmp_path):
     c, t = read_gguf(tmp_path / 't.gguf')
     assert c['tie_word_embeddings'] is True and 'lm_head.weight' not in t
     cfg.update(model_type='qwen2'); rng = np.random.default_rng(2)
-    for p in ('q', 'k', 'v'): src[f'model.layers.0.self_attn.{p}_proj.bias'] = rng.normal(size=src[f'model.layers.0.self_attn.{p}_proj.weight'].shape[0]).astype(np.float32)
+    for p in ('q', 'k',
+              'v'): src[f'model.layers.0.self_attn.{p}_proj.bias'] = rng.normal(size=src[f'model.layers.0.self_attn.{p}_proj.weight'].shape[0]).astype(np.float32)
     write_gguf(tmp_path / 'q.gguf', cfg, src)
     c, t = read_gguf(tmp_path / 'q.gguf')
     assert c['model_type'] == 'qwen2' and c['qkv_bias'] is True
@@ -73,7 +74,8 @@ def _finish(w):
 def test_unsupported_architecture_and_dtype(tmp_path):
     w = _writer(tmp_path / 'a.gguf', 'gpt2'); w.add_tensor('token_embd.weight', np.zeros((8, 32), np.float32)); _finish(w)
     with pytest.raises(GGUFError, match="unsupported architecture 'gpt2'"): read_gguf(tmp_path / 'a.gguf')
-    w = _writer(tmp_path / 'b.gguf'); w.add_tensor('token_embd.weight', np.zeros((8, 176), np.uint8), raw_dtype=gguf.GGMLQuantizationType.Q5_K); _finish(w)
+    w = _writer(tmp_path / 'b.gguf'); w.add_tensor('token_embd.weight', np.zeros((8, 176), np.uint8),
+                                                   raw_dtype=gguf.GGMLQuantizationType.Q5_K); _finish(w)
     with pytest.raises(GGUFError, match="type Q5_K, not one of"): read_gguf(tmp_path / 'b.gguf')
     w = _writer(tmp_path / 'c.gguf'); w.add_tensor('token_embd.weight', np.zeros((8, 32), np.float32))
     w.add_tensor('rope_freqs.weight', np.ones(8, np.float32)); _finish(w)
@@ -105,7 +107,8 @@ def test_gguf_to_safetensors_runs_in_the_irv2_runtime(tiny, tmp_path):
         c = gguf_to_safetensors(gg, tmp_path / f'{k}.safetensors', tmp_path / f'{k}.json')
         ir = ir or build_ir(json.loads((tmp_path / f'{k}.json').read_text()), ctx=32)
         rt = Runtime(ir, tmp_path / f'{k}.safetensors', cache=tmp_path / 'cache')
-        ref_w = src if k == 'F32' else {n: dequantize(quantize(a, kinds.get(n, 'F32')), kinds.get(n, 'F32'), a.shape) for n, a in src.items()}
+        ref_w = src if k == 'F32' else {n: dequantize(quantize(a, kinds.get(n, 'F32')), kinds.get(n, 'F32'), a.shape) for n,
+                                        a in src.items()}
         prompt = [int(t) for t in np.random.default_rng(5).integers(0, cfg['vocab_size'], 8)]
         got = rt.prefill(prompt); want = TorchReference(ir['config'], ref_w).forward(prompt).numpy()
         assert np.abs(got - want).max() < 1e-4, k

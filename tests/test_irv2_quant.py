@@ -14,7 +14,8 @@ def bits(a): return np.asarray(a, F).view(np.uint32)
 def random_raw(kind, nb, rng, special=False):
     bb = BLOCKS[kind][1]; r = rng.integers(0, 256, (nb, bb), dtype=np.uint8)
     for off in SCALES[kind]:
-        h = rng.integers(0, 0x7C00, nb).astype(np.uint16) | (rng.integers(0, 2, nb).astype(np.uint16) << 15)  # finite f16, incl. subnormals and -0
+        h = rng.integers(0, 0x7C00,
+                         nb).astype(np.uint16) | (rng.integers(0, 2, nb).astype(np.uint16) << 15)  # finite f16, incl. subnormals and -0
         if special: h[:4] = [0, 0x8000, 1, 0x7BFF]
         r[:, off:off+2] = h.view(np.uint8).reshape(nb, 2)
     return r.reshape(-1)
@@ -162,6 +163,7 @@ def test_roundtrip_error_bounded_and_idempotent_shape(kind):
     assert not quantize(np.zeros(512), kind).any() or kind == 'Q6_K' and not dequantize(quantize(np.zeros(512), kind), kind, (512,)).any()
 
 def test_errors_are_typed():
-    with pytest.raises(QuantError, match='Q6_K: 256 elements of shape \\(256,\\) need 210 bytes, got 209'): dequantize(bytes(209), 'Q6_K', (256,))
+    with pytest.raises(QuantError, match='Q6_K: 256 elements of shape \\(256,\\) need 210 bytes, got 209'): dequantize(bytes(209), 'Q6_K',
+                                                                                                                       (256,))
     with pytest.raises(QuantError, match="unsupported quantization kind 'IQ2_XS'"): quantize(np.zeros(256), 'IQ2_XS')
     with pytest.raises(NacLabError): quantize(np.full(256, np.nan), 'Q4_K')

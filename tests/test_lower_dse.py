@@ -37,16 +37,19 @@ def test_sweep_cli_two_workers(files):
     assert 'Pareto front' in out
 
 def test_pareto():
-    rows = [dict(model='m', l1_used=10, cycles=5), dict(model='m', l1_used=20, cycles=4), dict(model='m', l1_used=20, cycles=6), dict(model='m', l1_used=30, cycles=4)]
+    rows = [dict(model='m', l1_used=10, cycles=5), dict(model='m', l1_used=20, cycles=4), dict(model='m', l1_used=20, cycles=6),
+            dict(model='m', l1_used=30, cycles=4)]
     assert [(r['l1_used'], r['cycles']) for r in pareto(rows)] == [(10, 5), (20, 4)]
 
 def test_lower_cli_errors(files):
     d = files
     rc, out, err = _cli('nem', 'lower', d / 'cnn.nac', '--device', 'npm_lite', '--float', '-o', d / 'o')
     assert rc and '--example' in err
-    rc, out, err = _cli('nem', 'lower', d / 'cnn.nac', '--device', 'npm_lite', '--float', '--float-type', 'f32', '--example', d / 'c0.npy', '-o', d / 'o')
+    rc, out, err = _cli('nem', 'lower', d / 'cnn.nac', '--device', 'npm_lite', '--float', '--float-type', 'f32', '--example', d / 'c0.npy',
+                        '-o', d / 'o')
     assert rc and 'nearest variant on npm_lite' in err and not (d / 'o').exists()
-    rc, out, err = _cli('nem', 'lower', d / 'cnn.nac', '--device', 'npm_pro_x1', '--float', '--example', d / 'c0.npy', '-o', d / 'o', '--report')
+    rc, out, err = _cli('nem', 'lower', d / 'cnn.nac', '--device', 'npm_pro_x1', '--float', '--example', d / 'c0.npy', '-o', d / 'o',
+                        '--report')
     assert not rc and re.search(r'L\d+_conv2d', out)
     io_ = json.loads((d / 'o' / 'io.json').read_text())
     assert 'quant' not in io_['inputs']['x'] and io_['inputs']['x']['dtype'] == 'float32'

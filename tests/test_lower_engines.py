@@ -10,7 +10,8 @@ SHAPE = (1, 4, 24, 16)
 @pytest.fixture(scope='module')
 def net():
     torch.manual_seed(0)
-    m = nn.Sequential(nn.Conv2d(4, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, stride=1, padding=2, dilation=2), nn.Flatten(), nn.Linear(8 * 24 * 16, 6)).eval()
+    m = nn.Sequential(nn.Conv2d(4, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, stride=1, padding=2, dilation=2), nn.Flatten(),
+                      nn.Linear(8 * 24 * 16, 6)).eval()
     return nac_compile(m, (torch.zeros(SHAPE),))
 
 def _pol(th, ne): return {'L3_conv2d': Tiling(th, 2, engines=ne), 'L7_conv2d': Tiling(th, 2, engines=ne)}

@@ -36,7 +36,8 @@ def test_mixed_int8_bit_exact_any_tiling(mixed, tiling):
     cal = [rng.standard_normal((1, 3, 21, 19)).astype(np.float32) for _ in range(4)]
     low = lower(mixed, 'npm_lite', mode='int8', calib=cal, tiling=tiling)
     assert not low.check().errors
-    if isinstance(tiling, int): assert all(t.th == min(tiling, low.graph.layer(n).shape[2]) for n, t in low.tilings.items() if low.graph.layer(n).op == 'conv2d')
+    if isinstance(tiling, int): assert all(t.th == min(tiling, low.graph.layer(n).shape[2]) for n,
+                                           t in low.tilings.items() if low.graph.layer(n).op == 'conv2d')
     _exact(mixed, low, (1, 3, 21, 19), 2)
 
 def test_tiling_does_not_change_bits(mixed):

@@ -74,7 +74,8 @@ def _zoo(name):
 def test_zoo_transformer_f32(f32dev, name):
     "The zoo's transformers lower in f32, check clean and match the NAC interpreter within 1e-4."
     m, xs = _zoo(name)
-    low = lower(m, f32dev, mode='float', example=xs, tiling='search' if name == 'gpt2' else 'naive')     # one searched, to keep the time down
+    low = lower(m, f32dev, mode='float', example=xs,
+                tiling='search' if name == 'gpt2' else 'naive')     # one searched, to keep the time down
     r = low.check()
     assert low.elem == 'f32' and not r.errors, r.format()
     ops = {l.op for l in low.graph.layers}
@@ -90,7 +91,8 @@ def test_gpt2_shipped_device_f16():
     assert np.abs(low.run(*xs)[0] - yr).max() < 1e-3 * np.abs(yr).max()
     from nac_lab.lower.tile import layer_program, simulate_text, _macs          # the per-layer report's one-layer programs
     g = low.graph
-    assert simulate_text(layer_program(g.layer('L2_embedding'), g, low.device, low.elem, None, None), low.device).total_cycles > 0   # token input stays i32
+    assert simulate_text(layer_program(g.layer('L2_embedding'), g, low.device, low.elem, None, None),
+                         low.device).total_cycles > 0   # token input stays i32
     assert _macs(g.layer('L22_matmul'), g) == 4 * 16 * 16 * 16                  # q·kᵀ per head: [16, 16] x [16, 16]
 
 class Rewrites(nn.Module):

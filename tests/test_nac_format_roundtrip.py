@@ -59,7 +59,8 @@ def handmade() -> bytes:
 def test_golden_handmade():
     raw = handmade()
     nac = read_nac(raw)
-    assert (nac.version, nac.quant_method, nac.weights_internal, nac.n_inputs, nac.n_outputs, nac.d_model) == (1, QuantMethod.INT8_TENSOR, True, 1, 1, 3)
+    assert (nac.version, nac.quant_method, nac.weights_internal, nac.n_inputs, nac.n_outputs, nac.d_model) == (1, QuantMethod.INT8_TENSOR,
+                                                                                                               True, 1, 1, 3)
     assert [(i.A, i.B, i.C, i.D) for i in nac.ops] == [(2, 0, [], []), (2, 1, [1, 0], []), (11, 1, [], [-2, -1]),
                                                         (201, 2, [1, 5], [-1, 0]), (3, 0, [1, 0], [-1])]
     assert nac.constants == {1: None, 5: -1, 6: [0.5, -4.0]} and isinstance(nac.constants[6], F32List)
@@ -177,10 +178,12 @@ def models(draw):
         for pid in nac.param_names:
             dt = draw(st.sampled_from(list(DType)))
             shape = tuple(draw(st.lists(st.integers(0, 5), max_size=3)))
-            a = np.frombuffer(draw(st.binary(min_size=int(np.prod(shape)) * DTYPE_NP[dt].itemsize, max_size=int(np.prod(shape)) * DTYPE_NP[dt].itemsize)), DTYPE_NP[dt]).reshape(shape)
+            a = np.frombuffer(draw(st.binary(min_size=int(np.prod(shape)) * DTYPE_NP[dt].itemsize,
+                                             max_size=int(np.prod(shape)) * DTYPE_NP[dt].itemsize)), DTYPE_NP[dt]).reshape(shape)
             if dt in (DType.F32, DType.F16): a = np.nan_to_num(a.astype(np.float32), nan=0, posinf=1, neginf=-1)
             if dt == DType.BOOL: a = a.view(np.uint8).astype(bool)
-            if draw(st.booleans()) or dt not in (DType.F32, DType.F16): t = DataTensor(pid, dt, a) if dt not in (DType.F32, DType.F16) else quantize(pid, a)
+            if draw(st.booleans()) or dt not in (DType.F32, DType.F16): t = DataTensor(pid, dt, a) if dt not in (DType.F32,
+                                                                                                                 DType.F16) else quantize(pid, a)
             else: t = quantize(pid, a, draw(st.sampled_from(list(QuantMethod))))
             if draw(st.booleans()): t.meta_pad = draw(st.binary(max_size=5))
             nac.tensors[pid] = t

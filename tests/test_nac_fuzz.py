@@ -46,7 +46,8 @@ def _tiny(method=QuantMethod.NONE, internal=True, extras=True):
     nac.constants[40] = F32List([1.5, -2.0])
     nac.ops.append(Instruction.output([vw - len(nac.ops)]))
     nac.n_inputs, nac.n_outputs = 1, 1
-    nac.mmap = [MmapRecord(0, [MmapCommand(MmapAction.PRELOAD, 1)]), MmapRecord(4, [MmapCommand(MmapAction.FREE, 1), MmapCommand(MmapAction.FORWARD, 5)])]
+    nac.mmap = [MmapRecord(0, [MmapCommand(MmapAction.PRELOAD, 1)]), MmapRecord(4, [MmapCommand(MmapAction.FREE, 1),
+                                                                                    MmapCommand(MmapAction.FORWARD, 5)])]
     rng = np.random.default_rng(1)
     set_weights(nac, {'w': rng.standard_normal((4, 70)).astype(np.float32), 'b': rng.standard_normal(70).astype(np.float32),
                       'steps': np.arange(3, dtype=np.int64)}, method, internal)

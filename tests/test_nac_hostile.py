@@ -76,7 +76,8 @@ def test_impossible_external_shapes(tmp_path, shape):
 def test_impossible_block_fp8_original_shape(tmp_path, shape):
     f = tmp_path / 'b.nac'; f.write_bytes(write_nac(_base(internal=False)))
     meta = {'w': json.dumps({'quant_type': 'BLOCK_FP8', 'block_size': 64, 'orig_shape': SHAPES[shape], 'scales': [1.0]})}
-    (tmp_path / 'b.safetensors').write_bytes(_st({'__metadata__': meta, 'w': {'dtype': 'I8', 'shape': [64], 'data_offsets': [0, 64]}}, bytes(64)))
+    (tmp_path / 'b.safetensors').write_bytes(_st({'__metadata__': meta, 'w': {'dtype': 'I8', 'shape': [64], 'data_offsets': [0, 64]}},
+                                                 bytes(64)))
     rc, out, err = run_cli('run', str(f), '-i', _x(tmp_path))
     assert rc == 1 and 'b.safetensors' in err and "__metadata__['w']" in err and 'orig_shape' in err, err
 

@@ -143,7 +143,8 @@ def test_every_opcode(tmp_path):
     row = x[-1, [3, 2, 1]].astype(np.float64); pr = np.exp(row - row.max()); pr /= pr.sum()
     u = np.random.Generator(np.random.PCG64(4)).random()
     assert smp == [3, 2, 1][int(np.searchsorted(np.cumsum(pr), u, side='right'))]
-    missing = {n for n, _ in MEP_OPCODES.values()} - seen - {'RES_LOAD_MODEL', 'MODEL_RUN_STATIC', 'PREPROC_ENCODE', 'PREPROC_DECODE', 'PREPROC_GET_ID'}
+    missing = {n for n, _ in MEP_OPCODES.values()} - seen - {'RES_LOAD_MODEL', 'MODEL_RUN_STATIC', 'PREPROC_ENCODE', 'PREPROC_DECODE',
+                                                             'PREPROC_GET_ID'}
     assert not missing, missing          # the excluded ones run in test_reference_plan_cli and test_tokenizer_opcodes
 
 def _mlp_file(tmp_path):

@@ -225,7 +225,8 @@ def test_read_nac_check_mmap_is_strict_and_opt_in(tmp_path):
 
 def test_more_than_255_commands_at_a_tick_survive_the_file():
     nac, _ = demo_nac(schedule=False)
-    ops = [Instruction.user_input()] + [Instruction.param(k + 1) for k in range(300)] + [Instruction(240, 1, [], [-300 + k for k in range(300)])]
+    ops = [Instruction.user_input()] + [Instruction.param(k + 1) for k in range(300)] + [Instruction(240, 1, [],
+                                                                                                     [-300 + k for k in range(300)])]
     recs = build_schedule(ops, preload_ahead=400)             # every PRELOAD at tick 0 (before its load instruction)
     assert [(r.tick, len(r.commands)) for r in recs] == [(0, 255), (0, 45)]
     assert sorted(c.target for c in commands_of(recs)) == list(range(1, 301))
@@ -329,7 +330,8 @@ def test_files_laid_out_the_old_way_still_schedule_and_run():
     from nac_lab.nac.run import Interpreter
     nac, sizes = demo_nac()
     order = [1, 3, 6, 0, 2, 4, 5, 7, 8, 9]                       # W1, b1, W2 first, then the rest in source order
-    old = NacFile(**{k: getattr(nac, k) for k in ('n_inputs', 'n_outputs', 'd_model', 'cmap', 'constants', 'perm', 'param_names', 'tensors')})
+    old = NacFile(**{k: getattr(nac, k) for k in ('n_inputs', 'n_outputs', 'd_model', 'cmap', 'constants', 'perm', 'param_names',
+                                                  'tensors')})
     old.ops = apply_order(nac, order); old.input_names = {3: 'x'}
     osz = [sizes[o] for o in order]
     old.mmap = build_schedule(old, sizes=osz)

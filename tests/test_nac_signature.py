@@ -77,7 +77,8 @@ def test_auto_dims_named_by_input():
     assert [s.shape for s in sig.inputs] == [['x_dim0', 3], ['x_dim0', 6]] and sig.dims == {'x_dim0': [1, None]}
     static = nac_lab.compile(Two().eval(), (torch.randn(4, 3), torch.ones(4, 6, dtype=torch.int64)))
     assert [s.shape for s in signature_of(static.nac).inputs] == [[4, 3], [4, 6]]
-    assert signature_of(nac_lab.compile(Two().eval(), (torch.randn(4, 3), torch.ones(4, 6, dtype=torch.int64)), signature=False).nac) is None
+    assert signature_of(nac_lab.compile(Two().eval(), (torch.randn(4, 3), torch.ones(4, 6, dtype=torch.int64)),
+                                        signature=False).nac) is None
 
 # ---- compile(tokenizer=) ----
 
@@ -90,7 +91,8 @@ def wordpiece(path):
     t.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     t.decoder = decoders.WordPiece()
     corpus = [f'the plan runs {k} times, then the model {w} the tokens.' for k in range(50) for w in ('reads', 'writes', 'counts')]
-    t.train_from_iterator(corpus, trainers.WordPieceTrainer(vocab_size=300, special_tokens=['[UNK]', '[CLS]', '[SEP]'], show_progress=False))
+    t.train_from_iterator(corpus, trainers.WordPieceTrainer(vocab_size=300, special_tokens=['[UNK]', '[CLS]', '[SEP]'],
+                                                            show_progress=False))
     t.post_processor = processors.BertProcessing(('[SEP]', t.token_to_id('[SEP]')), ('[CLS]', t.token_to_id('[CLS]')))
     t.save(str(path))
     return t

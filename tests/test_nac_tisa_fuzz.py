@@ -16,8 +16,10 @@ BPE = {'added_tokens': [{'id': 5, 'content': '<s>', 'special': True, 'normalized
        'pre_tokenizer': {'type': 'ByteLevel', 'add_prefix_space': True, 'use_regex': True},
        'model': {'type': 'BPE', 'vocab': {**{c: k for k, c in enumerate('Ġabc')}, 'ab': 6, 'Ġa': 7}, 'merges': ['a b', 'Ġ a']},
        'decoder': {'type': 'ByteLevel'}}
-UNI = {'normalizer': {'type': 'NFKC'}, 'pre_tokenizer': {'type': 'Metaspace', 'replacement': '▁', 'prepend_scheme': 'always', 'split': True},
-       'model': {'type': 'Unigram', 'unk_id': 0, 'vocab': [['<unk>', 0.0], ['▁a', -1.0], ['b', -2.0], ['▁ab', -2.5], ['▁', -3.0], ['a', -3.0]]},
+UNI = {'normalizer': {'type': 'NFKC'}, 'pre_tokenizer': {'type': 'Metaspace', 'replacement': '▁', 'prepend_scheme': 'always',
+                                                         'split': True},
+       'model': {'type': 'Unigram', 'unk_id': 0, 'vocab': [['<unk>', 0.0], ['▁a', -1.0], ['b', -2.0], ['▁ab', -2.5], ['▁', -3.0],
+                                                           ['a', -3.0]]},
        'decoder': {'type': 'Metaspace', 'replacement': '▁', 'prepend_scheme': 'always'}}
 
 def texts(rng, n):

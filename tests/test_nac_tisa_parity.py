@@ -45,7 +45,8 @@ def bpe_gpt2():
     t.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     t.decoder = decoders.ByteLevel(); t.post_processor = processors.ByteLevel(trim_offsets=True)
     sp = ['<|endoftext|>', '<|pad|>']
-    t.train_from_iterator(TRAIN, trainers.BpeTrainer(vocab_size=900, special_tokens=sp, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    t.train_from_iterator(TRAIN, trainers.BpeTrainer(vocab_size=900, special_tokens=sp,
+                                                     initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
     return t, sp
 
 LLAMA3 = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
@@ -56,8 +57,10 @@ def bpe_llama3():
                                                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     t.decoder = decoders.ByteLevel()
     sp = ['<|begin_of_text|>', '<|end_of_text|>']
-    t.train_from_iterator(TRAIN, trainers.BpeTrainer(vocab_size=700, special_tokens=sp, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
-    t.post_processor = processors.TemplateProcessing(single='<|begin_of_text|> $A', special_tokens=[('<|begin_of_text|>', t.token_to_id('<|begin_of_text|>'))])
+    t.train_from_iterator(TRAIN, trainers.BpeTrainer(vocab_size=700, special_tokens=sp,
+                                                     initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    t.post_processor = processors.TemplateProcessing(single='<|begin_of_text|> $A', special_tokens=[('<|begin_of_text|>',
+                                                                                                     t.token_to_id('<|begin_of_text|>'))])
     return t, sp
 
 def wordpiece_bert():
@@ -67,7 +70,8 @@ def wordpiece_bert():
     t.decoder = decoders.WordPiece()
     sp = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]']
     t.train_from_iterator(TRAIN, trainers.WordPieceTrainer(vocab_size=700, special_tokens=sp, show_progress=False))
-    t.post_processor = processors.TemplateProcessing(single='[CLS] $A [SEP]', special_tokens=[('[CLS]', t.token_to_id('[CLS]')), ('[SEP]', t.token_to_id('[SEP]'))])
+    t.post_processor = processors.TemplateProcessing(single='[CLS] $A [SEP]', special_tokens=[('[CLS]', t.token_to_id('[CLS]')),
+                                                                                              ('[SEP]', t.token_to_id('[SEP]'))])
     return t, sp
 
 def unigram_t5():
@@ -94,7 +98,8 @@ def wordpiece_mixed():
     t = Tokenizer(models.WordPiece(unk_token='[UNK]'))
     t.normalizer = normalizers.Sequence([normalizers.NFKD(), normalizers.Prepend('>')])
     t.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Punctuation('contiguous'),
-                                               pre_tokenizers.Split(Regex(r'\d+'), 'merged_with_previous'), pre_tokenizers.Split('-', 'merged_with_next'),
+                                               pre_tokenizers.Split(Regex(r'\d+'), 'merged_with_previous'),
+                                                   pre_tokenizers.Split('-', 'merged_with_next'),
                                                pre_tokenizers.Digits(individual_digits=False)])
     t.decoder = decoders.WordPiece(cleanup=False)
     t.train_from_iterator(TRAIN, trainers.WordPieceTrainer(vocab_size=800, special_tokens=['[UNK]', '[X]'], show_progress=False))
@@ -106,7 +111,8 @@ def unigram_mixed():
     t.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(r'\s+'), 'removed'),
                                                pre_tokenizers.Metaspace(replacement='_', prepend_scheme='never', split=False)])
     t.decoder = decoders.Sequence([decoders.Replace('_', ' '), decoders.Strip(' ', 1, 0)])
-    t.train_from_iterator(TRAIN, trainers.UnigramTrainer(vocab_size=1500, special_tokens=['<unk>', '<x>'], unk_token='<unk>', show_progress=False))
+    t.train_from_iterator(TRAIN, trainers.UnigramTrainer(vocab_size=1500, special_tokens=['<unk>', '<x>'], unk_token='<unk>',
+                                                         show_progress=False))
     return t, ['<x>']
 
 def with_byte_tokens(t):
@@ -124,7 +130,8 @@ def bpe_llama2():
     t = Tokenizer(models.BPE(unk_token='<unk>', fuse_unk=True))
     t.normalizer = normalizers.Sequence([normalizers.Prepend('▁'), normalizers.Replace(' ', '▁')])
     t.decoder = decoders.Sequence([decoders.Replace('▁', ' '), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(' ', 1, 0)])
-    t.train_from_iterator(TRAIN, trainers.BpeTrainer(vocab_size=700, special_tokens=['<unk>', '<s>', '</s>'], limit_alphabet=120, show_progress=False))
+    t.train_from_iterator(TRAIN, trainers.BpeTrainer(vocab_size=700, special_tokens=['<unk>', '<s>', '</s>'], limit_alphabet=120,
+                                                     show_progress=False))
     t = with_byte_tokens(t)
     t.post_processor = processors.TemplateProcessing(single='<s> $A', special_tokens=[('<s>', t.token_to_id('<s>'))])
     return t, ['<s>', '</s>']
@@ -133,7 +140,8 @@ def unigram_bytes():
     t = Tokenizer(models.Unigram())
     t.pre_tokenizer = pre_tokenizers.Metaspace()
     t.decoder = decoders.Sequence([decoders.Metaspace(), decoders.ByteFallback()])
-    t.train_from_iterator(TRAIN, trainers.UnigramTrainer(vocab_size=1500, special_tokens=['<unk>', '<x>'], unk_token='<unk>', show_progress=False))
+    t.train_from_iterator(TRAIN, trainers.UnigramTrainer(vocab_size=1500, special_tokens=['<unk>', '<x>'], unk_token='<unk>',
+                                                         show_progress=False))
     return with_byte_tokens(t), ['<x>']
 
 def bpe_mistral():
@@ -141,7 +149,8 @@ def bpe_mistral():
     t = Tokenizer(models.BPE(unk_token='<unk>', fuse_unk=True))
     t.pre_tokenizer = pre_tokenizers.Metaspace(replacement='▁', prepend_scheme='first', split=False)
     t.decoder = decoders.Sequence([decoders.Metaspace(replacement='▁', prepend_scheme='first'), decoders.ByteFallback(), decoders.Fuse()])
-    t.train_from_iterator(TRAIN, trainers.BpeTrainer(vocab_size=700, special_tokens=['<unk>', '<s>', '</s>'], limit_alphabet=150, show_progress=False))
+    t.train_from_iterator(TRAIN, trainers.BpeTrainer(vocab_size=700, special_tokens=['<unk>', '<s>', '</s>'], limit_alphabet=150,
+                                                     show_progress=False))
     return with_byte_tokens(t), ['<s>', '</s>']
 
 def bpe_roberta():
@@ -151,7 +160,8 @@ def bpe_roberta():
     t.decoder = decoders.ByteLevel()
     t.train_from_iterator(TRAIN, trainers.BpeTrainer(vocab_size=800, special_tokens=['<s>', '<pad>', '</s>', '<unk>'],
                                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
-    t.add_special_tokens([tokenizers.AddedToken('<mask>', lstrip=True, normalized=False), tokenizers.AddedToken('[R]', rstrip=True, normalized=False)])
+    t.add_special_tokens([tokenizers.AddedToken('<mask>', lstrip=True, normalized=False), tokenizers.AddedToken('[R]', rstrip=True,
+                                                                                                                normalized=False)])
     t.add_tokens([tokenizers.AddedToken('fox', single_word=True, normalized=False)])
     t.post_processor = processors.RobertaProcessing(('</s>', t.token_to_id('</s>')), ('<s>', t.token_to_id('<s>')))
     return t, ['<mask>', '  <mask>', '[R]', '[R]  ', ' fox ', 'fox', 'x<mask>y', 'jumps[R] ']

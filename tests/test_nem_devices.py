@@ -21,7 +21,8 @@ def ws_of(tmp_path, files, root='main.nem'):
 
 # ---------------- includes ----------------
 def test_include_relative_and_search_path(tmp_path):
-    ws = ws_of(tmp_path, {'main.nem': 'include "sub/dev.nem"\n', 'sub/dev.nem': 'include "nem_baseline_1.0.nem"\ndevice d extends nem_baseline_1_0 { }\n'})
+    ws = ws_of(tmp_path, {'main.nem': 'include "sub/dev.nem"\n',
+                          'sub/dev.nem': 'include "nem_baseline_1.0.nem"\ndevice d extends nem_baseline_1_0 { }\n'})
     assert ws.diags == [] and set(ws.devices) == {'nem_baseline_1_0', 'd'} and len(ws.families) == 13
 
 def test_include_cycle_three_files(tmp_path):
@@ -34,7 +35,8 @@ def test_include_self_cycle(tmp_path):
     assert [(d.rule, d.line) for d in ws.diags] == [('include.cycle', 1)]
 
 def test_include_diamond_is_not_duplicate(tmp_path):
-    ws = ws_of(tmp_path, {'main.nem': 'include "a.nem"\ninclude "b.nem"\n', 'a.nem': 'include "nem_baseline_1.0.nem"\n', 'b.nem': 'include "nem_baseline_1.0.nem"\n'})
+    ws = ws_of(tmp_path, {'main.nem': 'include "a.nem"\ninclude "b.nem"\n', 'a.nem': 'include "nem_baseline_1.0.nem"\n',
+                          'b.nem': 'include "nem_baseline_1.0.nem"\n'})
     assert ws.diags == []
 
 def test_include_duplicate_device_two_files(tmp_path):
@@ -68,14 +70,21 @@ def test_variant_ref(text, family, inst, variant):
     assert (r.family, r.inst, r.variant, str(r)) == (family, inst, variant, text)
 
 def test_must_and_may_tables_from_baseline():
-    must = {'gemm.int8<i8>.no_bias', 'gemm.int8<i8>.with_bias', 'gemm.float<f16>.no_bias', 'gemm.float<f16>.with_bias', 'conv2d.int8<i8>.no_bias',
-            'conv2d.int8<i8>.with_bias', 'conv2d.float<f16>.no_bias', 'conv2d.float<f16>.with_bias', 'eltwise<i8>.default', 'eltwise<f16>.default',
-            'view<i8>.default', 'view<f16>.default', 'norm<f16>.default', 'softmax<f16>.default', 'cast.default', 'quantize<f16, i8>.default',
+    must = {'gemm.int8<i8>.no_bias', 'gemm.int8<i8>.with_bias', 'gemm.float<f16>.no_bias', 'gemm.float<f16>.with_bias',
+            'conv2d.int8<i8>.no_bias',
+            'conv2d.int8<i8>.with_bias', 'conv2d.float<f16>.no_bias', 'conv2d.float<f16>.with_bias', 'eltwise<i8>.default',
+                'eltwise<f16>.default',
+            'view<i8>.default', 'view<f16>.default', 'norm<f16>.default', 'softmax<f16>.default', 'cast.default',
+                'quantize<f16, i8>.default',
             'dequantize<i8, f16>.default'}
-    may = {'gemm.int8<i16>.with_bias', 'gemm.float<bf16>.no_bias', 'gemm.float<f32>.no_bias', 'conv2d.int8<i16>.with_bias', 'conv2d.float<bf16>.no_bias',
-           'conv2d.float<bf16>.with_bias', 'conv2d.float<f32>.no_bias', 'conv2d.float<f32>.with_bias', 'eltwise<i16>.default', 'eltwise<i32>.default',
-           'eltwise<bf16>.default', 'eltwise<f32>.default', 'view<i16>.default', 'view<i32>.default', 'view<bf16>.default', 'view<f32>.default',
-           'norm<bf16>.default', 'norm<f32>.default', 'softmax<bf16>.default', 'softmax<f32>.default', 'gemm.int4.no_bias', 'gemm.int4.with_bias',
+    may = {'gemm.int8<i16>.with_bias', 'gemm.float<bf16>.no_bias', 'gemm.float<f32>.no_bias', 'conv2d.int8<i16>.with_bias',
+           'conv2d.float<bf16>.no_bias',
+           'conv2d.float<bf16>.with_bias', 'conv2d.float<f32>.no_bias', 'conv2d.float<f32>.with_bias', 'eltwise<i16>.default',
+               'eltwise<i32>.default',
+           'eltwise<bf16>.default', 'eltwise<f32>.default', 'view<i16>.default', 'view<i32>.default', 'view<bf16>.default',
+               'view<f32>.default',
+           'norm<bf16>.default', 'norm<f32>.default', 'softmax<bf16>.default', 'softmax<f32>.default', 'gemm.int4.no_bias',
+               'gemm.int4.with_bias',
            'conv2d.int4.no_bias', 'conv2d.int4.with_bias', 'quantize<f32, i8>.default', 'dequantize<i8, f32>.default'}
     insts = instantiations()
     assert {str(r) for r, i in insts.items() if i.cls == 'MUST'} == must
@@ -105,8 +114,10 @@ def resolve(src, name):
     return ds.resolve(name), ws.diags + ds.diags
 
 def test_spec_devices_resolve():
-    for f, name, eng, l2, l1, ext in [('npm_lite.nem', 'npm_lite', 1, 1048576, 524288, 0), ('npm_mid.nem', 'npm_mid', 2, 4194304, 1048576, 0),
-                                      ('npm_pro.nem', 'npm_pro', 4, 8388608, 1048576, 1), ('npm_pro_x1.nem', 'npm_pro_x1', 4, 8388608, 1048576, 3)]:
+    for f, name, eng, l2, l1, ext in [('npm_lite.nem', 'npm_lite', 1, 1048576, 524288, 0), ('npm_mid.nem', 'npm_mid', 2, 4194304, 1048576,
+                                                                                            0),
+                                      ('npm_pro.nem', 'npm_pro', 4, 8388608, 1048576, 1), ('npm_pro_x1.nem', 'npm_pro_x1', 4, 8388608,
+                                                                                           1048576, 3)]:
         ws = load(NEM / 'devices' / f); ds = DeviceSet(ws); rd = ds.resolve(name)
         assert ws.diags == [] and ds.diags == []
         t = rd.topology
@@ -135,28 +146,40 @@ def test_inheritance_topology_replaced_chars_merged_sets_unioned():
 
 DEVICE_ERRORS = [
     # (source, device, rule, line, words)
-    (BASE + 'device a extends nem_baseline_1_0 {\n spec_version = "1.0"\n' + TOPO + ' }', 'a', 'device.derived-spec-version', 3, ['must not set spec_version']),
+    (BASE + 'device a extends nem_baseline_1_0 {\n spec_version = "1.0"\n' + TOPO + ' }', 'a', 'device.derived-spec-version', 3,
+     ['must not set spec_version']),
     ('device a {\n opcode.mandatory { cast.default } }', 'a', 'device.spec-version', 1, ['lacks spec_version']),
     ('device a { spec_version = "2.7"\n opcode.mandatory { cast.default } }', 'a', 'device.spec-version', 1, ["'2.7'"]),
     (BASE + 'device a extends nope { }', 'a', 'device.parent', 2, ["extends 'nope'"]),
     (BASE + 'device a extends b { }\ndevice b extends nem_baseline_1_0 { }', 'a', 'device.parent', 2, ['defined after it']),
     (BASE + 'device a extends nem_baseline_1_0 {\n topology { num_engines = 0 l2_size_bytes = 100 per_engine { NMU = 1 l1_size_bytes = 10 } } }', 'a', 'device.counts', 3, ['num_engines = 0']),
     (BASE + 'device a extends nem_baseline_1_0 {\n topology { num_engines = 1 l2_size_bytes = 0 per_engine { NMU = 1 l1_size_bytes = 10 } } }', 'a', 'device.counts', 3, ['l2_size_bytes = 0']),
-    (BASE + 'device a extends nem_baseline_1_0 {\n topology { num_engines = 1 l2_size_bytes = 10 per_engine {\n CSTL = 0 l1_size_bytes = 10 } } }', 'a', 'device.counts', 4, ['CSTL = 0']),
-    (BASE + 'device a extends nem_baseline_1_0 {\n topology { num_engines = 1 l2_size_bytes = 10 per_engine {\n sDMA = 1 l1_size_bytes = 10 } } }', 'a', 'device.unit-scope', 4, ['sDMA', 'device_units']),
-    (BASE + 'device a extends nem_baseline_1_0 {\n topology { num_engines = 1 l2_size_bytes = 10 device_units {\n NMU = 1 } per_engine { l1_size_bytes = 10 } } }', 'a', 'device.unit-scope', 4, ['NMU', 'per_engine']),
-    (BASE + 'device a extends nem_baseline_1_0 { ' + TOPO + '\n opcode.mandatory { gemm.float<f64>.no_bias } }', 'a', 'device.unknown-variant', 3, []),
-    (BASE + 'device a extends nem_baseline_1_0 { ' + TOPO + '\n opcode.extended { gemm.float<f16>.nobias } }', 'a', 'device.unknown-variant', 3, ['no type family defines', 'did you mean gemm.float<f16>.no_bias']),
-    ('include "nem_baseline_1.0.nem"\ndevice a {\n spec_version = "1.0" ' + TOPO + ' opcode.mandatory { cast.default } }', 'a', 'device.missing-must', 2, ['gemm.int8<i8>.no_bias', 'schema rule 7']),
+    (BASE + 'device a extends nem_baseline_1_0 {\n topology { num_engines = 1 l2_size_bytes = 10 per_engine {\n CSTL = 0 l1_size_bytes = '
+     '10 } } }', 'a', 'device.counts', 4, ['CSTL = 0']),
+    (BASE + 'device a extends nem_baseline_1_0 {\n topology { num_engines = 1 l2_size_bytes = 10 per_engine {\n sDMA = 1 l1_size_bytes = '
+     '10 } } }', 'a', 'device.unit-scope', 4, ['sDMA', 'device_units']),
+    (BASE + 'device a extends nem_baseline_1_0 {\n topology { num_engines = 1 l2_size_bytes = 10 device_units {\n NMU = 1 } per_engine { '
+     'l1_size_bytes = 10 } } }', 'a', 'device.unit-scope', 4, ['NMU', 'per_engine']),
+    (BASE + 'device a extends nem_baseline_1_0 { ' + TOPO + '\n opcode.mandatory { gemm.float<f64>.no_bias } }', 'a',
+     'device.unknown-variant', 3, []),
+    (BASE + 'device a extends nem_baseline_1_0 { ' + TOPO + '\n opcode.extended { gemm.float<f16>.nobias } }', 'a',
+     'device.unknown-variant', 3, ['no type family defines', 'did you mean gemm.float<f16>.no_bias']),
+    ('include "nem_baseline_1.0.nem"\ndevice a {\n spec_version = "1.0" ' + TOPO + ' opcode.mandatory { cast.default } }', 'a',
+     'device.missing-must', 2, ['gemm.int8<i8>.no_bias', 'schema rule 7']),
     ('device a { spec_version = "1.0" ' + TOPO + '\n opcode.mandatory { } }', 'a', 'device.mandatory', 1, ['non-empty']),
     # second cases for the rules above that had one
-    (BASE + 'device a extends nem_baseline_1_0 { ' + TOPO + ' }\ndevice b extends a {\n\n spec_version = "1.0" }', 'b', 'device.derived-spec-version', 5, ["inherits '1.0' from a"]),
+    (BASE + 'device a extends nem_baseline_1_0 { ' + TOPO + ' }\ndevice b extends a {\n\n spec_version = "1.0" }', 'b',
+     'device.derived-spec-version', 5, ["inherits '1.0' from a"]),
     ('device a { spec_version = "1.0" ' + TOPO + ' }', 'a', 'device.mandatory', 1, ['schema rule 2']),
-    ('device a {\n spec_version = "1.0" ' + TOPO + ' opcode.mandatory { gemm.int8<i8>.no_bias } }', 'a', 'device.missing-must', 1, ['missing: ', 'cast', 'include "nem_baseline_1.0.nem"']),
-    (BASE + 'device a extends nem_baseline_1_0 { ' + TOPO + '\n opcode.extended {\n relu<f16>.default } }', 'a', 'device.unknown-variant', 4, ['relu<f16>.default', 'no type family defines']),
+    ('device a {\n spec_version = "1.0" ' + TOPO + ' opcode.mandatory { gemm.int8<i8>.no_bias } }', 'a', 'device.missing-must', 1,
+     ['missing: ', 'cast', 'include "nem_baseline_1.0.nem"']),
+    (BASE + 'device a extends nem_baseline_1_0 { ' + TOPO + '\n opcode.extended {\n relu<f16>.default } }', 'a', 'device.unknown-variant',
+     4, ['relu<f16>.default', 'no type family defines']),
     (BASE + 'device a extends nem_baseline_1_0 {\n topology { num_engines = 4 / 0 l2_size_bytes = 10 per_engine { l1_size_bytes = 10 } } }', 'a', 'device.value', 3, ['num_engines of device a', 'division by zero']),
-    (BASE + 'device a extends nem_baseline_1_0 {\n topology { num_engines = 1 l2_size_bytes = 10 per_engine {\n NMU = n l1_size_bytes = 10 } } }', 'a', 'device.value', 4, ["NMU of device a", "unknown name 'n'"]),
-    (BASE + 'device a extends nem_baseline_1_0 {\n topology { num_engines = 1 l2_size_bytes = 3037000500 * 3037000500 per_engine { l1_size_bytes = 10 } } }', 'a', 'device.value', 3, ['l2_size_bytes', '64-bit']),
+    (BASE + 'device a extends nem_baseline_1_0 {\n topology { num_engines = 1 l2_size_bytes = 10 per_engine {\n NMU = n l1_size_bytes = '
+     '10 } } }', 'a', 'device.value', 4, ["NMU of device a", "unknown name 'n'"]),
+    (BASE + 'device a extends nem_baseline_1_0 {\n topology { num_engines = 1 l2_size_bytes = 3037000500 * 3037000500 per_engine { '
+     'l1_size_bytes = 10 } } }', 'a', 'device.value', 3, ['l2_size_bytes', '64-bit']),
 ]
 
 @pytest.mark.parametrize('src,name,rule,line,words', DEVICE_ERRORS)
@@ -205,7 +228,8 @@ def test_device_string_directive_and_inline(tmp_path):
     (tmp_path / 'p.nem').write_text('device "dev.nem"\nbuffer B : L2 (size=101)\n')
     r = check(tmp_path / 'p.nem', name='p.nem')
     assert r.device.name == 'mine' and [(d.rule, d.line) for d in r.errors] == [('memory.capacity', 2)]
-    r = check(text=BASE + 'device inl extends nem_baseline_1_0 { ' + TOPO + ' }\nprogram p:\nbuffer B : L1[1] (size=4)\n', name='q.nem', base_dir=NEM)
+    r = check(text=BASE + 'device inl extends nem_baseline_1_0 { ' + TOPO + ' }\nprogram p:\nbuffer B : L1[1] (size=4)\n', name='q.nem',
+              base_dir=NEM)
     assert r.device.name == 'inl' and [(d.rule, d.line) for d in r.errors] == [('buffer.level', 4)]
 
 def test_device_file_overrides_same_named_device(tmp_path):
@@ -255,7 +279,8 @@ def test_const_example_clean():
 def test_cli_check_exit_codes_and_carets(monkeypatch):
     monkeypatch.chdir(NEM)
     rc, out, err = run_cli('nem', 'check', 'examples/conv2d_relu.nem')
-    assert rc == 1 and out.startswith('examples/conv2d_relu.nem:55:10: error: conv2d(X: i8, W: i8, B: i32 -> Y: i8, accum_type=i32) matches no variant')
+    assert rc == 1 and out.startswith('examples/conv2d_relu.nem:55:10: error: conv2d(X: i8, W: i8, B: i32 -> Y: i8, accum_type=i32) '
+                                      'matches no variant')
     assert '\n    ' + ' ' * 9 + '^\n' in out and '\n    ' + ' ' * 57 + '^\n' in out and '2 error(s)' in out
     rc, out, err = run_cli('nem', 'check', 'examples/conv2d_relu_fixed.nem')
     assert rc == 0
@@ -316,7 +341,9 @@ def test_cli_unreadable_files_one_line(monkeypatch, tmp_path):
     assert rc == 1 and 'Traceback' not in err
 
 def test_cli_json_counts_every_severity():
-    rc, out, err = run_cli('nem', 'check', str(data_path('nem', 'examples', 'multi_cstl.nem')), '--device', str(data_path('nem', 'devices', 'npm_lite.nem')), '--json')
+    rc, out, err = run_cli('nem', 'check', str(data_path('nem', 'examples', 'multi_cstl.nem')), '--device', str(data_path('nem', 'devices',
+                                                                                                                          'npm_lite.nem')),
+                                                                                                                              '--json')
     j = json.loads(out)
     sev = [d['severity'] for d in j['diagnostics']]
     assert (j['errors'], j['warnings'], j['infos']) == (sev.count('error'), sev.count('warning'), sev.count('info')) == (0, 0, 2)

@@ -64,7 +64,9 @@ def conv_acc_ref(x, w, zx, pads, strides, dil, groups):
 def lst(a): return '[' + ', '.join(f'{v:g}' if isinstance(v, float) else str(v) for v in a) + ']'
 
 # --- conv2d ------------------------------------------------------------------------------------------
-@pytest.mark.parametrize('pads,strides,dil,groups', [([1, 1, 1, 1], [1, 1], [1, 1], 1), ([2, 1, 0, 2], [2, 1], [2, 2], 2), ([0, 0, 0, 0], [2, 2], [1, 1], 4)])
+@pytest.mark.parametrize('pads,strides,dil,groups', [([1, 1, 1, 1], [1, 1], [1, 1], 1), ([2, 1, 0, 2], [2, 1], [2, 2], 2), ([0, 0, 0, 0],
+                                                                                                                            [2, 2], [1, 1],
+                                                                                                                                4)])
 def test_conv2d_int8_per_channel(pads, strides, dil, groups):
     rng = np.random.default_rng(sum(pads) * 7 + strides[0] + groups)
     N, H, W_, C, K, kh, kw = 1, 9, 8, 8, 8, 3, 3
@@ -88,7 +90,8 @@ t = conv2d.sync in x, w, b out y pads={lst(pads)} strides={lst(strides)} dilatio
 '''
     got = run(prog, dict(X=x, Wt=w, Bs=b))['Y'].view(np.int8).reshape(N, Ho, Wo, K)
     acc = conv_acc_ref(x, w, zx, pads, strides, dil, groups) + b
-    want = np.array([[requant_ref(int(a), sx * sw[c] / sy, zy) for c, a in enumerate(row)] for row in acc.reshape(-1, K)]).reshape(got.shape)
+    want = np.array([[requant_ref(int(a), sx * sw[c] / sy, zy) for c,
+                      a in enumerate(row)] for row in acc.reshape(-1, K)]).reshape(got.shape)
     assert (got == want).all()
 
 # --- gemm -------------------------------------------------------------------------------------------
@@ -219,5 +222,6 @@ t = conv2d.sync in x, w out y pads=[0, 0, 0, 0] strides=[1, 1] dilations=[1, 1] 
 '''
     got = run(prog, dict(X=x, Wt=packed))['Y'].view(np.int8).reshape(1, 4, 4, 2)
     acc = x.astype(np.int64).reshape(16, 4) @ w.reshape(4, 2)
-    want = np.array([[requant_ref(int(acc[i, c]), 0.1 * [0.05, 0.02][c] / 0.2, 0) for c in range(2)] for i in range(16)]).reshape(1, 4, 4, 2)
+    want = np.array([[requant_ref(int(acc[i, c]), 0.1 * [0.05, 0.02][c] / 0.2,
+                                  0) for c in range(2)] for i in range(16)]).reshape(1, 4, 4, 2)
     assert (got == want).all()

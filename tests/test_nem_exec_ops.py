@@ -54,7 +54,8 @@ def test_binary(op):
 
 def test_linear_and_conv_family():
     A = RNG.standard_normal((5, 7)).astype(np.float32); Bm = RNG.standard_normal((7, 3)).astype(np.float32); C = RNG.standard_normal(3).astype(np.float32)
-    y = go([('a', (5, 7), 'f32'), ('b', (7, 3), 'f32')], [('y', (5, 3), 'f32')], 't = gemm.sync in a, b out y accum_type=f32', dict(a=A, b=Bm))['y']
+    y = go([('a', (5, 7), 'f32'), ('b', (7, 3), 'f32')], [('y', (5, 3), 'f32')], 't = gemm.sync in a, b out y accum_type=f32',
+           dict(a=A, b=Bm))['y']
     assert np.allclose(y, A.astype(np.float64) @ Bm, rtol=1e-5)
     h = '''program h:
 buffer BA : L2 (size=70)
@@ -71,7 +72,8 @@ t = gemm.sync in a, b, c out y accum_type=f32
     y = run(h, dict(BA=A16, BB=B16, BC=C16))['BY'].view(np.float16).reshape(5, 3)
     assert np.allclose(y.astype(np.float64), A16.astype(np.float64) @ B16 + C16, rtol=2e-3, atol=2e-3)
     A3 = RNG.standard_normal((2, 5, 7)).astype(np.float32); B3 = RNG.standard_normal((2, 7, 3)).astype(np.float32)
-    y = go([('a', (2, 5, 7), 'f32'), ('b', (2, 7, 3), 'f32')], [('y', (2, 5, 3), 'f32')], 't = matmul.sync in a, b out y accum_type=f32', dict(a=A3, b=B3))['y']
+    y = go([('a', (2, 5, 7), 'f32'), ('b', (2, 7, 3), 'f32')], [('y', (2, 5, 3), 'f32')], 't = matmul.sync in a, b out y accum_type=f32',
+           dict(a=A3, b=B3))['y']
     assert np.allclose(y, A3.astype(np.float64) @ B3, rtol=1e-5)
     x = RNG.standard_normal((1, 6, 6, 4)).astype(np.float32)
     def ref(w, groups, pads, st, dil):
@@ -84,31 +86,45 @@ t = gemm.sync in a, b, c out y accum_type=f32
                 for g in range(groups):
                     for u in range(kh):
                         for v in range(kw):
-                            out[:, i, j, g * og:(g + 1) * og] += xp[:, i * st[0] + u * dil[0], j * st[1] + v * dil[1], g * cg:(g + 1) * cg] @ w[u, v, :, g * og:(g + 1) * og]
+                            out[:, i, j, g * og:(g + 1) * og] += xp[:, i * st[0] + u * dil[0], j * st[1] + v * dil[1],
+                                                                    g * cg:(g + 1) * cg] @ w[u, v, :, g * og:(g + 1) * og]
         return out
-    for opc, w, groups in (('conv2d', RNG.standard_normal((3, 3, 2, 6)).astype(np.float32), 2), ('depthwise_conv2d', RNG.standard_normal((3, 3, 1, 4)).astype(np.float32), 4)):
+    for opc, w, groups in (('conv2d', RNG.standard_normal((3, 3, 2, 6)).astype(np.float32), 2), ('depthwise_conv2d',
+                                                                                                 RNG.standard_normal((3, 3, 1, 4)).astype(np.float32), 4)):
         want = ref(w, groups, [1, 0, 1, 2], [2, 1], [1, 2])
         y = go([('x', x.shape, 'f32'), ('w', w.shape, 'f32')], [('y', want.shape, 'f32')],
-               f't = {opc}.sync in x, w out y pads=[1, 0, 1, 2] strides=[2, 1] dilations=[1, 2] groups={groups} accum_type=f32', dict(x=x, w=w))['y']
+               f't = {opc}.sync in x, w out y pads=[1, 0, 1, 2] strides=[2, 1] dilations=[1, 2] groups={groups} accum_type=f32',
+                   dict(x=x, w=w))['y']
         assert np.allclose(y, want, rtol=1e-5, atol=1e-6), opc
     x1 = RNG.standard_normal((1, 9, 2)).astype(np.float32); w1 = RNG.standard_normal((3, 2, 3)).astype(np.float32)
-    y = go([('x', x1.shape, 'f32'), ('w', w1.shape, 'f32')], [('y', (1, 7, 3), 'f32')], 't = conv1d.sync in x, w out y pads=[0, 0] strides=[1] dilations=[1] accum_type=f32', dict(x=x1, w=w1))['y']
+    y = go([('x', x1.shape, 'f32'), ('w', w1.shape, 'f32')], [('y', (1, 7, 3), 'f32')],
+           't = conv1d.sync in x, w out y pads=[0, 0] strides=[1] dilations=[1] accum_type=f32', dict(x=x1, w=w1))['y']
     assert np.allclose(y, np.stack([sum(x1[0, i + u] @ w1[u] for u in range(3)) for i in range(7)])[None], rtol=1e-5)
     x3 = RNG.standard_normal((1, 3, 3, 3, 2)).astype(np.float32); w3 = RNG.standard_normal((2, 2, 2, 2, 1)).astype(np.float32)
-    y = go([('x', x3.shape, 'f32'), ('w', w3.shape, 'f32')], [('y', (1, 2, 2, 2, 1), 'f32')], 't = conv3d.sync in x, w out y pads=[0, 0, 0, 0, 0, 0] strides=[1, 1, 1] dilations=[1, 1, 1] accum_type=f32', dict(x=x3, w=w3))['y']
-    want = np.array([[[[sum((x3[0, a + u, b + v, c + t] * w3[u, v, t, :, 0]).sum() for u in range(2) for v in range(2) for t in range(2))] for c in range(2)] for b in range(2)] for a in range(2)])
+    y = go([('x', x3.shape, 'f32'), ('w', w3.shape, 'f32')], [('y', (1, 2, 2, 2, 1), 'f32')],
+           't = conv3d.sync in x, w out y pads=[0, 0, 0, 0, 0, 0] strides=[1, 1, 1] dilations=[1, 1, 1] accum_type=f32',
+               dict(x=x3, w=w3))['y']
+    want = np.array([[[[sum((x3[0, a + u, b + v, c + t] * w3[u, v, t, :,
+                                                             0]).sum() for u in range(2) for v in range(2) for t in range(2))] for c in range(2)] for b in range(2)] for a in range(2)])
     assert np.allclose(y[0], want, rtol=1e-5)
 
 def test_views_reductions_norms():
-    y = go([('x', S, 'f32')], [('y', (4, 2, 3), 'f32')], 't = transpose.sync in x out y perm=[2, 0, 1]', dict(x=X))['y']; assert (y == X.transpose(2, 0, 1)).all()
-    y = go([('x', S, 'f32')], [('y', (6, 4), 'f32')], 't = reshape.sync in x out y target_shape=[6, 4]', dict(x=X))['y']; assert (y == X.reshape(6, 4)).all()
-    y = go([('x', S, 'f32')], [('y', (2, 2, 2), 'f32')], 't = slice.sync in x out y starts=[0, 3] ends=[2, 0] axes=[1, 2] steps=[1, -2]', dict(x=X))['y']; assert (y == X[:, 0:2, 3:0:-2]).all()
-    y = go([('a', S, 'f32'), ('b', S, 'f32')], [('y', (2, 6, 4), 'f32')], 't = concat.sync in a, b out y axis=1', dict(a=X, b=P))['y']; assert (y == np.concatenate([X, P], 1)).all()
-    o = go([('x', S, 'f32')], [('y1', (2, 3, 1), 'f32'), ('y2', (2, 3, 3), 'f32')], 't = split.sync in x out y1, y2 axis=2 split_sizes=[1, 3]', dict(x=X))
+    y = go([('x', S, 'f32')], [('y', (4, 2, 3), 'f32')], 't = transpose.sync in x out y perm=[2, 0, 1]',
+           dict(x=X))['y']; assert (y == X.transpose(2, 0, 1)).all()
+    y = go([('x', S, 'f32')], [('y', (6, 4), 'f32')], 't = reshape.sync in x out y target_shape=[6, 4]',
+           dict(x=X))['y']; assert (y == X.reshape(6, 4)).all()
+    y = go([('x', S, 'f32')], [('y', (2, 2, 2), 'f32')], 't = slice.sync in x out y starts=[0, 3] ends=[2, 0] axes=[1, 2] steps=[1, -2]',
+           dict(x=X))['y']; assert (y == X[:, 0:2, 3:0:-2]).all()
+    y = go([('a', S, 'f32'), ('b', S, 'f32')], [('y', (2, 6, 4), 'f32')], 't = concat.sync in a, b out y axis=1',
+           dict(a=X, b=P))['y']; assert (y == np.concatenate([X, P], 1)).all()
+    o = go([('x', S, 'f32')], [('y1', (2, 3, 1), 'f32'), ('y2', (2, 3, 3), 'f32')],
+           't = split.sync in x out y1, y2 axis=2 split_sizes=[1, 3]', dict(x=X))
     assert (o['y1'] == X[:, :, :1]).all() and (o['y2'] == X[:, :, 1:]).all()
-    y = go([('x', S, 'f32')], [('y', (2, 5, 4), 'f32')], 't = pad.sync in x out y pads=[0, 1, 0, 0, 1, 0] mode="reflect"', dict(x=X))['y']; assert (y == np.pad(X, [(0, 0), (1, 1), (0, 0)], mode='reflect')).all()
+    y = go([('x', S, 'f32')], [('y', (2, 5, 4), 'f32')], 't = pad.sync in x out y pads=[0, 1, 0, 0, 1, 0] mode="reflect"',
+           dict(x=X))['y']; assert (y == np.pad(X, [(0, 0), (1, 1), (0, 0)], mode='reflect')).all()
     x4 = X.reshape(1, 2, 3, 4)
-    y = go([('x', (1, 2, 3, 4), 'f32')], [('y', (1, 1, 2, 4), 'f32')], 't = maxpool.sync in x out y kernel_shape=[2, 2] pads=[0, 0, 0, 0] strides=[2, 1]', dict(x=x4))['y']
+    y = go([('x', (1, 2, 3, 4), 'f32')], [('y', (1, 1, 2, 4), 'f32')],
+           't = maxpool.sync in x out y kernel_shape=[2, 2] pads=[0, 0, 0, 0] strides=[2, 1]', dict(x=x4))['y']
     assert (y[0, 0] == np.maximum(np.maximum(x4[0, 0, :2], x4[0, 0, 1:]), np.maximum(x4[0, 1, :2], x4[0, 1, 1:]))).all()
     for op, f in (('reduce_sum', np.sum), ('reduce_max', np.max), ('reduce_min', np.min)):
         y = go([('x', S, 'f32')], [('y', (2, 1, 1), 'f32')], f't = {op}.sync in x out y axes=[1, 2] keepdims=1', dict(x=X))['y']
@@ -117,16 +133,20 @@ def test_views_reductions_norms():
         y = go([('x', S, 'f32')], [('y', (2, 3), 'i32')], f't = {op}.sync in x out y axis=2 keepdims=0', dict(x=X))['y']
         assert (y == f(X, axis=2)).all(), op
     sc = RNG.standard_normal(4).astype(np.float32); bi = RNG.standard_normal(4).astype(np.float32)
-    y = go([('x', S, 'f32'), ('s', (4,), 'f32'), ('b', (4,), 'f32')], [('y', S, 'f32')], 't = layernorm.sync in x, s, b out y axis=2 epsilon=0.001', dict(x=X, s=sc, b=bi))['y']
+    y = go([('x', S, 'f32'), ('s', (4,), 'f32'), ('b', (4,), 'f32')], [('y', S, 'f32')],
+           't = layernorm.sync in x, s, b out y axis=2 epsilon=0.001', dict(x=X, s=sc, b=bi))['y']
     x64 = X.astype(np.float64); ln = (x64 - x64.mean(2, keepdims=True)) / np.sqrt(x64.var(2, keepdims=True) + 1e-3) * sc + bi
     assert np.allclose(y, ln, rtol=1e-4, atol=1e-5)
-    y = go([('x', S, 'f32'), ('s', (4,), 'f32')], [('y', S, 'f32')], 't = rmsnorm.sync in x, s out y axis=2 epsilon=0.001', dict(x=X, s=sc))['y']
+    y = go([('x', S, 'f32'), ('s', (4,), 'f32')], [('y', S, 'f32')], 't = rmsnorm.sync in x, s out y axis=2 epsilon=0.001',
+           dict(x=X, s=sc))['y']
     assert np.allclose(y, x64 / np.sqrt((x64 ** 2).mean(2, keepdims=True) + 1e-3) * sc, rtol=1e-4, atol=1e-5)
     y = go([('x', S, 'f32')], [('y', S, 'f32')], 't = log_softmax.sync in x out y axis=1', dict(x=X))['y']
     m = x64.max(1, keepdims=True); assert np.allclose(y, x64 - m - np.log(np.exp(x64 - m).sum(1, keepdims=True)), rtol=1e-5, atol=1e-6)
 
 def test_every_opcode_is_covered_here():
-    covered = set(UN) | set(BIN) | {'leaky_relu', 'clamp', 'gemm', 'matmul', 'conv2d', 'depthwise_conv2d', 'conv1d', 'conv3d', 'transpose', 'reshape', 'slice',
-               'concat', 'split', 'pad', 'maxpool', 'reduce_sum', 'reduce_max', 'reduce_min', 'argmax', 'argmin', 'layernorm', 'rmsnorm', 'log_softmax'}
+    covered = set(UN) | set(BIN) | {'leaky_relu', 'clamp', 'gemm', 'matmul', 'conv2d', 'depthwise_conv2d', 'conv1d', 'conv3d', 'transpose',
+                                    'reshape', 'slice',
+               'concat', 'split', 'pad', 'maxpool', 'reduce_sum', 'reduce_max', 'reduce_min', 'argmax', 'argmin', 'layernorm', 'rmsnorm',
+                   'log_softmax'}
     covered |= {'avgpool', 'gather', 'softmax', 'cast', 'quantize', 'dequantize'}      # in test_nem_exec_float.py
     assert set(opcode_table()) - covered == set()

@@ -39,7 +39,8 @@ def same(text):
     cr = load_program(text); el = elaborate(cr); tb = build_table(cr)
     assert [i.name for i in el.insts] == [tb.name(j) for j in range(tb.n)]
     assert [sorted(i.deps) for i in el.insts] == [sorted(tb.deps(j).tolist()) for j in range(tb.n)]
-    assert [(i.unit, i.pin, i.engine) for i in el.insts if i.kind != 'join'] == [(tb.pools[tb.pool[j]][1], int(tb.pin[j]), int(tb.eng[j])) for j in range(tb.n) if tb.kind[j]]
+    assert [(i.unit, i.pin, i.engine) for i in el.insts if i.kind != 'join'] == [(tb.pools[tb.pool[j]][1], int(tb.pin[j]),
+                                                                                  int(tb.eng[j])) for j in range(tb.n) if tb.kind[j]]
     assert el.max_live == tb.max_live
     return tb
 
@@ -65,7 +66,8 @@ def test_table_equals_elab_vectorised_and_scalar():
     assert tb.pools[tb.pool[int(np.flatnonzero(tb.kind)[0])]] == (1, 'DMA')    # L1[1] places the task on engine 1
     same(NESTED.replace('        ts = store.async', '        wait(tr)\n        ts = store.async'))   # a wait: not vectorised
     same(NESTED.replace('tr = relu.async', 'tr = relu.sync'))                                     # a sync task: not vectorised
-    same(data_path('nem', 'examples', 'conv2d_relu_fixed.nem').read_text().replace('include "../devices', f'include "{data_path("nem", "devices")}'))
+    same(data_path('nem', 'examples', 'conv2d_relu_fixed.nem').read_text().replace('include "../devices',
+                                                                                   f'include "{data_path("nem", "devices")}'))
 
 def test_closed_form_contention_unequal_sizes():
     "Two DDR->L2 moves of 3200 and 6400 bytes share a 64 B/cycle DDR port: 32 each until the first is done (100 cycles), then 64."
@@ -82,7 +84,8 @@ wait(t0, t1)
 def test_closed_form_l2_port_shared_by_dma():
     "Four 4096-byte L2->L1 transfers on 4 DMAs with a 128 B/cycle L2 port: each gets 32 B/cycle: 10 + 4096/32."
     body = 'buffer A : L2 (size=16384)\nbuffer B : L1[0] (size=16384)\n' + ''.join(
-        f't{k} = transfer.async(dst=region(B, {k * 4096}, 4096), src=region(A, {k * 4096}, 4096))\n' for k in range(4)) + 'wait(t0, t1, t2, t3)\n'
+        f't{k} = transfer.async(dst=region(B, {k * 4096}, 4096), src=region(A, {k * 4096}, '
+        f'4096))\n' for k in range(4)) + 'wait(t0, t1, t2, t3)\n'
     assert simulate(dev(dma=4, l2=128) + body).total_cycles == 10 + 4096 // 32
     assert simulate(dev(dma=4, l2=1024) + body).total_cycles == 10 + 4096 // 64
 
@@ -130,7 +133,8 @@ def test_closed_form_dispatch(D):
     r = simulate(dev(disp=D) + tiny(N))
     assert r.total_cycles == (N * D + c if 2 * D >= c else N // 2 * c + 2 * D)
     s = summary(r)
-    assert s['units']['E0.SEQ[0]'] == dict(type='SEQ', busy=N * D, idle=r.total_cycles - N * D, utilisation=round(N * D / r.total_cycles, 4))
+    assert s['units']['E0.SEQ[0]'] == dict(type='SEQ', busy=N * D, idle=r.total_cycles - N * D, utilisation=round(N * D / r.total_cycles,
+                                                                                                                  4))
     if D: assert r.start.tolist()[:2] == [D, 2 * D] and [t['dispatch'] for t in to_json(r)['tasks'][:2]] == [[0, D], [D, 2 * D]]
 
 def test_dispatch_per_engine_and_on_the_critical_path():
@@ -247,7 +251,9 @@ t2 = transfer.async(dst=region(L, 16384, {2 * B}), src=WL2, deps=[t1])
 ga = gemm.async in x, region(L, 16384, {B}, elem=i8, shape=[128, 64], layout=KN, {Q}) out region(L, {16384 + 2 * B}, {B}, elem=i8, shape=[128, 64], layout=MN, {Q}) accum_type=i32 deps=[t2]
 gb = gemm.async in x, region(L, {16384 + B}, {B}, elem=i8, shape=[128, 64], layout=KN, {Q}) out region(L, {16384 + 3 * B}, {B}, elem=i8, shape=[128, 64], layout=MN, {Q}) accum_type=i32 deps=[t2]
 wait(ga, gb)
-'''.replace('t1 = transfer.async(dst=WL2, src=WD)', f't1 = transfer.async(dst=region(WL2, 0, {B}), src=region(WD, 0, {B}))\nu1 = transfer.async(dst=region(WL2, {B}, {B}), src=region(WD, {B}, {B}))').replace('deps=[t1])', 'deps=[t1, u1])')
+'''.replace('t1 = transfer.async(dst=WL2, src=WD)',
+            f't1 = transfer.async(dst=region(WL2, 0, {B}), src=region(WD, 0, {B}))\nu1 = transfer.async(dst=region(WL2, {B}, {B}), '
+            f'src=region(WD, {B}, {B}))').replace('deps=[t1])', 'deps=[t1, u1])')
     one, both = simulate(dev(wdm=1, ratio=2, ddr=4096) + two), simulate(dev(wdm=2, ratio=2, ddr=4096) + two)
     assert one.table.wdm.tolist()[:3] == [1, 1, 0]
     assert one.start[1] == 0 and one.wstart[1] == B / 128 and one.end[1] == 2 * B / 128 + 20      # u1 held its sDMA while it waited
@@ -397,10 +403,12 @@ def test_mac_array_cycles_from_fxp(tmp_path):
 
 def test_program_order_and_pinning():
     "Ready tasks compete in program order; a pinned task waits for its instance even when another is free."
-    regs = ''.join(f'a{k} = region(S, {k * 128}, 128, elem=bf16, shape=[64], layout=C)\ny{k} = region(D, {k * 128}, 128, elem=bf16, shape=[64], layout=C)\n' for k in range(4))
+    regs = ''.join(f'a{k} = region(S, {k * 128}, 128, elem=bf16, shape=[64], layout=C)\ny{k} = region(D, {k * 128}, 128, elem=bf16, '
+                   f'shape=[64], layout=C)\n' for k in range(4))
     body = 'buffer S : L1[0] (size=512) @import\nbuffer D : L1[0] (size=512)\n' + regs
     d = 64 // 64 + 4                                      # 64 elements on 64 lanes + latency 4
     r = simulate(dev(cstl=1) + body + ''.join(f'r{k} = relu.async in a{k} out y{k}\n' for k in range(3)))
     assert r.start[:3].tolist() == [0, d, 2 * d]
-    r = simulate(dev(cstl=2) + body + 'r0 = relu.async in a0 out y0\n    @resource(CSTL[1])\nr1 = relu.async in a1 out y1\n    @resource(CSTL[1])\nr2 = relu.async in a2 out y2\n')
+    r = simulate(dev(cstl=2) + body + 'r0 = relu.async in a0 out y0\n    @resource(CSTL[1])\nr1 = relu.async in a1 out y1\n    '
+                     '@resource(CSTL[1])\nr2 = relu.async in a2 out y2\n')
     assert [r.label(j) for j in range(3)] == ['E0.CSTL[1]', 'E0.CSTL[1]', 'E0.CSTL[0]'] and r.start[:3].tolist() == [0, d, 0]

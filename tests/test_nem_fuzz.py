@@ -13,7 +13,8 @@ from nac_lab.nem.check import check
 
 SOURCES = [data_path('nem', 'examples', f).read_text() for f in ('conv2d_relu.nem', 'multi_cstl.nem', 'const_example.nem')] + \
           [data_path('nem', 'devices', 'npm_pro.nem').read_text()]
-CHARS = list('()[]{},=:;@<>+-*/."#\n 0123456789') + ['loop ', 'endloop', 'region', 'deps=[x]', '@resource(SEQ[0])', 'elem=i4', 'mod', '1.5', 'L1[9]']
+CHARS = list('()[]{},=:;@<>+-*/."#\n 0123456789') + ['loop ', 'endloop', 'region', 'deps=[x]', '@resource(SEQ[0])', 'elem=i4', 'mod',
+                                                     '1.5', 'L1[9]']
 
 @st.composite
 def mutated(draw):
@@ -40,10 +41,14 @@ def test_mutations_never_crash(src):
         assert d.severity in ('error', 'warning', 'info') and d.rule and d.message
     r.format()
 
-@pytest.mark.parametrize('src', ['', '\n\n', '# only a comment\n', 'program p:\n', ';;;\n', 'const a = 99999999999999999999 * 99999999999999999999\nbuffer B : L2 (size=a)\n',
+@pytest.mark.parametrize('src', ['', '\n\n', '# only a comment\n', 'program p:\n', ';;;\n',
+                                 'const a = 99999999999999999999 * 99999999999999999999\nbuffer B : L2 (size=a)\n',
                                  'loop i in [0..1000000000]:\n  wait(x)\nendloop\n',
-                                 ''.join('  ' * k + f'loop i{k} in [0..3]:\n' for k in range(24)) + ''.join('  ' * k + 'endloop\n' for k in reversed(range(24))),
-                                 'const a = ' + '(' * 3000 + '1' + ')' * 3000 + '\n', 'buffer B : L2 (size=64)\nR = region(B, 0, 64, elem=i8, shape=[100000000, 100000000, 100000000], layout=ABC)\n'])
+                                 ''.join('  ' * k + f'loop i{k} in '
+                                         f'[0..3]:\n' for k in range(24)) + ''.join('  ' * k + 'endloop\n' for k in reversed(range(24))),
+                                 'const a = ' + '(' * 3000 + '1' + ')' * 3000 + '\n',
+                                     'buffer B : L2 (size=64)\nR = region(B, 0, 64, elem=i8, shape=[100000000, 100000000, 100000000], '
+                                     'layout=ABC)\n'])
 def test_edge_inputs(src):
     r = check(text=src, name='e.nem')
     r.format()
@@ -78,14 +83,19 @@ PATHOLOGICAL = [
     ('repeated squaring', _SQ, [('const.range', 6)], ['outside the 64-bit integer range']),
     ('size product overflow', 'const K = 4294967296\nbuffer B : DDR (size=K * K)\n', [('expr.range', 2)], ['4294967296 * 4294967296']),
     ('loop bound 10**18', 'buffer B : L2 (size=64)\nloop i in [0..1000000000000000000] @max_in_flight(1000000000000000000):\n'
-                          '  t = transfer.async(dst=region(B, 0, 8), src=region(B, 8, 8))\nendloop\n', [('hazard.write', 3)], ['no dependency']),
+                          '  t = transfer.async(dst=region(B, 0, 8), src=region(B, 8, 8))\nendloop\n', [('hazard.write', 3)],
+                              ['no dependency']),
     ('max_in_flight 10**7', 'buffer B : L2 (size=64)\nloop i in [0..30000000] @max_in_flight(10000000):\n'
                             '  t = transfer.async(dst=region(B, 0, 8), src=region(B, 8, 8), deps=[t])\nendloop\n', [], []),
-    ('rank-1000 shape', 'buffer B : L2 (size=64)\nR = region(B, 0, 64, elem=i8, shape=[' + ', '.join(['99999999'] * 1000) + '], layout=C)\n',
+    ('rank-1000 shape',
+     'buffer B : L2 (size=64)\nR = region(B, 0, 64, elem=i8, shape=[' + ', '.join(['99999999'] * 1000) + '], layout=C)\n',
      [('region.extent', 2)], ['more than 9223372036854775807 elements']),
-    ('reshape to 10**8000 elements', 'buffer B : L2 (size=64)\nX = region(B, 0, 8, elem=i8, shape=[8], layout=C)\nY = region(B, 8, 8, elem=i8, shape=[8], layout=C)\n'
-                                     't = reshape.async in X out Y target_shape=[' + ', '.join(['99999999'] * 1000) + ']\n', [('compute.shape', 4)], ['more than 2**63 - 1 elements']),
-    ('2000 nested loops', ''.join(f'loop i{k} in [0..1]:\n' for k in range(2000)) + 'endloop\n' * 2000, [('syntax', None)], ['nesting too deep']),   # the line depends on the stack depth left
+    ('reshape to 10**8000 elements',
+     'buffer B : L2 (size=64)\nX = region(B, 0, 8, elem=i8, shape=[8], layout=C)\nY = region(B, 8, 8, elem=i8, shape=[8], layout=C)\n'
+                                     't = reshape.async in X out Y target_shape=[' + ', '.join(['99999999'] * 1000) + ']\n',
+                                         [('compute.shape', 4)], ['more than 2**63 - 1 elements']),
+    ('2000 nested loops', ''.join(f'loop i{k} in [0..1]:\n' for k in range(2000)) + 'endloop\n' * 2000, [('syntax', None)],
+     ['nesting too deep']),   # the line depends on the stack depth left
     ('100000 parentheses', 'const a = ' + '(' * 100000 + '1' + ')' * 100000 + '\n', [('syntax', 1)], ['nesting too deep']),
     ('binary garbage', bytes(range(256)).decode('latin-1') * 8, [('syntax', 1)], ['unexpected character']),
     ('NUL bytes', '\x00' * 64, [('syntax', 1)], ["unexpected character '\\x00'"]),
@@ -99,7 +109,8 @@ def test_pathological_inputs(name, src, errors, words):
     import time
     t0 = time.process_time()
     r = check(text=src, name='p.nem')
-    assert [(d.rule, d.line if line else None) for d, (_, line) in zip(r.errors, errors)] == errors and len(r.errors) == len(errors), r.format()[:2000]
+    assert [(d.rule, d.line if line else None) for d, (_, line) in zip(r.errors,
+                                                                       errors)] == errors and len(r.errors) == len(errors), r.format()[:2000]
     for w in words: assert w in r.errors[0].message, r.errors[0].message
     assert len(r.format()) < 20000
     assert time.process_time() - t0 < 5, name
@@ -139,7 +150,8 @@ def family_text(draw):
     lines = ['type_family fz' + (f'<{decl}>' if params else '') + ' {']
     lines += [f'    {o}: {draw(typ)}' for o in draw(st.lists(st.sampled_from(['input', 'output', 'X', 'Y']), max_size=3, unique=True))]
     if draw(st.booleans()): lines.append(f'    accum = {draw(st.sampled_from(["f32", "i32", "f64", "wide"]))}')
-    if draw(st.booleans()): lines.append(f'    quant = {draw(st.sampled_from(["required", "absent", "maybe", "required on input", "required on Q"]))}')
+    if draw(st.booleans()): lines.append(f'    quant = '
+                                         f'{draw(st.sampled_from(["required", "absent", "maybe", "required on input", "required on Q"]))}')
     lines.append('    variants:')
     for v in draw(st.lists(st.sampled_from(['default', 'no_bias', 'with_bias']), min_size=1, max_size=2, unique=True)):
         ops = ' '.join(f'{o}: {draw(typ)}' for o in draw(st.lists(st.sampled_from(['B', 'C']), max_size=2, unique=True)))
@@ -170,11 +182,13 @@ def test_malformed_families_never_raise(fam):
     r.format()
 
 FAM_BAD = [
-    'type_family eltwise<T: {f16, f32}> {\n    input: T\n    output: T\n    variants:\n    default: { }\n    conformance: { MUST <f16, f32> }\n}\n',
+    'type_family eltwise<T: {f16, f32}> {\n    input: T\n    output: T\n    variants:\n    default: { }\n    conformance: { MUST <f16, '
+    'f32> }\n}\n',
     'type_family eltwise<T: {f16, f32}> {\n    input: T\n    output: T\n    variants:\n    default: { }\n    conformance: { MAY <i8> }\n}\n',
     'type_family eltwise<T: {f16, f32}> {\n    input: T\n    output: T\n    variants:\n    default: { }\n    conformance: { MAY }\n}\n',
     'type_family eltwise<T: {f16, f32}> {\n    input: U\n    output: T\n    variants:\n    default: { }\n    conformance: { MAY <f16> }\n}\n',
-    'type_family eltwise {\n    input: f16\n    output: f16\n    accum = f99\n    quant = required on nothing\n    variants:\n    default: { }\n    conformance: { MUST <f16> }\n}\n',
+    'type_family eltwise {\n    input: f16\n    output: f16\n    accum = f99\n    quant = required on nothing\n    variants:\n    '
+    'default: { }\n    conformance: { MUST <f16> }\n}\n',
 ]
 
 @pytest.mark.parametrize('fam', FAM_BAD)
@@ -238,7 +252,8 @@ def test_long_include_chain(tmp_path):
     "A chain of 800 files each including the next: loaded iteratively, in linear time; the last file's device is visible."
     n = 800
     for k in range(n - 1): (tmp_path / f'f{k}.nem').write_text(f'include "f{k + 1}.nem"\n')
-    (tmp_path / f'f{n - 1}.nem').write_text('include "nem_baseline_1.0.nem"\ndevice deep extends nem_baseline_1_0 { topology { num_engines = 1 l2_size_bytes = 64 per_engine { NMU = 1 l1_size_bytes = 8 } } }\n')
+    (tmp_path / f'f{n - 1}.nem').write_text('include "nem_baseline_1.0.nem"\ndevice deep extends nem_baseline_1_0 { topology { '
+                                            'num_engines = 1 l2_size_bytes = 64 per_engine { NMU = 1 l1_size_bytes = 8 } } }\n')
     with time_limit(30): r = check(text='include "f0.nem"\ndevice deep\nbuffer B : L2 (size=65)\n', name='p.nem', base_dir=tmp_path)
     assert r.device.name == 'deep' and r.rules() == ['memory.capacity']
     (tmp_path / f'f{n - 1}.nem').write_text('include "f0.nem"\n')      # and as a cycle: one diagnostic naming the chain
@@ -304,7 +319,8 @@ def test_cli_messages_are_escaped(tmp_path, capsys):
     from nac_lab.cli import main
     bad = tmp_path / 'b\x1b[31m.nem'
     bad.write_text('const a = "\x1b[2J"\n')
-    for cmd in (['nem', 'check', str(bad)], ['nem', 'fmt', str(bad)], ['nem', 'devices', str(bad)], ['nem', 'check', str(tmp_path / 'no\x1bne.nem')]):
+    for cmd in (['nem', 'check', str(bad)], ['nem', 'fmt', str(bad)], ['nem', 'devices', str(bad)], ['nem', 'check',
+                                                                                                     str(tmp_path / 'no\x1bne.nem')]):
         try: main(cmd)
         except SystemExit: pass
         cap = capsys.readouterr()
@@ -325,9 +341,11 @@ def test_device_values_are_strictly_typed(value, rule, words):
     r = check(text=src, name='d.nem', base_dir=data_path('nem'))
     assert [(d.rule, d.line) for d in r.errors] == [(rule, 4)] and words in r.errors[0].message, r.format()
     for field in ('num_engines = true', 'num_engines = "1"', 'l2_size_bytes = 64.0'):
-        r = check(text=src.replace('num_engines = 1', field).replace(value, 'max_active_tokens = 4'), name='d.nem', base_dir=data_path('nem'))
+        r = check(text=src.replace('num_engines = 1', field).replace(value, 'max_active_tokens = 4'), name='d.nem',
+                  base_dir=data_path('nem'))
         assert r.errors and r.errors[0].rule in ('device.value', 'syntax') and r.errors[0].line == 3, r.format()
-    r = check(text='include "nem_baseline_1.0.nem"\ndevice d extends nem_baseline_1_0 { spec_version = 1.0 }\n', name='d.nem', base_dir=data_path('nem'))
+    r = check(text='include "nem_baseline_1.0.nem"\ndevice d extends nem_baseline_1_0 { spec_version = 1.0 }\n', name='d.nem',
+              base_dir=data_path('nem'))
     assert r.rules() == ['syntax'] and 'a string such as "1.0"' in r.errors[0].message
 
 # ---- the standing fuzz test: deterministic seeds, a time alarm, bounded memory ----

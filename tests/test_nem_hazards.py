@@ -64,7 +64,8 @@ def random_program(rng, n=8):
             L.append(f'{ind}t{k} = transfer.{mode}(dst={sl()}, src=region(D, {rng.randrange(0, 8) * 16}, 16){dep})')
         else:
             o = rng.randrange(0, 7) * 8
-            L.append(f'{ind}t{k} = relu.{mode} in region(A, {o}, 8, elem=i8, shape=[8], layout=C) out region(A, {rng.randrange(0, 7) * 8}, 8, elem=i8, shape=[8], layout=C)' + (f' deps=[{", ".join(deps)}]' if deps else ''))
+            L.append(f'{ind}t{k} = relu.{mode} in region(A, {o}, 8, elem=i8, shape=[8], layout=C) out region(A, '
+                     f'{rng.randrange(0, 7) * 8}, 8, elem=i8, shape=[8], layout=C)' + (f' deps=[{", ".join(deps)}]' if deps else ''))
         toks.append(f't{k}')
     k = 0
     for _ in range(n):

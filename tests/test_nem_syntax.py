@@ -32,35 +32,41 @@ def test_precedence_and_associativity():
     assert e == BinOp('*', Neg(BinOp('+', Name('a'), Num(1))), Neg(Num(2)))
 
 def test_buffer_levels():
-    b = body('buffer a : DDR (size=8)\nbuffer b : L2 (size=8, align=16)\nbuffer c : L1 (size=8)\nbuffer d : L1[k+1] (align=4, size=8) @import\n')
+    b = body('buffer a : DDR (size=8)\nbuffer b : L2 (size=8, align=16)\nbuffer c : L1 (size=8)\nbuffer d : L1[k+1] (align=4, size=8) '
+             '@import\n')
     assert [(x.level, x.index) for x in b] == [('DDR', None), ('L2', None), ('L1', Num(0)), ('L1', BinOp('+', Name('k'), Num(1)))]
     assert b[1].align == Num(16) and b[3].decos == [Deco('import')]
 
 def test_region_forms_equal():
     inside = body('R = region(B, 0, 16, elem=i8, shape=[4, 4], layout=HW, quant=per_tensor(scale=0.5, zero_point=0)) @materialized')[0]
     after = body('R = region(B, 0, 16) elem=i8, shape=[4, 4], layout=HW, quant=per_tensor(scale=0.5, zero_point=0) @materialized')[0]
-    nextline = body('let R = region(B, 0, 16)\n    elem=i8, shape=[4, 4], layout=HW, quant=per_tensor(scale=0.5, zero_point=0)\n    @materialized')[0]
+    nextline = body('let R = region(B, 0, 16)\n    elem=i8, shape=[4, 4], layout=HW, quant=per_tensor(scale=0.5, zero_point=0)\n    '
+                    '@materialized')[0]
     assert inside.region == after.region == nextline.region
     assert inside.decos == after.decos == nextline.decos == [Deco('materialized')]
     assert nextline.is_let and not inside.is_let
 
 def test_region_strides_and_quant_forms():
-    r = body('R = region(B, 0, 64, elem=i4, shape=[2, 64], strides=[64, 1], quant=per_group(axis=1, group_size=32, scales=[0.5, 0.25], zero_points=[0, 1]))')[0].region
+    r = body('R = region(B, 0, 64, elem=i4, shape=[2, 64], strides=[64, 1], quant=per_group(axis=1, group_size=32, scales=[0.5, 0.25], '
+             'zero_points=[0, 1]))')[0].region
     assert r.types.strides == [Num(64), Num(1)] and r.types.layout is None
     q = r.types.quant
-    assert (q.kind, q.axis, q.group_size, q.scales, q.zero_points) == ('per_group', Num(1), Num(32), [Num(0.5), Num(0.25)], [Num(0), Num(1)])
+    assert (q.kind, q.axis, q.group_size, q.scales, q.zero_points) == ('per_group', Num(1), Num(32), [Num(0.5), Num(0.25)],
+                                                                       [Num(0), Num(1)])
     q = body('R = region(B, 0, 8, elem=i8, shape=[2], layout=C, quant=per_channel(axis=0, scales=[1.0, 2.0], zero_points=[0, 0]))')[0].region.types.quant
     assert q.kind == 'per_channel' and len(q.scales) == 2
 
 def test_transfer_store_wait():
     b = body('t = transfer.sync(dst=region(D, 0, 4), src=S @readonly, deps=[a, b]) @memmove\nstore.async(dst=X, src=Y)\nwait(t, u)\n')
-    assert (b[0].kind, b[0].sync, b[0].assign, [r.id for r in b[0].deps], b[0].decos) == ('transfer', True, 't', ['a', 'b'], [Deco('memmove')])
+    assert (b[0].kind, b[0].sync, b[0].assign, [r.id for r in b[0].deps], b[0].decos) == ('transfer', True, 't', ['a', 'b'],
+                                                                                          [Deco('memmove')])
     assert b[0].src.decos == [Deco('readonly')] and type(b[0].dst.ref) is Region
     assert (b[1].kind, b[1].sync, b[1].assign) == ('store', False, None)
     assert [r.id for r in b[2].tokens] == ['t', 'u']
 
 def test_compute_continuation_lines():
-    b = body('y = conv2d.async in X, W, B out Y\n  pads=[1,1,1,1]\n  strides=[1,1] dilations=[1,1]\n  accum_type=i32 deps=[t]\n  @resource(NMU[0]) @debug("c")\nz = relu.sync in Y out Z\n')
+    b = body('y = conv2d.async in X, W, B out Y\n  pads=[1,1,1,1]\n  strides=[1,1] dilations=[1,1]\n  accum_type=i32 deps=[t]\n  '
+             '@resource(NMU[0]) @debug("c")\nz = relu.sync in Y out Z\n')
     c = b[0]
     assert list(c.attrs) == ['pads', 'strides', 'dilations', 'accum_type'] and [r.id for r in c.deps] == ['t']
     assert [d.name for d in c.decos] == ['resource', 'debug'] and c.decos[1].args == [Str('c')]
@@ -99,7 +105,8 @@ def test_generic_compute():
     assert [o.ref.id for o in c.ins] == ['A'] and [r.id for r in c.deps] == ['t']
 
 def test_type_family_parse():
-    f = parse('type_family quantize<T_src: {f16, f32}, T_dst: {i8}> {\n src: T_src\n dst: T_dst\n quant = required on dst\n variants:\n  default: {}\n   conformance: { MUST <f16, i8>  MAY <f32, i8> }\n}').families[0]
+    f = parse('type_family quantize<T_src: {f16, f32}, T_dst: {i8}> {\n src: T_src\n dst: T_dst\n quant = required on dst\n variants:\n  '
+              'default: {}\n   conformance: { MUST <f16, i8>  MAY <f32, i8> }\n}').families[0]
     assert f.params == [('T_src', ('f16', 'f32')), ('T_dst', ('i8',))] and f.attrs == {'quant': ('required', 'dst')}
     assert f.variants[0].conformance == [('MUST', ('f16', 'i8')), ('MAY', ('f32', 'i8'))]
 
@@ -191,7 +198,8 @@ def test_spec_example_blocks_parse():
 # ---- property: random expressions print and re-parse to the same AST ----
 names = st.sampled_from(['a', 'b', 'N', 'tile'])
 exprs = st.recursive(st.one_of(st.integers(0, 999).map(Num), names.map(Name)),
-                     lambda sub: st.one_of(st.tuples(st.sampled_from(['+', '-', '*', '/', 'mod']), sub, sub).map(lambda t: BinOp(*t)), sub.map(Neg)),
+                     lambda sub: st.one_of(st.tuples(st.sampled_from(['+', '-', '*', '/', 'mod']), sub, sub).map(lambda t: BinOp(*t)),
+                                           sub.map(Neg)),
                      max_leaves=12)
 
 @given(exprs)

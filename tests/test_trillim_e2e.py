@@ -21,7 +21,8 @@ def write_checkpoint(d, arch, hidden=72, inter=200, layers=2, heads=6, kv=2, voc
     hd = hidden // heads
     lsd = 0.3 if tied else 0.1     # a tied head over a large embedding would just repeat the last token
     w = lambda *s, sd=lsd: (torch.randn(*s, generator=g) * sd).to(torch.bfloat16)
-    t = {'model.embed_tokens.weight': w(vocab, hidden, sd=0.05 if tied else 1.0), 'model.norm.weight': (1 + w(hidden, sd=0.1).float()).to(torch.bfloat16)}
+    t = {'model.embed_tokens.weight': w(vocab, hidden, sd=0.05 if tied else 1.0),
+         'model.norm.weight': (1 + w(hidden, sd=0.1).float()).to(torch.bfloat16)}
     if not tied: t['lm_head.weight'] = w(vocab, hidden)
     for i in range(layers):
         p = f'model.layers.{i}.'

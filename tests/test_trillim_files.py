@@ -68,7 +68,8 @@ def ref_manifest(model_dir, adapter_dir=None):
         ah = st_header(os.path.join(adapter_dir, 'adapter_model.safetensors'))
         out += struct.pack('<IId', cfg['num_hidden_layers'], 7, scale)
         for L in range(cfg['num_hidden_layers']):
-            for t in ['self_attn.k_proj', 'self_attn.v_proj', 'self_attn.q_proj', 'self_attn.o_proj', 'mlp.gate_proj', 'mlp.up_proj', 'mlp.down_proj']:
+            for t in ['self_attn.k_proj', 'self_attn.v_proj', 'self_attn.q_proj', 'self_attn.o_proj', 'mlp.gate_proj', 'mlp.up_proj',
+                      'mlp.down_proj']:
                 a = ah.get(f'base_model.model.model.layers.{L}.{t}.lora_A.weight')
                 b = ah.get(f'base_model.model.model.layers.{L}.{t}.lora_B.weight')
                 if a is None: out += b'\x00'; continue
@@ -141,7 +142,8 @@ def test_manifest_refusals(cwd):
     pre = 'base_model.model.model.layers.0.mlp.down_proj.lora_'
     save_file({pre + 'A.weight': torch.zeros(2, 64), pre + 'B.weight': torch.zeros(64, 2)}, 'a/adapter_model.safetensors')
     with pytest.raises(ManifestError, match='lora_A 2x64 / lora_B 64x2 do not fit the 64x160 base weight'): build_manifest('m', 'a')
-    save_file({pre + 'A.weight': torch.zeros(2, 160, dtype=torch.int8), pre + 'B.weight': torch.zeros(64, 2, dtype=torch.int8)}, 'a/adapter_model.safetensors')
+    save_file({pre + 'A.weight': torch.zeros(2, 160, dtype=torch.int8), pre + 'B.weight': torch.zeros(64, 2, dtype=torch.int8)},
+              'a/adapter_model.safetensors')
     with pytest.raises(ManifestError, match='F32/F16/BF16 matrix, got I8'): build_manifest('m', 'a')
     save_file({pre + 'A.weight': torch.zeros(2, 160), pre + 'B.weight': torch.zeros(64, 2)}, 'a/adapter_model.safetensors')
     assert build_manifest('m', 'a').lora.targets[0][6] is not None

@@ -180,5 +180,6 @@ def test_quantize_writes_only_its_output(tmp_path):
             rc, out, err = r
             assert rc in (0, 1) and (rc == 0 or err.count('\n') == 1), (k, rc, err)
             assert snap() == before, k
-            assert all(p.name in ('qmodel.tensors', 'rope.cache', 'qmodel.manifest') for p in Path('out').glob('*')) if Path('out').exists() else True
+            assert all(p.name in ('qmodel.tensors', 'rope.cache',
+                                  'qmodel.manifest') for p in Path('out').glob('*')) if Path('out').exists() else True
     finally: os.chdir(old)

@@ -32,7 +32,8 @@ def sidebar(nbs: Path = ROOT / 'nbs') -> dict:
     pages = sorted((p for p in nbs.glob('*.ipynb') if p.stem != 'index'), key=lambda p: (area_of(p.name), p.name))
     contents = [{'text': 'Home', 'href': 'index.ipynb'}] if (nbs / 'index.ipynb').exists() else []
     for rank, area in sorted({area_of(p.name) for p in pages}):
-        contents.append({'section': area, 'contents': [{'text': _label(p), 'href': p.name} for p in pages if area_of(p.name) == (rank, area)]})
+        contents.append({'section': area, 'contents': [{'text': _label(p),
+                                                        'href': p.name} for p in pages if area_of(p.name) == (rank, area)]})
     return {'style': 'floating', 'contents': contents}
 
 def block(sb: dict) -> str:

@@ -47,7 +47,8 @@ def run_bench(config:str='bench-20m.json', prompt_len:int=16, steps:int=48, repe
     cmp = compare((t_setup, t_decode), (c_setup, c_decode), pairs=repeats, warmup=0, rewarm=False, clock=time.process_time)
     best_c, best_t = cmp.median_b, cmp.median_a
     rt.close()
-    return {'parameters': ir['meta']['parameters'], 'prompt_len': prompt_len, 'steps': steps, 'c_tok_s': steps / best_c, 'torch_tok_s': steps / best_t,
+    return {'parameters': ir['meta']['parameters'], 'prompt_len': prompt_len, 'steps': steps, 'c_tok_s': steps / best_c,
+            'torch_tok_s': steps / best_t,
             'ratio': best_t / best_c, 'max_abs_diff': maxdiff, 'comparison': cmp}
 
 def report(r:dict) -> str:
@@ -55,7 +56,8 @@ def report(r:dict) -> str:
     return (f'model: {r["parameters"]:,} parameters; {r["steps"]} decode steps after a {r["prompt_len"]}-token prompt\n'
             f'generated C (1 thread):     {r["c_tok_s"]:8.1f} tokens/s\n'
             f'PyTorch eager (1 thread):   {r["torch_tok_s"]:8.1f} tokens/s\n'
-            f'ratio C / PyTorch:          {r["ratio"]:8.2f}x' + (f' [{1 / r["comparison"].iqr_hi:.2f}-{1 / r["comparison"].iqr_lo:.2f}]' if r.get('comparison') else '') + '\n'
+            f'ratio C / PyTorch:          '
+            f'{r["ratio"]:8.2f}x' + (f' [{1 / r["comparison"].iqr_hi:.2f}-{1 / r["comparison"].iqr_lo:.2f}]' if r.get('comparison') else '') + '\n'
             f'max |logit diff|:           {r["max_abs_diff"]:.1e}')
 
 def main(argv=None):
@@ -63,11 +65,13 @@ def main(argv=None):
     p = argparse.ArgumentParser(prog='python -m nac_lab.bench.irv2', description=__doc__)
     p.add_argument('--steps', type=int, default=48); p.add_argument('--repeats', type=int, default=3)
     p.add_argument('--config', default='bench-20m.json')
-    p.add_argument('--dtypes', default=None, help='weight dtypes, e.g. q8_0,q4_k: the columns of bench.irv2_quant (default model bench-100m.json)')
+    p.add_argument('--dtypes', default=None,
+                   help='weight dtypes, e.g. q8_0,q4_k: the columns of bench.irv2_quant (default model bench-100m.json)')
     a, rest = p.parse_known_args(argv)
     if a.dtypes:
         from nac_lab.bench.irv2_quant import main as quant_main
-        return quant_main(['--dtypes', a.dtypes, '--steps', str(a.steps), '--repeats', str(a.repeats)] + (['--config', a.config] if a.config != 'bench-20m.json' else []) + rest)
+        return quant_main(['--dtypes', a.dtypes, '--steps', str(a.steps), '--repeats', str(a.repeats)] + (['--config',
+                                                                                                           a.config] if a.config != 'bench-20m.json' else []) + rest)
     if rest: p.error(f'unrecognized arguments: {" ".join(rest)}')
     print(report(run_bench(a.config, steps=a.steps, repeats=a.repeats)))
 

@@ -53,7 +53,8 @@ def run_quant_bench(config:str='bench-100m.json', dtypes=('q8_0', 'q4_k'), promp
         rts[d] = Runtime(ir, img, cache=cache, extra=extra); refs[d] = TorchReference(ir32['config'], deq); sizes[d] = img.size
         del img, deq
     quant_s = time.perf_counter() - t0
-    rts['fp32'] = Runtime(ir32, _fp32_image(ir32, sd), cache=cache, extra=extra); sizes['fp32'] = ir32['meta']['memory_plan']['weights']['total']
+    rts['fp32'] = Runtime(ir32, _fp32_image(ir32, sd), cache=cache,
+                          extra=extra); sizes['fp32'] = ir32['meta']['memory_plan']['weights']['total']
     ref = refs[dtypes[-1]] if dtypes else TorchReference(ir32['config'], sd)
     prompt = [int(t) for t in np.random.default_rng(seed).integers(0, ir32['config']['vocab_size'], prompt_len)]
     st, diffs = {}, {}
@@ -113,6 +114,7 @@ def main(argv=None):
     p.add_argument('--config', default='bench-100m.json'); p.add_argument('--dtypes', default='q8_0,q4_k')
     p.add_argument('--portable', action='store_true', help='compile without -march=native')
     a = p.parse_args(argv)
-    print(quant_report(run_quant_bench(a.config, tuple(x for x in a.dtypes.split(',') if x), steps=a.steps, repeats=a.repeats, native=not a.portable)))
+    print(quant_report(run_quant_bench(a.config, tuple(x for x in a.dtypes.split(',') if x), steps=a.steps, repeats=a.repeats,
+                                       native=not a.portable)))
 
 if __name__ == '__main__' and not in_notebook(): main()

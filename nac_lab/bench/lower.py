@@ -48,7 +48,8 @@ def zoo_models(names=('mlp', 'cnn', 'resnet18', 'mobilenet')) -> dict:
     for n in names:
         x = zoo.example_inputs(n)[0].numpy()
         rng = np.random.default_rng(0)
-        out[n] = (nac_compile(zoo.build_model(n), (torch.from_numpy(x),)), [rng.standard_normal(x.shape).astype(np.float32) for _ in range(2)])
+        out[n] = (nac_compile(zoo.build_model(n), (torch.from_numpy(x),)),
+                  [rng.standard_normal(x.shape).astype(np.float32) for _ in range(2)])
     return out
 
 # %% ../../nbs/69d_lower_bench.ipynb #3fcf1a94

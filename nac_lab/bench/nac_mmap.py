@@ -66,7 +66,8 @@ def main(argv=None):
     p = argparse.ArgumentParser(prog='python -m nac_lab.bench.nac_mmap', description=__doc__)
     p.add_argument('-n', type=int, default=20000, help='instructions (default 20000)')
     p.add_argument('--repeat', type=int, default=5, help='interleaved rounds (default 5)')
-    p.add_argument('--clock', choices=['cpu', 'wall'], default='cpu', help='cpu (default): process CPU time, which other jobs on the machine cannot inflate; wall: elapsed time')
+    p.add_argument('--clock', choices=['cpu', 'wall'], default='cpu',
+                   help='cpu (default): process CPU time, which other jobs on the machine cannot inflate; wall: elapsed time')
     a = p.parse_args(argv)
     run(a.n, a.repeat, a.clock)
 

@@ -115,11 +115,14 @@ def report(m:dict, d:dict) -> str:
     "The benchmark's printed summary, with ratios (medians of interleaved rounds, [quartiles of the per-round ratios])."
     return '\n'.join([
         f'manifest: Llama-3-8B shape, 4 sparse shards ({m["apparent_gb"]:.1f} GB apparent), {m["entries"]} entries, {m["manifest_bytes"]} bytes',
-        f'  nac_lab build+write      {m["ours_s"]*1e3:8.1f} ms   ({m["ours_s"]:.3f} s of the 1 s budget: {"OK" if m["ours_s"] < 1 else "OVER"})',
-        f'  safetensors header list  {m["baseline_s"]*1e3:8.1f} ms   ratio ours/baseline = {m["ours_s"]/m["baseline_s"]:.2f}x{_q(m.get("ratio"))}',
+        f'  nac_lab build+write      {m["ours_s"]*1e3:8.1f} ms   ({m["ours_s"]:.3f} s of the 1 s budget: '
+        f'{"OK" if m["ours_s"] < 1 else "OVER"})',
+        f'  safetensors header list  {m["baseline_s"]*1e3:8.1f} ms   ratio ours/baseline = '
+        f'{m["ours_s"]/m["baseline_s"]:.2f}x{_q(m.get("ratio"))}',
         f'decode: tiny Llama-style model, {d["tokens"]} tokens greedy',
         f'  engine via client        {d["engine_tps"]:8.1f} tokens/s',
-        f'  direct torch model       {d["direct_tps"]:8.1f} tokens/s   ratio engine/direct = {d["engine_tps"]/d["direct_tps"]:.2f}x{_q(d.get("ratio"), inv=True)}'])
+        f'  direct torch model       {d["direct_tps"]:8.1f} tokens/s   ratio engine/direct = '
+        f'{d["engine_tps"]/d["direct_tps"]:.2f}x{_q(d.get("ratio"), inv=True)}'])
 
 def main(argv=None):
     "Run both benchmarks and print the summary."

@@ -225,7 +225,8 @@ def _api_c(ir, loc):
     rope = ''
     if 'rope_cos' in loc and 'rope_sin' in loc:
         by = {b['name']: b for b in ir['buffers']}
-        rope = rope_init_c(ir['config'], m("rope_cos"), m("rope_sin"), by["rope_cos"]["resolved_shape"][0], by["rope_cos"]["resolved_shape"][1])
+        rope = rope_init_c(ir['config'], m("rope_cos"), m("rope_sin"), by["rope_cos"]["resolved_shape"][0],
+                           by["rope_cos"]["resolved_shape"][1])
     return f'''
 /* n rows: token tokens[t] to slot slots[t] (or every row to slot0 when slots is NULL). */
 static int step(nac_model *m, const int32_t *tokens, const int32_t *slots, int slot0, int n) {{

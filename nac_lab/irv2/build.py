@@ -94,15 +94,18 @@ def read_config(src, ctx:int|None=None, dtype:str|None=None, where:str|None=None
     hd = _field(cfg, 'head_dim', where, 'int', required=False)
     if hd is None:
         if out['hidden_size'] % heads:
-            raise ConfigError(f'{where}: hidden_size={out["hidden_size"]} is not divisible by num_attention_heads={heads} and no head_dim is given')
+            raise ConfigError(f'{where}: hidden_size={out["hidden_size"]} is not divisible by num_attention_heads={heads} and no head_dim '
+                              f'is given')
         hd = out['hidden_size'] // heads
     out['head_dim'] = hd
     maxpos = _field(cfg, 'max_position_embeddings', where, 'int', required=ctx is None)
     scaling = rope_scaling(cfg, where, maxpos)          # RoPE scaling (irv2.rope): None for plain RoPE
     longest = maxpos if maxpos is None or scaling is None else int(maxpos * max(1.0, scaling['factor']))
     if ctx is not None:
-        if isinstance(ctx, bool) or not isinstance(ctx, int) or ctx < 1: raise ConfigError(f'{where}: context length must be a positive integer, got {ctx!r}')
-        if ctx > C_INT_MAX: raise ConfigError(f'{where}: context length {ctx} exceeds {C_INT_MAX}, the largest the C runtime can index with int')
+        if isinstance(ctx, bool) or not isinstance(ctx, int) or ctx < 1: raise ConfigError(f'{where}: context length must be a positive '
+                                                                                           f'integer, got {ctx!r}')
+        if ctx > C_INT_MAX: raise ConfigError(f'{where}: context length {ctx} exceeds {C_INT_MAX}, the largest the C runtime can index '
+                                              f'with int')
         if longest is not None and ctx > longest:
             raise ConfigError(f'{where}: requested context {ctx} exceeds max_position_embeddings={maxpos}'
                               + ('' if scaling is None else f' times the RoPE scaling factor {scaling["factor"]}'))
@@ -117,7 +120,8 @@ def read_config(src, ctx:int|None=None, dtype:str|None=None, where:str|None=None
             if isinstance(t2, bool) or not isinstance(t2, (int, float)) or not math.isfinite(t2):
                 raise ConfigError(f'{where}: rope_parameters.rope_theta must be a number, got {t2!r}')
             t2 = float(t2)
-            if theta is not None and t2 != theta: raise ConfigError(f'{where}: contradictory values for rope_theta: {theta} and rope_parameters.rope_theta={t2}')
+            if theta is not None and t2 != theta: raise ConfigError(f'{where}: contradictory values for rope_theta: {theta} and '
+                                                                    f'rope_parameters.rope_theta={t2}')
             theta = t2
     out['rope_theta'] = 10000.0 if theta is None else theta
     if out['rope_theta'] < 0: raise ConfigError(f'{where}: rope_theta must be >= 0, got {out["rope_theta"]}')
@@ -126,7 +130,8 @@ def read_config(src, ctx:int|None=None, dtype:str|None=None, where:str|None=None
         if out['rope_theta'] <= 0: raise ConfigError(f'{where}: RoPE scaling {scaling["type"]!r} needs rope_theta > 0')
         out['rope_scaling'] = scaling
     act = _field(cfg, 'hidden_act', where, 'str', required=False, default='silu')
-    if act not in GATED_ACTS: raise ConfigError(f'{where}: hidden_act={act!r} is not supported (the gated MLP takes {", ".join(GATED_ACTS)})')
+    if act not in GATED_ACTS: raise ConfigError(f'{where}: hidden_act={act!r} is not supported (the gated MLP takes '
+                                                f'{", ".join(GATED_ACTS)})')
     if act not in ('silu', 'swish'): out['hidden_act'] = act       # GeGLU: gelu (erf) or a tanh-approximated GELU
     if _flag(cfg, 'mlp_bias', where, False): raise ConfigError(f'{where}: mlp_bias=true is not supported')
     sw = cfg.get('sliding_window')
@@ -169,11 +174,14 @@ def dimension_table(cfg:dict) -> list:
 # %% ../../nbs/51_irv2_build.ipynb #7d273218
 IR_NOTES = [
     'IR v2 built by nac_lab.irv2.build from a HuggingFace config and the kernel maps in data/irv2/kernel_maps.',
-    'dimensions: ids 0-10 (tokens, embed, aligned_embed, head_dim, aligned_head, num_heads, num_kv_heads, aligned_ctx, intermediate, aligned_intermediate, vocab); aligned_* are multiples of 16 elements; tokens is the planning context length.',
+    'dimensions: ids 0-10 (tokens, embed, aligned_embed, head_dim, aligned_head, num_heads, num_kv_heads, aligned_ctx, intermediate, '
+    'aligned_intermediate, vocab); aligned_* are multiples of 16 elements; tokens is the planning context length.',
     'shape axis size = dimensions[dim].value * mult / div; resolved_shape lists the element count per axis.',
     'scope "layer" buffers are listed once and exist once per layer; nodes carry their layer index, -1 for global nodes.',
-    'conditions were evaluated when building: nodes and buffers whose condition was false are omitted (see meta.omitted); a binding to null means an optional argument left out.',
-    'tensor: safetensors name of a weight ({layer} = layer index); alias_of: the buffer whose storage this one shares; persistent: contents kept between calls.',
+    'conditions were evaluated when building: nodes and buffers whose condition was false are omitted (see meta.omitted); a binding to '
+    'null means an optional argument left out.',
+    'tensor: safetensors name of a weight ({layer} = layer index); alias_of: the buffer whose storage this one shares; persistent: '
+    'contents kept between calls.',
     'flags: bit 0 HAS_BIAS, bit 1 CAUSAL, bit 2 IN_PLACE.',
 ]
 
@@ -212,7 +220,8 @@ def _node(step, kernel, layer, cfg, present, omitted):
     for a in kernel['args']:
         buf = step['bind'].get(a['name'])
         if buf is not None and buf not in present:
-            if not a.get('optional'): raise IrError(f'{where}: required argument {a["name"]!r} is bound to {buf!r}, which is absent (condition false)')
+            if not a.get('optional'): raise IrError(f'{where}: required argument {a["name"]!r} is bound to {buf!r}, which is absent '
+                                                    f'(condition false)')
             buf = None
         bindings.append({'arg': a['name'], 'buffer': buf})
     bound = {b['arg']: b['buffer'] for b in bindings}
@@ -271,12 +280,14 @@ def _check_ints(ir, where):
         config_field(ir['config'], k, 'int', where=f'{where}: config', positive=True, err=IrError,
                      hi=MAX_LAYERS if k == 'num_hidden_layers' else C_INT_MAX)
     for i, d in enumerate(ir['dimensions']):
-        if type(d['id']) is not int or type(d['value']) is not int: raise IrError(f'{where}: dimensions[{i}]: id and value must be integers')
+        if type(d['id']) is not int or type(d['value']) is not int: raise IrError(f'{where}: dimensions[{i}]: id and value must be '
+                                                                                  f'integers')
     for i, b in enumerate(ir['buffers']):
         if any(type(x) is not int for x in b['resolved_shape'] + [ax[k] for ax in b['shape'] for k in ('dim', 'mult', 'div')]):
             raise IrError(f'{where}: buffers[{i}] {show(b["name"])}: shape and resolved_shape must hold integers')
     for i, n in enumerate(ir['nodes']):
-        if type(n['layer']) is not int or type(n['flags']) is not int: raise IrError(f'{where}: nodes[{i}]: layer and flags must be integers')
+        if type(n['layer']) is not int or type(n['flags']) is not int: raise IrError(f'{where}: nodes[{i}]: layer and flags must be '
+                                                                                     f'integers')
 
 def validate_ir(ir, where:str='IR', maps:KernelMaps|None=None) -> None:
     "Check an IR v2 document against its schema, the ops of the kernel maps (shipped, plus `maps`) and itself; raise `IrError`."
@@ -284,31 +295,38 @@ def validate_ir(ir, where:str='IR', maps:KernelMaps|None=None) -> None:
     _check_ints(ir, where)
     ops = {**known_ops(), **(known_ops(maps) if maps is not None else {})}
     for i, n in enumerate(ir['nodes']):
-        if n['op'] not in ops: raise IrError(f'{where}: nodes[{i}] (layer {n["layer"]}): op {show(n["op"])} is not an op of the kernel maps (known: {", ".join(sorted(ops))})')
+        if n['op'] not in ops: raise IrError(f'{where}: nodes[{i}] (layer {n["layer"]}): op {show(n["op"])} is not an op of the kernel '
+                                             f'maps (known: {", ".join(sorted(ops))})')
     for k in ('rms_norm_eps', 'rope_theta'):
         if not math.isfinite(ir['config'][k]): raise IrError(f'{where}: config.{k} must be finite, got {ir["config"][k]!r}')
     for i, n in enumerate(ir['nodes']):
         for k, v in n.get('params', {}).items():
-            if not math.isfinite(v): raise IrError(f'{where}: nodes[{i}] (layer {n["layer"]}, {n["op"]}): parameter {show(k)} must be finite, got {v!r}')
+            if not math.isfinite(v): raise IrError(f'{where}: nodes[{i}] (layer {n["layer"]}, {n["op"]}): parameter {show(k)} must be '
+                                                   f'finite, got {v!r}')
     dims = ir['dimensions']
-    if len(dims) != len(DIM_NAMES) or any(b['scope'] not in ('global', 'layer') for b in ir['buffers']) or any('stage' in n for n in ir['nodes']):
-        raise IrError(f'{where}: encoder-decoder fields (13 dimensions, encoder/decoder scopes, node stages) in a decoder-only IR: read it with nac_lab.irv2.encdec')
+    if len(dims) != len(DIM_NAMES) or any(b['scope'] not in ('global',
+                                                             'layer') for b in ir['buffers']) or any('stage' in n for n in ir['nodes']):
+        raise IrError(f'{where}: encoder-decoder fields (13 dimensions, encoder/decoder scopes, node stages) in a decoder-only IR: read '
+                      f'it with nac_lab.irv2.encdec')
     for i, d in enumerate(dims):
         if d['id'] != i or d['name'] != DIM_NAMES[i]:
             raise IrError(f'{where}: dimensions[{i}] is {{id {d["id"]}, {d["name"]!r}}}, expected {{id {i}, {DIM_NAMES[i]!r}}}')
     expect = dimension_table(ir['config'])
     for d, e in zip(dims, expect):
         if d['value'] != e['value']: raise IrError(f'{where}: dimension {d["name"]} = {d["value"]} but the config gives {e["value"]}')
-        if d['value'] > C_INT_MAX: raise IrError(f'{where}: dimension {d["name"]} = {d["value"]} exceeds {C_INT_MAX}, the largest the C runtime can index with int')
+        if d['value'] > C_INT_MAX: raise IrError(f'{where}: dimension {d["name"]} = {d["value"]} exceeds {C_INT_MAX}, the largest the C '
+                                                 f'runtime can index with int')
     by = {}
     for i, b in enumerate(ir['buffers']):
         w = f'{where}: buffers[{i}] {b["name"]!r}'
         if b['name'] in by: raise IrError(f'{w}: duplicate buffer name')
         by[b['name']] = b
-        if len(b['resolved_shape']) != len(b['shape']): raise IrError(f'{w}: resolved_shape has {len(b["resolved_shape"])} axes, shape {len(b["shape"])}')
+        if len(b['resolved_shape']) != len(b['shape']): raise IrError(f'{w}: resolved_shape has {len(b["resolved_shape"])} axes, shape '
+                                                                      f'{len(b["shape"])}')
         for j, (ax, n) in enumerate(zip(b['shape'], b['resolved_shape'])):
             v = dims[ax['dim']]['value'] * ax['mult']
-            if v % ax['div'] or v // ax['div'] != n: raise IrError(f'{w}: resolved_shape[{j}] = {n} but {DIM_NAMES[ax["dim"]]}*{ax["mult"]}/{ax["div"]} = {v / ax["div"]:g}')
+            if v % ax['div'] or v // ax['div'] != n: raise IrError(f'{w}: resolved_shape[{j}] = {n} but '
+                                                                   f'{DIM_NAMES[ax["dim"]]}*{ax["mult"]}/{ax["div"]} = {v / ax["div"]:g}')
     for b in ir['buffers']:
         if b['alias_of'] is not None:
             t = by.get(b['alias_of'])
@@ -317,12 +335,14 @@ def validate_ir(ir, where:str='IR', maps:KernelMaps|None=None) -> None:
                 raise IrError(f'{where}: buffer {b["name"]!r} aliases {t["name"]!r} but their shapes or scopes differ')
     for i, b in enumerate(ir['buffers']):
         if not eval_condition(b['condition'], ir['config'], f'{where}: buffers[{i}] {b["name"]!r}'):
-            raise IrError(f'{where}: buffers[{i}] {b["name"]!r}: condition {b["condition"]!r} is false for this config, so the buffer must be omitted')
+            raise IrError(f'{where}: buffers[{i}] {b["name"]!r}: condition {b["condition"]!r} is false for this config, so the buffer '
+                          f'must be omitted')
     L = ir['config']['num_hidden_layers']
     for i, n in enumerate(ir['nodes']):
         w = f'{where}: nodes[{i}] (layer {n["layer"]}, {n["op"]})'
         if n['layer'] >= L: raise IrError(f'{w}: layer index beyond num_hidden_layers={L}')
-        if not eval_condition(n['condition'], ir['config'], w): raise IrError(f'{w}: condition {n["condition"]!r} is false for this config, so the node must be omitted')
+        if not eval_condition(n['condition'], ir['config'],
+                              w): raise IrError(f'{w}: condition {n["condition"]!r} is false for this config, so the node must be omitted')
         for b in n['bindings']:
             if b['buffer'] is None: continue
             t = by.get(b['buffer'])
@@ -373,7 +393,8 @@ def plan_memory(ir:dict) -> dict:
     gs = [b for b in ir['buffers'] if b['role'] == 'grad']
     if gs:   # training plan (irv2.grad): a third arena, laid out like the weights
         gg, gg_end = _lay([b for b in gs if b['scope'] == 'global']); gl, gl_size = _lay([b for b in gs if b['scope'] == 'layer'])
-        plan['grads'] = {'global': gg, 'layer_base': gg_end, 'layer_stride': gl_size, 'layers': L, 'layer': gl, 'total': gg_end + L * gl_size}
+        plan['grads'] = {'global': gg, 'layer_base': gg_end, 'layer_stride': gl_size, 'layers': L, 'layer': gl,
+                         'total': gg_end + L * gl_size}
     return plan
 
 def parameter_count(ir:dict) -> int:

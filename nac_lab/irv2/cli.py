@@ -49,8 +49,10 @@ def _build(args):
     from nac_lab.irv2.build import build_ir, save_ir
     from nac_lab.irv2.maps import load_maps, maps_files
     if not args.config and not args.gguf: raise Irv2Error('give a HuggingFace config.json, or --gguf FILE')
-    if args.gguf and (args.config or args.weights): raise Irv2Error('--gguf FILE takes the config from the file: give either CONFIG (and --weights FILE.gguf) or --gguf FILE')
-    if args.weights and not str(args.weights).lower().endswith('.gguf'): raise Irv2Error(f'--weights {args.weights}: expected a .gguf file (its tensor types become the IR dtypes)')
+    if args.gguf and (args.config or args.weights): raise Irv2Error('--gguf FILE takes the config from the file: give either CONFIG (and '
+                                                                    '--weights FILE.gguf) or --gguf FILE')
+    if args.weights and not str(args.weights).lower().endswith('.gguf'): raise Irv2Error(f'--weights {args.weights}: expected a .gguf '
+                                                                                         f'file (its tensor types become the IR dtypes)')
     if args.train and (args.gguf or args.weights): raise Irv2Error('--train builds a training plan from a config.json, not from a GGUF file')
     ins = [p for p in (args.config, args.gguf, args.weights) if p]
     check_output(args.out, ins, 'IR')                      # before the work: never overwrite an input
@@ -136,8 +138,10 @@ def register(sub):
     s = p.add_subparsers(dest='irv2_command', metavar='SUBCOMMAND', required=True)
     b = s.add_parser('build', help='HF config.json + kernel maps -> IR v2 JSON')
     b.add_argument('config', nargs='?', default=None, help='HuggingFace config.json (or give --gguf)')
-    b.add_argument('--gguf', default=None, metavar='FILE.gguf', help='take the config from this GGUF file and each matrix dtype from its tensor types')
-    b.add_argument('--weights', default=None, metavar='FILE.gguf', help='with CONFIG: the matrix dtypes from this GGUF file\'s tensor types')
+    b.add_argument('--gguf', default=None, metavar='FILE.gguf',
+                   help='take the config from this GGUF file and each matrix dtype from its tensor types')
+    b.add_argument('--weights', default=None, metavar='FILE.gguf',
+                   help='with CONFIG: the matrix dtypes from this GGUF file\'s tensor types')
     b.add_argument('--weights-dtype', default=None, choices=['fp32', 'bf16', 'fp16', 'q8_0', 'q4_k', 'q6_k'],
                    help='store the weight matrices in this dtype (norms and biases stay fp32); the C runtime reads all of them')
     b.add_argument('--ctx', type=int, default=None, help='planning context length (default: max_position_embeddings)')
@@ -154,7 +158,8 @@ def register(sub):
     e.add_argument('--maps', default=None, help='kernel maps the IR was built with, when not the shipped ones')
     e.set_defaults(func=_emit)
     r = s.add_parser('run', help='compile (cached), load weights by name, print greedy tokens')
-    r.add_argument('ir'); r.add_argument('weights', help='safetensors file with HuggingFace tensor names, or a GGUF file (mapped, blocks used as stored)')
+    r.add_argument('ir'); r.add_argument('weights',
+                                         help='safetensors file with HuggingFace tensor names, or a GGUF file (mapped, blocks used as stored)')
     r.add_argument('--tokens', default=None, help='prompt token ids, comma separated')
     r.add_argument('--prompt', action='append', default=None, metavar='IDS', help='one more prompt (comma separated ids); repeatable')
     r.add_argument('--prompts', default=None, metavar='FILE', help='a file of prompts, one per line (comma separated ids)')

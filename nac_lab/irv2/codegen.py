@@ -198,7 +198,8 @@ class _Ctx:
     def shape(self, buf, rank=None):
         "Resolved shape of `buf`; with `rank`, a `CodegenError` unless it has exactly that many axes."
         s = self.by[buf]['resolved_shape']
-        if rank is not None and len(s) != rank: raise CodegenError(f'{self.where()}: buffer {buf!r} has {len(s)} axes {s}, the kernel needs {rank}')
+        if rank is not None and len(s) != rank: raise CodegenError(f'{self.where()}: buffer {buf!r} has {len(s)} axes {s}, the kernel '
+                                                                   f'needs {rank}')
         return s
     def row(self, buf):
         "Row stride (elements) of a [tokens, ...] activation."
@@ -224,7 +225,8 @@ class _Ctx:
     def rows_cover_context(self, name, rows, what):
         "Raise a `CodegenError` unless `rows` (of the buffer bound to `name`) covers every position below the context length."
         if rows < self.context:
-            raise CodegenError(f'{self.where()}: {what} {self.arg(name)!r} has {rows} rows but positions run up to the context length {self.context}')
+            raise CodegenError(f'{self.where()}: {what} {self.arg(name)!r} has {rows} rows but positions run up to the context length '
+                               f'{self.context}')
     def param(self, name):
         v = self.node.get('params', {}).get(name)
         if v is None: raise CodegenError(f'{self.where()}: parameter {name!r} is missing')
@@ -247,12 +249,15 @@ def _emb(c):
 
 def _rms(c):
     (dim,) = c.shape(c.arg('gamma'), 1)
-    if dim > min(c.row(c.arg('input')), c.row(c.arg('out'))): raise CodegenError(f'{c.where()}: gamma {c.arg("gamma")!r} has {dim} values, more than the rows of its input/output')
+    if dim > min(c.row(c.arg('input')),
+                 c.row(c.arg('out'))): raise CodegenError(f'{c.where()}: gamma {c.arg("gamma")!r} has {dim} values, more than the rows of '
+                                                          f'its input/output')
     return f'rmsnorm_forward({c.p("input")}, n, {c.row(c.arg("input"))}, {dim}, {c.p("gamma")}, {_f32(c.param("eps"))}, {c.p("out")}, {c.row(c.arg("out"))});'
 
 def _lin(c):
     o, i = c.wshape('w')
-    if c.row(c.arg('input')) < i or c.row(c.arg('out')) < o: raise CodegenError(f'{c.where()}: weight {c.arg("w")!r} does not fit its input/output rows')
+    if c.row(c.arg('input')) < i or c.row(c.arg('out')) < o: raise CodegenError(f'{c.where()}: weight {c.arg("w")!r} does not fit its '
+                                                                                f'input/output rows')
     c.fits('b', o, optional=True)
     return f'linear_forward({c.p("input")}, n, {c.row(c.arg("input"))}, {i}, {c.p("w")}, {c.p("b", True)}, {o}, {c.p("out")}, {c.row(c.arg("out"))});'
 
@@ -266,7 +271,10 @@ def _qkv(c):
 
 def _rope(c):
     _, nh, hd = c.shape(c.arg('q'), 3); _, nkv, hd2 = c.shape(c.arg('k'), 3)
-    if hd != hd2 or c.shape(c.arg('cos'), 2)[1] * 2 != hd or c.shape(c.arg('sin'), 2) != c.shape(c.arg('cos')): raise CodegenError(f'{c.where()}: q/k head sizes and the RoPE table disagree')
+    if hd != hd2 or c.shape(c.arg('cos'), 2)[1] * 2 != hd or c.shape(c.arg('sin'),
+                                                                     2) != c.shape(c.arg('cos')): raise CodegenError(f'{c.where()}: q/k '
+                                                                                                                     f'head sizes and the '
+                                                                                                                     f'RoPE table disagree')
     c.rows_cover_context('cos', c.shape(c.arg('cos'))[0], 'RoPE table')
     return f'rope_forward({c.p("q")}, {c.p("k")}, n, pos0, {nh}, {nkv}, {hd}, {c.p("cos")}, {c.p("sin")});'
 
@@ -274,9 +282,14 @@ def _attn(c):
     _, nh, hd = c.shape(c.arg('q'), 3); _, nkv, _ = c.shape(c.arg('k'), 3)
     kvh, clen, crow = c.shape(c.arg('k_cache'), 3)
     c.rows_cover_context('k_cache', clen, 'KV cache')
-    if kvh != nkv or crow < hd or nh % nkv: raise CodegenError(f'{c.where()}: KV cache shape {[kvh, clen, crow]} does not fit k {c.shape(c.arg("k"))}')
-    if c.shape(c.arg('v'))[1:] != [nkv, hd] or c.shape(c.arg('v_cache')) != [kvh, clen, crow]: raise CodegenError(f'{c.where()}: v / v_cache shapes differ from k / k_cache')
-    if math.prod(c.shape(c.arg('scores'))) < clen or c.row(c.arg('out')) < nh * hd: raise CodegenError(f'{c.where()}: scores or output buffer too small for {clen} positions x {nh} heads of {hd}')
+    if kvh != nkv or crow < hd or nh % nkv: raise CodegenError(f'{c.where()}: KV cache shape {[kvh, clen, crow]} does not fit k '
+                                                               f'{c.shape(c.arg("k"))}')
+    if c.shape(c.arg('v'))[1:] != [nkv, hd] or c.shape(c.arg('v_cache')) != [kvh, clen,
+                                                                             crow]: raise CodegenError(f'{c.where()}: v / v_cache shapes '
+                                                                                                       f'differ from k / k_cache')
+    if math.prod(c.shape(c.arg('scores'))) < clen or c.row(c.arg('out')) < nh * hd: raise CodegenError(f'{c.where()}: scores or output '
+                                                                                                       f'buffer too small for {clen} '
+                                                                                                       f'positions x {nh} heads of {hd}')
     return (f'attention_forward({c.p("q")}, {c.p("k")}, {c.p("v")}, {c.p("k_cache")}, {c.p("v_cache")}, {c.p("scores")}, {c.p("out")}, '
             f'n, pos0, {nh}, {nkv}, {hd}, {clen}, {crow}, {int(c.cfg.get("sliding_window") or 0)});')
 
@@ -334,7 +347,8 @@ def _split_nodes(ir):
     for n in nodes:
         if n['layer'] < 0: (epi if seen_layer else pro).append(n)
         else:
-            if epi: raise CodegenError(f'layer {n["layer"]} node {n["op"]!r} comes after an epilogue node: global nodes must precede or follow all layers')
+            if epi: raise CodegenError(f'layer {n["layer"]} node {n["op"]!r} comes after an epilogue node: global nodes must precede or '
+                                       f'follow all layers')
             seen_layer = True; body[n['layer']].append(n)
     ref = [{k: v for k, v in n.items() if k != 'layer'} for n in body[0]]
     for l in range(1, L):
@@ -354,7 +368,8 @@ def emit_c(ir:dict, name:str='model', maps:KernelMaps|None=None) -> str:
                                f'(only matrices read by linear/embedding kernels may have another dtype): rebuild the IR with --dtype fp32 '
                                f'(and --weights-dtype KIND)')
     for n in ir['nodes']:
-        if n['kernel'] not in EMITTERS: raise CodegenError(f'node (layer {n["layer"]}, {n["op"]}): no C implementation of kernel {n["kernel"]!r} (known: {", ".join(sorted(EMITTERS))})')
+        if n['kernel'] not in EMITTERS: raise CodegenError(f'node (layer {n["layer"]}, {n["op"]}): no C implementation of kernel '
+                                                           f'{n["kernel"]!r} (known: {", ".join(sorted(EMITTERS))})')
     plan = plan_memory(ir)
     cfg, L = ir['config'], ir['config']['num_hidden_layers']
     by = {b['name']: b for b in ir['buffers']}
@@ -374,11 +389,13 @@ def emit_c(ir:dict, name:str='model', maps:KernelMaps|None=None) -> str:
         out = []
         for n in nodes:
             ctx.node = n
-            out.append(f'{indent}/* {c_comment(n["op"])} (flags {int(n["flags"])}){" when " + c_comment(n["condition"]) if n["condition"] else ""} */')
+            out.append(f'{indent}/* {c_comment(n["op"])} (flags '
+                       f'{int(n["flags"])}){" when " + c_comment(n["condition"]) if n["condition"] else ""} */')
             out.append(indent + EMITTERS[n['kernel']](ctx))
         return '\n'.join(out)
     dims = '\n'.join(f'#define NAC_DIM_{d["name"].upper():<22} {d["value"]}  /* id {d["id"]} */' for d in ir['dimensions'])
-    lay = lambda arena, es, base: '\n'.join(f'   {base:<8}{c_comment(e["buffer"]):<12} byte offset {e["offset"]:>12}  size {e["bytes"]:>12}' for e in es)
+    lay = lambda arena, es, base: '\n'.join(f'   {base:<8}{c_comment(e["buffer"]):<12} byte offset {e["offset"]:>12}  size '
+                                            f'{e["bytes"]:>12}' for e in es)
     rope = ''
     if 'rope_cos' in by and 'rope_sin' in by:
         rope = rope_init_c(cfg, loc["rope_cos"].replace("A +", "m->a +"), loc["rope_sin"].replace("A +", "m->a +"),

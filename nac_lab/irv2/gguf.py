@@ -104,14 +104,17 @@ def scan_gguf(path) -> dict:
     for name, dims, t, off, t_at in tensors:
         try: kind = gguf.GGMLQuantizationType(t).name
         except ValueError: raise GGUFError(f'tensor {name!r}: unknown GGML type {t}', fmt='GGUF', offset=t_at) from None
-        if off % align: raise GGUFError(f'tensor {name!r}: data offset {off} is not a multiple of the alignment {align}', fmt='GGUF', offset=t_at + 4)
+        if off % align: raise GGUFError(f'tensor {name!r}: data offset {off} is not a multiple of the alignment {align}', fmt='GGUF',
+                                        offset=t_at + 4)
         n = int(np.prod(dims, dtype=object)) if dims else 1
         if kind in BLOCKS:
             try: size = n // BLOCKS[kind][0] * BLOCKS[kind][1] if dims and dims[0] % BLOCKS[kind][0] == 0 else None
             except OverflowError: size = None
-            if size is None: raise GGUFError(f'tensor {name!r}: row length {dims[0] if dims else 0} is not a multiple of the {kind} block size {BLOCKS[kind][0]}', fmt='GGUF', offset=t_at - 8 * nd)
+            if size is None: raise GGUFError(f'tensor {name!r}: row length {dims[0] if dims else 0} is not a multiple of the {kind} block '
+                                             f'size {BLOCKS[kind][0]}', fmt='GGUF', offset=t_at - 8 * nd)
             if data + off + size > len(buf):
-                raise TruncatedError(f'tensor {name!r} ({kind}, {size} bytes) ends at byte {data + off + size}, the file has {len(buf)}', fmt='GGUF', offset=data + off)
+                raise TruncatedError(f'tensor {name!r} ({kind}, {size} bytes) ends at byte {data + off + size}, the file has {len(buf)}',
+                                     fmt='GGUF', offset=data + off)
     return dict(version=ver, tensors=nt, metadata=nkv, alignment=align, data_offset=data)
 
 def open_gguf(path):
@@ -124,7 +127,8 @@ def open_gguf(path):
     size = len(r.data)
     for t in r.tensors:
         if t.data_offset + t.n_bytes > size:
-            raise TruncatedError(f'tensor {t.name!r} needs bytes up to {t.data_offset + t.n_bytes}, file has {size}', fmt='GGUF', offset=t.data_offset)
+            raise TruncatedError(f'tensor {t.name!r} needs bytes up to {t.data_offset + t.n_bytes}, file has {size}', fmt='GGUF',
+                                 offset=t.data_offset)
     return r
 
 # %% ../../nbs/57_irv2_gguf.ipynb #65b921f6
@@ -134,14 +138,16 @@ def gguf_metadata(reader) -> dict:
     for name, f in reader.fields.items():
         if name.startswith('GGUF.'): continue
         try: out[name] = f.contents()
-        except (ValueError, IndexError, UnicodeDecodeError) as ex: raise FormatError(f'metadata {name!r}: {ex}', fmt='GGUF', offset=f.offset) from None
+        except (ValueError, IndexError, UnicodeDecodeError) as ex: raise FormatError(f'metadata {name!r}: {ex}', fmt='GGUF',
+                                                                                     offset=f.offset) from None
     return out
 
 def _int(meta, key, required=True, default=None):
     v = meta.get(key, default)
     if v is None and not required: return None
     if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-        raise GGUFError(f'metadata {key!r} must be a positive integer, got {v!r}' if key in meta else f'missing metadata {key!r}', fmt='GGUF')
+        raise GGUFError(f'metadata {key!r} must be a positive integer, got {v!r}' if key in meta else f'missing metadata {key!r}',
+                        fmt='GGUF')
     return int(v)
 
 def gguf_config(reader) -> dict:
@@ -164,7 +170,10 @@ def gguf_config(reader) -> dict:
     cfg['vocab_size'] = _int(meta, f'{arch}.vocab_size', default=int(emb.shape[-1]) if len(emb.shape) == 2 else None)
     eps, theta = meta.get(f'{arch}.attention.layer_norm_rms_epsilon', 1e-5), meta.get(f'{arch}.rope.freq_base', 10000.0)
     for k, v in (('layer_norm_rms_epsilon', eps), ('rope.freq_base', theta)):
-        if isinstance(v, bool) or not isinstance(v, (int, float, np.floating)) or not np.isfinite(v): raise GGUFError(f'metadata {arch}.{k} must be a finite number, got {v!r}', fmt='GGUF')
+        if isinstance(v, bool) or not isinstance(v, (int, float,
+                                                     np.floating)) or not np.isfinite(v): raise GGUFError(f'metadata {arch}.{k} must be a '
+                                                                                                          f'finite number, got {v!r}',
+                                                                                                              fmt='GGUF')
     cfg.update(rms_norm_eps=float(eps), rope_theta=float(theta), tie_word_embeddings='output.weight' not in names)
     if arch == 'qwen2': cfg['qkv_bias'] = 'blk.0.attn_q.bias' in names
     return cfg
@@ -173,7 +182,8 @@ def gguf_config(reader) -> dict:
 def gguf_tensor(reader, t, cfg:dict) -> tuple[str, np.ndarray]:
     "(HF name, float32 array in HF layout) of reader tensor `t`."
     name = hf_name(t.name); kind = t.tensor_type.name
-    if kind not in BLOCKS: raise GGUFError(f'tensor {t.name!r} has type {kind}, not one of {", ".join(BLOCKS)}', fmt='GGUF', offset=t.data_offset)
+    if kind not in BLOCKS: raise GGUFError(f'tensor {t.name!r} has type {kind}, not one of {", ".join(BLOCKS)}', fmt='GGUF',
+                                           offset=t.data_offset)
     shape = tuple(int(s) for s in reversed(list(t.shape)))
     raw = reader.data[t.data_offset:t.data_offset + t.n_bytes]
     try: w = dequantize(raw, kind, shape)
@@ -181,7 +191,8 @@ def gguf_tensor(reader, t, cfg:dict) -> tuple[str, np.ndarray]:
     if ARCHS[cfg['model_type']]['permute'] and (t.name.endswith('attn_q.weight') or t.name.endswith('attn_q.bias')
                                                 or t.name.endswith('attn_k.weight') or t.name.endswith('attn_k.bias')):
         heads = cfg['num_attention_heads'] if '.attn_q.' in t.name else cfg['num_key_value_heads']
-        if w.shape[0] % (2 * heads): raise GGUFError(f'tensor {t.name!r}: {w.shape[0]} rows do not split into {heads} heads of even size', fmt='GGUF')
+        if w.shape[0] % (2 * heads): raise GGUFError(f'tensor {t.name!r}: {w.shape[0]} rows do not split into {heads} heads of even size',
+                                                     fmt='GGUF')
         w = unpermute_qk(w, heads)
     return name, w
 
@@ -210,7 +221,8 @@ def write_gguf(path, cfg:dict, tensors:dict, kinds:dict|None=None, default:str='
         for name, a in tensors.items():
             a = np.asarray(a, np.float32); kind = kinds.get(name, default)
             if ARCHS[arch]['permute'] and ('.q_proj.' in name or '.k_proj.' in name):
-                a = permute_qk(a, cfg['num_attention_heads'] if '.q_proj.' in name else cfg.get('num_key_value_heads', cfg['num_attention_heads']))
+                a = permute_qk(a, cfg['num_attention_heads'] if '.q_proj.' in name else cfg.get('num_key_value_heads',
+                                                                                                cfg['num_attention_heads']))
             q = quantize(a, kind); bb = BLOCKS[kind]
             raw = q.reshape(*a.shape[:-1], a.shape[-1] // bb[0] * bb[1]) if a.ndim else q
             w.add_tensor(gguf_name(name), raw, raw_dtype=gguf.GGMLQuantizationType[kind])
@@ -234,7 +246,8 @@ def tiny_llama(seed:int=0, hidden:int=256, layers:int=2, heads:int=4, kv_heads:i
         t.update({p + 'input_layernorm.weight': 1 + g(hidden), p + 'post_attention_layernorm.weight': 1 + g(hidden),
                   p + 'self_attn.q_proj.weight': g(heads * hd, hidden), p + 'self_attn.k_proj.weight': g(kv_heads * hd, hidden),
                   p + 'self_attn.v_proj.weight': g(kv_heads * hd, hidden), p + 'self_attn.o_proj.weight': g(hidden, heads * hd),
-                  p + 'mlp.gate_proj.weight': g(inter, hidden), p + 'mlp.up_proj.weight': g(inter, hidden), p + 'mlp.down_proj.weight': g(hidden, inter)})
+                  p + 'mlp.gate_proj.weight': g(inter, hidden), p + 'mlp.up_proj.weight': g(inter, hidden),
+                      p + 'mlp.down_proj.weight': g(hidden, inter)})
     return cfg, t
 
 # %% ../../nbs/57_irv2_gguf.ipynb #98684162
@@ -251,5 +264,6 @@ def gguf_to_safetensors(path, out, config_out=None) -> dict:
         for name, t, shape in sorted(items, key=lambda i: i[0]):
             f.write(np.ascontiguousarray(gguf_tensor(r, t, cfg)[1], dtype='<f4').tobytes())
     atomic_write(out, fill, inputs=[path], what='safetensors output')
-    if config_out is not None: atomic_write(config_out, json.dumps(cfg, indent=1, sort_keys=True) + '\n', inputs=[path, out], what='config output')
+    if config_out is not None: atomic_write(config_out, json.dumps(cfg, indent=1, sort_keys=True) + '\n', inputs=[path, out],
+                                            what='config output')
     return cfg

@@ -31,7 +31,8 @@ class GGUFWeights:
     def _permuted(self, name:str) -> int|None:
         "Heads whose Q/K rows llama.cpp permuted in tensor `name`, or None."
         if not ARCHS[self.cfg['model_type']]['permute'] or not ('.q_proj.' in name or '.k_proj.' in name): return None
-        return self.cfg['num_attention_heads'] if '.q_proj.' in name else self.cfg.get('num_key_value_heads', self.cfg['num_attention_heads'])
+        return self.cfg['num_attention_heads'] if '.q_proj.' in name else self.cfg.get('num_key_value_heads',
+                                                                                       self.cfg['num_attention_heads'])
 
     def raw(self, name:str, dtype:str) -> np.ndarray:
         "Bytes of tensor `name` stored as IR weight `dtype`, rows in HF order: the mapped bytes themselves where possible."
@@ -42,7 +43,8 @@ class GGUFWeights:
         heads = self._permuted(name)
         if heads is None: return data
         rows = data.reshape(shape[0], -1)
-        if shape[0] % (2 * heads): raise GGUFError(f'tensor {t.name!r}: {shape[0]} rows do not split into {heads} heads of even size', fmt='GGUF')
+        if shape[0] % (2 * heads): raise GGUFError(f'tensor {t.name!r}: {shape[0]} rows do not split into {heads} heads of even size',
+                                                   fmt='GGUF')
         return np.ascontiguousarray(unpermute_qk(rows, heads)).reshape(-1)
 
     def close(self):

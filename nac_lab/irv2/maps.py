@@ -83,7 +83,8 @@ def _tokens(text:str, where:str):
     while pos < len(text):
         if text[pos:].strip() == '': break
         m = _TOK.match(text, pos)
-        if not m: raise MapError(f'{where}: condition {text!r}: unexpected character {text[pos:].lstrip()[0]!r} at column {len(text) - len(text[pos:].lstrip()) + 1}')
+        if not m: raise MapError(f'{where}: condition {text!r}: unexpected character {text[pos:].lstrip()[0]!r} at column '
+                                 f'{len(text) - len(text[pos:].lstrip()) + 1}')
         num, name, op = m.groups()
         out.append(('num', float(num)) if num else ('name', name) if name else ('op', op))
         pos = m.end()

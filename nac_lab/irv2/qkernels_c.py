@@ -321,8 +321,10 @@ TYPED_ARGS = {'linear_forward': ('w',), 'qkv_project_forward': ('wq', 'wk', 'wv'
 def _kind(c, arg, n_in):
     "C kind of the weight bound to `arg`, after checking its rows hold whole blocks."
     b = c.by[c.arg(arg)]; dt = b['dtype']
-    if dt not in WEIGHT_DTYPES: raise CodegenError(f'{c.where()}: weight {b["name"]!r} has dtype {dt!r}, not one of {", ".join(WEIGHT_DTYPES)}')
-    if n_in % row_block(dt): raise CodegenError(f'{c.where()}: rows of {dt} weight {b["name"]!r} hold {n_in} values, not a whole number of {row_block(dt)}-element blocks')
+    if dt not in WEIGHT_DTYPES: raise CodegenError(f'{c.where()}: weight {b["name"]!r} has dtype {dt!r}, not one of '
+                                                   f'{", ".join(WEIGHT_DTYPES)}')
+    if n_in % row_block(dt): raise CodegenError(f'{c.where()}: rows of {dt} weight {b["name"]!r} hold {n_in} values, not a whole number '
+                                                f'of {row_block(dt)}-element blocks')
     return _C_KIND[dt]
 
 def _typed(c, args) -> bool: return any(c.by[c.arg(a)]['dtype'] != 'fp32' for a in args)

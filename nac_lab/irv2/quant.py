@@ -44,8 +44,10 @@ def _rows(x, kind):
     "Flatten `x` to float32 blocks of `kind`; QuantError for a bad length or non-finite values."
     be, _ = block_info(kind)
     a = np.asarray(x, dtype=F32).reshape(-1)
-    if a.size % be: raise QuantError(f'cannot quantize {a.size} elements: expected a multiple of {be}, got remainder {a.size % be}', fmt=f'GGML {kind}')
-    if not np.isfinite(a).all(): raise QuantError(f'cannot quantize non-finite values (first at flat index {int(np.argmin(np.isfinite(a)))})', fmt=f'GGML {kind}')
+    if a.size % be: raise QuantError(f'cannot quantize {a.size} elements: expected a multiple of {be}, got remainder {a.size % be}',
+                                     fmt=f'GGML {kind}')
+    if not np.isfinite(a).all(): raise QuantError(f'cannot quantize non-finite values (first at flat index '
+                                                  f'{int(np.argmin(np.isfinite(a)))})', fmt=f'GGML {kind}')
     return a.reshape(-1, be)
 
 # %% ../../nbs/56_irv2_quant.ipynb #160ab765
@@ -168,7 +170,8 @@ def _q4_k(b):
     with np.errstate(divide='ignore'):
         inv_s = np.where(ms > 0, F32(63) / ms, F32(0)).astype(F32); inv_m = np.where(mm > 0, F32(63) / mm, F32(0)).astype(F32)
     # the reference stores the rounded value in a uint8 (wrapping a negative one) before capping it at 63
-    ls = np.minimum(_nearest(inv_s[:, None] * sc) & 255, 63).astype(np.uint8); lm = np.minimum(_nearest(inv_m[:, None] * mn) & 255, 63).astype(np.uint8)
+    ls = np.minimum(_nearest(inv_s[:, None] * sc) & 255, 63).astype(np.uint8); lm = np.minimum(_nearest(inv_m[:, None] * mn) & 255,
+                                                                                               63).astype(np.uint8)
     packed = np.concatenate([ls[:, :4] | ((ls[:, 4:] >> 4) << 6), lm[:, :4] | ((lm[:, 4:] >> 4) << 6),
                              (ls[:, 4:] & 15) | ((lm[:, 4:] & 15) << 4)], axis=1)
     d = _f16(ms / F32(63)); dmin = _f16(mm / F32(63))

@@ -54,7 +54,8 @@ def rope_scaling(cfg:dict, where:str, max_pos:int|None) -> dict|None:
 
 # %% ../../nbs/51c_irv2_rope.ipynb #68d4275b
 def _plain(theta, dim):
-    return (np.float32(1.0) / (np.float32(theta) ** (np.arange(0, dim, 2, dtype=np.int64).astype(np.float32) / np.float32(dim)))).astype(np.float32)
+    return (np.float32(1.0) / (np.float32(theta) ** (np.arange(0, dim, 2,
+                                                               dtype=np.int64).astype(np.float32) / np.float32(dim)))).astype(np.float32)
 
 def _llama3(s, inv):
     f, lo, hi, old = (np.float32(s[k]) for k in ('factor', 'low_freq_factor', 'high_freq_factor', 'original_max_position_embeddings'))

@@ -76,11 +76,13 @@ class Runtime:
                                 ('nac_logits', f32p, [vp, ctypes.c_int]), ('nac_position', ctypes.c_int, [vp]),
                                 ('nac_strerror', ctypes.c_char_p, [ctypes.c_int])]:
             fn = getattr(L, name); fn.restype = res; fn.argtypes = args
-        if L.nac_weights_bytes() != plan['weights']['total']: raise CodegenError('compiled library and memory plan disagree on the weights arena size')
+        if L.nac_weights_bytes() != plan['weights']['total']: raise CodegenError('compiled library and memory plan disagree on the '
+                                                                                 'weights arena size')
         self.vocab, self.context = L.nac_vocab(), L.nac_context()
         self.m = L.nac_init()
         if not self.m:
-            raise RuntimeFailure(f'nac_init could not allocate the arenas ({plan["weights"]["total"]:,} + {plan["activations"]["total"]:,} bytes); build the IR with a smaller --ctx')
+            raise RuntimeFailure(f'nac_init could not allocate the arenas ({plan["weights"]["total"]:,} + '
+                                 f'{plan["activations"]["total"]:,} bytes); build the IR with a smaller --ctx')
         img = weights if isinstance(weights, np.ndarray) else weights_image(self.ir, weights)
         img = np.ascontiguousarray(img) if img.dtype == np.uint8 else np.ascontiguousarray(img, dtype=np.float32)
         self._check(L.nac_load_weights(self.m, img.ctypes.data, img.nbytes), 'nac_load_weights')
@@ -104,7 +106,8 @@ class Runtime:
         t = np.asarray(tokens)
         if t.ndim != 1 or t.size == 0: raise RuntimeFailure('prefill needs a non-empty 1-D list of token ids')
         for i, v in enumerate(t.tolist()): self._check_token(v, f'prompt token {i}')
-        if t.size > self.context: raise RuntimeFailure(f'prefill of {t.size} tokens exceeds the context of {self.context} this IR was built for')
+        if t.size > self.context: raise RuntimeFailure(f'prefill of {t.size} tokens exceeds the context of {self.context} this IR was '
+                                                       f'built for')
         t = np.ascontiguousarray(t, dtype=np.int32)
         self._check(self.lib.nac_prefill(self.m, t.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)), int(t.size)), 'nac_prefill')
         return self._rows(t.size)
@@ -113,7 +116,8 @@ class Runtime:
         "Append one token; its logits, shape `[vocab]`."
         self._check_token(token, 'decode token')
         if self.position >= self.context:
-            raise RuntimeFailure(f'decode at position {self.position}: the context of {self.context} tokens this IR was built for is full (build with a larger --ctx)')
+            raise RuntimeFailure(f'decode at position {self.position}: the context of {self.context} tokens this IR was built for is full '
+                                 f'(build with a larger --ctx)')
         self._check(self.lib.nac_decode(self.m, int(token)), 'nac_decode')
         return self._rows(1)[0]
 
@@ -124,7 +128,8 @@ class Runtime:
         "Greedy decoding: `steps` new token ids after the prompt `tokens`."
         n = len(tokens) if hasattr(tokens, '__len__') else np.asarray(tokens).size
         if n + max(steps - 1, 0) > self.context:
-            raise RuntimeFailure(f'{n} prompt tokens + {steps} steps need {n + steps - 1} positions but the IR was built for a context of {self.context} (build with a larger --ctx)')
+            raise RuntimeFailure(f'{n} prompt tokens + {steps} steps need {n + steps - 1} positions but the IR was built for a context of '
+                                 f'{self.context} (build with a larger --ctx)')
         logits = self.prefill(tokens)[-1]; out = []
         for i in range(steps):
             nxt = int(np.argmax(logits)); out.append(nxt)

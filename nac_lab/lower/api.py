@@ -42,7 +42,8 @@ class Lowered:
             if f['dtype'] == 'int32': out[f['buffer']] = np.ascontiguousarray(np.asarray(x).astype(np.int32)); continue      # token indices
             x = np.asarray(x, np.float32)
             if f.get('layout') == 'NHWC': x = np.transpose(x, (0, 2, 3, 1))
-            if 'quant' in f: x = np.clip(np.rint(x.astype(np.float64) / f['quant']['scale']) + f['quant']['zero_point'], -128, 127).astype(np.int8)
+            if 'quant' in f: x = np.clip(np.rint(x.astype(np.float64) / f['quant']['scale']) + f['quant']['zero_point'], -128,
+                                         127).astype(np.int8)
             else: x = to_elem(x, ELEM_OF[f['dtype']])
             out[f['buffer']] = np.ascontiguousarray(x)
         return out
@@ -124,7 +125,9 @@ def lower(model, device, *, mode='int8', calib=None, example=None, tiling='searc
         fuse_masks(g)                              # attention masks (-inf) go into the softmax's f16 island
         check_legal(g, dev, 'i8')                  # before calibrating: a layer with no int8 variant is named at once
         qp, ql = quantize_graph(g, calibrate(m, g, samples))
-    elif mode not in ('float', 'f32', 'bf16', 'f16'): raise LowerError(f"mode must be 'int8', 'float' (the widest float type the device has) or one of 'f32', 'bf16', 'f16', not {mode!r}")
+    elif mode not in ('float', 'f32', 'bf16',
+                      'f16'): raise LowerError(f"mode must be 'int8', 'float' (the widest float type the device has) or one of 'f32', "
+                                               f"'bf16', 'f16', not {mode!r}")
     if mode == 'int8': elem = 'i8'
     else: elem = float_type(g, dev, None if mode == 'float' else mode)
     tl, naive, costs = choose_tilings(g, dev, elem, qp, ql, tiling)

@@ -187,7 +187,8 @@ def _binary(c):
         if op == 'add': return [_L(c, '', 'add_c', [x], c.shape, attrs=dict(c=float(v)))], c.lname
         if op == 'mul': return [_L(c, '', 'mul_c', [x], c.shape, attrs=dict(c=float(v)))], c.lname
         if op == 'sub' and j == 1: return [_L(c, '', 'add_c', [x], c.shape, attrs=dict(c=-float(v)))], c.lname
-        if op == 'sub': return [_L(c, '_n', 'mul_c', [x], c.shape, attrs=dict(c=-1.0)), _L(c, '', 'add_c', [c.lname + '_n'], c.shape, attrs=dict(c=float(v)))], c.lname
+        if op == 'sub': return [_L(c, '_n', 'mul_c', [x], c.shape, attrs=dict(c=-1.0)), _L(c, '', 'add_c', [c.lname + '_n'], c.shape,
+                                                                                           attrs=dict(c=float(v)))], c.lname
     if 'param' in ks and 'ref' in ks:
         j = ks.index('param'); k = ('self', 'other')[j]
         ls, kn = c.const(('param', c.a[k][1]), c.P(k), c.shape)
@@ -253,7 +254,8 @@ def _emit_const(E, l, ctx, xv, yv, prev):
     if yv.layout == 'NHWC': data = np.transpose(data, (0, 2, 3, 1))
     c = E.const(l.name, np.ascontiguousarray(data), l2=False)
     t = E.tok(l.name)
-    E.line(f'{t} = transfer.async(dst=region({yv.buf}, {yv.base}, {yv.nbytes}), src=region({c[0]}, 0, {yv.nbytes}), deps=[{", ".join(prev)}])')
+    E.line(f'{t} = transfer.async(dst=region({yv.buf}, {yv.base}, {yv.nbytes}), src=region({c[0]}, 0, {yv.nbytes}), '
+           f'deps=[{", ".join(prev)}])')
     return [t]
 
 def _emit_gather(E, l, ctx, xv, yv, prev):
@@ -266,7 +268,8 @@ def _emit_gather(E, l, ctx, xv, yv, prev):
 def _emit_slice(E, l, ctx, xv, yv, prev):
     from nac_lab.lower.ops import nem_axis
     ax = nem_axis(l.attrs['axis'], len(l.shape), xv.layout == 'NHWC')
-    return emit_whole(E, l, 'slice', [xv], [], yv, f'starts=[{l.attrs["start"]}] ends=[{l.attrs["end"]}] axes=[{ax}] steps=[1]', prev, ctx.elem)[0]
+    return emit_whole(E, l, 'slice', [xv], [], yv, f'starts=[{l.attrs["start"]}] ends=[{l.attrs["end"]}] axes=[{ax}] steps=[1]', prev,
+                      ctx.elem)[0]
 
 def _emit_eltwise(E, l, ctx, xv, yv, prev):
     return emit_whole(E, l, l.op, [ctx.vals[n] for n in l.inputs], [], yv, '', prev, ctx.elem)[0]

@@ -73,10 +73,12 @@ def _evaluate_bytes(nac_bytes, name, device, tiling, mode, calib, example):
     with tempfile.TemporaryDirectory() as d:
         p = Path(d) / f'{name}.nac'; p.write_bytes(nac_bytes)
         try: return evaluate(p, device, mode=mode, calib=calib, example=example, tiling=tiling, name=name)
-        except LowerError as e: return dict(model=name, device=Path(str(device)).stem, mode=mode, tiling=str(tiling), error=str(e).split('\n')[0])
+        except LowerError as e: return dict(model=name, device=Path(str(device)).stem, mode=mode, tiling=str(tiling),
+                                            error=str(e).split('\n')[0])
 
 # %% ../../nbs/69c_lower_dse.ipynb #1fe853a3
-def sweep(models:dict, devices:list, tilings:list, *, mode='int8', calib=None, example=None, scheduler=None, n_workers=2, processes=False) -> list:
+def sweep(models:dict, devices:list, tilings:list, *, mode='int8', calib=None, example=None, scheduler=None, n_workers=2,
+          processes=False) -> list:
     """Evaluate models ({name: .nac path}) x devices x tiling policies on Dask: an existing cluster at `scheduler`
     (tcp://HOST:PORT) or a local one of `n_workers`; rows sorted by (model, device, tiling), whatever finished first."""
     from dask.distributed import Client, LocalCluster
@@ -117,7 +119,8 @@ def pareto_plot(rows, title=''):
     ax.set_xlabel('L1 bytes used'); ax.set_ylabel('cycles'); ax.set_title(title); ax.legend(fontsize=7)
     return ax
 
-CSV_COLUMNS = ['model', 'device', 'device_l1', 'mode', 'tiling', 'l1_used', 'cycles', 'macs', 'mac_utilisation', 'ddr_read', 'lower_seconds', 'error']
+CSV_COLUMNS = ['model', 'device', 'device_l1', 'mode', 'tiling', 'l1_used', 'cycles', 'macs', 'mac_utilisation', 'ddr_read',
+               'lower_seconds', 'error']
 
 # %% ../../nbs/69c_lower_dse.ipynb #0ca45dab
 def write_csv(rows, path, inputs=()):

@@ -102,7 +102,8 @@ class Emitter:
         self.live = [t for t in self.live if t not in toks]
     def line(self, s): self.body.append(s)
     def text(self, name) -> str:
-        hdr = ['include "nem_baseline_1.0.nem"', f'include "{self.device.include}"' if self.device.include else '', '', f'device {self.device.name}', '',
+        hdr = ['include "nem_baseline_1.0.nem"', f'include "{self.device.include}"' if self.device.include else '', '',
+               f'device {self.device.name}', '',
                f'program {name}:', '']
         return ('\n'.join([h for h in hdr] + self.bufs + [''] + self.body) + '\n').replace(', deps=[])', ')').replace(' deps=[]', '')
 
@@ -191,11 +192,13 @@ def emit_conv(E, l, xv, yv, wc, bc, wq_desc, tiling, prev, elem, qx, qy):
     for q in range(nE):                    # each engine holds its own copy of the weights and the bias
         off = 0; ar = arena_name(q)
         Wn = f'{l.name}_W{sfx(q)}'; E.line(f'{Wn} = {_arena_region(E, off, (KH, KW, I, O), elem, wq_desc, "HWIO", ar)}'); off += -(-KH * KW * I * O * e // 64) * 64
-        tw = E.tok(l.name + '_w' + sfx(q)); E.line(f'{tw} = transfer.async(dst={Wn}, src=region({wc[0]}, 0, {KH * KW * I * O * e}), deps=[{", ".join(prev + [wc[1]])}])')
+        tw = E.tok(l.name + '_w' + sfx(q)); E.line(f'{tw} = transfer.async(dst={Wn}, src=region({wc[0]}, 0, {KH * KW * I * O * e}), '
+                                                   f'deps=[{", ".join(prev + [wc[1]])}])')
         Bn = f'{l.name}_B{sfx(q)}'; ob = off
         if elem == 'i8': E.line(f'{Bn} = {_arena_region(E, off, (O,), "i32", ar=ar)}'); off += -(-O * 4 // 64) * 64
         else: E.line(f'{Bn} = {_arena_region(E, off, (N, th, Wo, Co), elem, ar=ar)}'); off += SY
-        tb = E.tok(l.name + '_b' + sfx(q)); E.line(f'{tb} = transfer.async(dst={Bn}, src=region({bc[0]}, 0, {nb}), deps=[{", ".join(prev + [bc[1]])}])')
+        tb = E.tok(l.name + '_b' + sfx(q)); E.line(f'{tb} = transfer.async(dst={Bn}, src=region({bc[0]}, 0, {nb}), '
+                                                   f'deps=[{", ".join(prev + [bc[1]])}])')
         WN.append(Wn); BN.append(Bn); TW.append(tw); TB.append(tb)
     Wn, Bn, tw, tb = WN[0], BN[0], TW[0], TB[0]
     E.engines = max(E.engines, nE)
@@ -217,28 +220,34 @@ def emit_conv(E, l, xv, yv, wc, bc, wq_desc, tiling, prev, elem, qx, qy):
         xr, yr = f'{l.name}_x{k}', f'{l.name}_y{k}'
         L = [f'{ind}{dec}{xr} = {_arena_region(E, f"{ox} + {sl} * {SX}" if ind else ox + sl * SX, xs, elem, qx, ar=ar)}',
              f'{ind}{dec}{yr} = {_arena_region(E, f"{oy} + {sl} * {SY}" if ind else oy + sl * SY, ys, elem, qy, ar=ar)}',
-             f'{ind}{tok[0]} = transfer.async(dst={xr}, src=region({xv.buf}, {xv.at(src_off)}, {math.prod(xs) * e}), deps=[{", ".join(xdeps)}])']
-        if ind: L.append(f'{ind}wait({tok[3]})      # the previous band\'s store (loop-carried): bounds the live tokens; this band\'s transfer still overlaps it')
+             f'{ind}{tok[0]} = transfer.async(dst={xr}, src=region({xv.buf}, {xv.at(src_off)}, {math.prod(xs) * e}), '
+             f'deps=[{", ".join(xdeps)}])']
+        if ind: L.append(f'{ind}wait({tok[3]})      # the previous band\'s store (loop-carried): bounds the live tokens; this band\'s '
+                         f'transfer still overlaps it')
         if elem == 'i8':
-            L.append(f'{ind}{tok[1]} = conv2d.async in {xr}, {Wn} @readonly, {Bn} @readonly out {yr} {attrs(*pads)} accum_type=i32 deps=[{", ".join([tok[0], tw, tb] + cdeps)}]{res}')
+            L.append(f'{ind}{tok[1]} = conv2d.async in {xr}, {Wn} @readonly, {Bn} @readonly out {yr} {attrs(*pads)} accum_type=i32 '
+                     f'deps=[{", ".join([tok[0], tw, tb] + cdeps)}]{res}')
             last = tok[1]
         else:
             cr = f'{l.name}_c{k}'
             L.append(f'{ind}{dec}{cr} = {_arena_region(E, f"{oc} + {sl} * {SY}" if ind else oc + sl * SY, ys, elem, ar=ar)}')
-            L.append(f'{ind}{tok[1]} = conv2d.async in {xr}, {Wn} @readonly out {cr} {attrs(*pads)} accum_type=f32 deps=[{", ".join([tok[0], tw] + cdeps)}]{res}')
+            L.append(f'{ind}{tok[1]} = conv2d.async in {xr}, {Wn} @readonly out {cr} {attrs(*pads)} accum_type=f32 '
+                     f'deps=[{", ".join([tok[0], tw] + cdeps)}]{res}')
             br = Bn
             if ys[1] != th:
                 br = f'{l.name}_Bp{k}'; L.append(f'{ind}{dec}{br} = {_arena_region(E, ob, ys, elem, ar=ar)}')
             L.append(f'{ind}{tok[2]} = add.async in {cr}, {br} @readonly out {yr} deps=[{tok[1]}, {tb}]')
             last = tok[2]
-        L.append(f'{ind}{tok[3]} = store.async(dst=region({yv.buf}, {yv.at(dst_off)}, {math.prod(ys) * e}), src={yr}, deps=[{", ".join([last] + sdeps)}])')
+        L.append(f'{ind}{tok[3]} = store.async(dst=region({yv.buf}, {yv.at(dst_off)}, {math.prod(ys) * e}), src={yr}, '
+                 f'deps=[{", ".join([last] + sdeps)}])')
         return L, last
     nmu = E.device.resolved.units('NMU') if nE > 1 and getattr(E.device, 'resolved', None) is not None else 1
     tcs, tss, tile_toks, seen = {}, {}, [], set(E.live)
     def peeled(k):
         r0, r1, i0, i1, pt, pb = rows[k]
         sl = k % slots; old = k - slots
-        tok = [E.tok(f'{l.name}_x{k}'), E.tok(f'{l.name}_conv{k}'), E.tok(f'{l.name}_bias{k}') if elem != 'i8' else None, E.tok(f'{l.name}_s{k}')]
+        tok = [E.tok(f'{l.name}_x{k}'), E.tok(f'{l.name}_conv{k}'), E.tok(f'{l.name}_bias{k}') if elem != 'i8' else None,
+               E.tok(f'{l.name}_s{k}')]
         if tok[2] is None: E.live.remove(tok[2]) if tok[2] in E.live else None
         lines, last = band(k, sl, (N, i1 - i0, W, C), (N, r1 - r0, Wo, Co), i0 * W * C * e, r0 * Wo * Co * e, (pt, pb), tok,
                            prev + ([tcs[old]] if old in tcs else []), [tss[old]] if old in tss else [], [])
@@ -246,7 +255,8 @@ def emit_conv(E, l, xv, yv, wc, bc, wq_desc, tiling, prev, elem, qx, qy):
         tcs[k], tss[k] = last, tok[3]
     for k in range(0, min(la, len(rows))):
         peeled(k)
-        if k >= slots: E.retire([t for t in E.live if t.endswith((f'_x{k - slots}', f'_conv{k - slots}', f'_bias{k - slots}', f'_s{k - slots}'))])
+        if k >= slots: E.retire([t for t in E.live if t.endswith((f'_x{k - slots}', f'_conv{k - slots}', f'_bias{k - slots}',
+                                                                  f'_s{k - slots}'))])
     if la <= lb:
         before = [k for k in range(max(0, la - slots), la)]
         tok = [f'{l.name}_lx', f'{l.name}_lconv', f'{l.name}_lbias', f'{l.name}_ls']
@@ -255,13 +265,16 @@ def emit_conv(E, l, xv, yv, wc, bc, wq_desc, tiling, prev, elem, qx, qy):
         P = (lb - la + 1) // nE                                  # iterations: each takes one band per engine
         if P < 1: raise LowerError(f'{l.name}: {lb - la + 1} uniform band(s) cannot be spread over {nE} engines')
         if nE == 1: E.line(f'loop k in [{la}..{lb}] @max_in_flight({slots}):       # {lb - la + 1} bands of {th} output rows, {slots} L1 slot(s)')
-        else: E.line(f'loop k in [0..{P - 1}] @max_in_flight({slots}):       # {P * nE} bands of {th} output rows, one per engine and iteration ({nE} engines), {slots} L1 slot(s) each')
+        else: E.line(f'loop k in [0..{P - 1}] @max_in_flight({slots}):       # {P * nE} bands of {th} output rows, one per engine and '
+                     f'iteration ({nE} engines), {slots} L1 slot(s) each')
         ends, heads, tails = [], [], []
         for q in range(nE):
             kk = 'k' if nE == 1 else f'({la + q} + {nE} * k)'              # the band this engine computes
             tq = tok if q == 0 else [t + str(q) for t in tok]
-            lines, last = band('' if q == 0 else f'_e{q}', '(k mod %d)' % slots, (N, rin, W, C), (N, th, Wo, Co), f'({kk} * {th * s0} - {a["pads"][0]}) * {W * C * e}',
-                               f'{kk} * {th * Wo * Co * e}', (0, 0), tq, prev + ([tcs[j] for j in before] if q == 0 else []), [tss[j] for j in before] if q == 0 else [], [tq[3]], ind='    ', q=q)
+            lines, last = band('' if q == 0 else f'_e{q}', '(k mod %d)' % slots, (N, rin, W, C), (N, th, Wo, Co),
+                               f'({kk} * {th * s0} - {a["pads"][0]}) * {W * C * e}',
+                               f'{kk} * {th * Wo * Co * e}', (0, 0), tq, prev + ([tcs[j] for j in before] if q == 0 else []),
+                                   [tss[j] for j in before] if q == 0 else [], [tq[3]], ind='    ', q=q)
             heads += lines[:3]; tails += lines[3:]          # every engine's transfer first, then the waits: no engine waits behind another's
             ends.append(tq[3])
         for ln in heads + tails: E.line(ln)
@@ -281,7 +294,8 @@ def emit_whole(E, l, opcode, ins, consts, yv, attrs, prev, elem):
     for k, v in enumerate(ins):
         v, lay = v if isinstance(v, tuple) else (v, v.layout)
         r = f'{l.name}_in{k}'; E.line(f'{r} = {_arena_region(E, off, v.shape, v.elem, qdesc(v.q) if v.q else None, lay)}')
-        t = E.tok(f'{l.name}_in{k}'); E.line(f'{t} = transfer.async(dst={r}, src=region({v.buf}, {v.base}, {v.nbytes}), deps=[{", ".join(prev)}])')
+        t = E.tok(f'{l.name}_in{k}'); E.line(f'{t} = transfer.async(dst={r}, src=region({v.buf}, {v.base}, {v.nbytes}), '
+                                             f'deps=[{", ".join(prev)}])')
         off += -(-v.nbytes // 64) * 64; regs.append(r); toks.append(t)
     for k, (cbuf, ctok, shape, celem, cq, clay) in enumerate(consts):
         r = f'{l.name}_k{k}'; E.line(f'{r} = {_arena_region(E, off, shape, celem, cq, clay)}')
@@ -289,7 +303,8 @@ def emit_whole(E, l, opcode, ins, consts, yv, attrs, prev, elem):
         t = E.tok(f'{l.name}_k{k}'); E.line(f'{t} = transfer.async(dst={r}, src=region({cbuf}, 0, {n}), deps=[{", ".join(prev + [ctok])}])')
         off += -(-n // 64) * 64; regs.append(r + ' @readonly'); toks.append(t)
     yr = f'{l.name}_out'; E.line(f'{yr} = {_arena_region(E, off, yv.shape, yv.elem, qdesc(yv.q) if yv.q else None, yv.layout)}'); off += -(-yv.nbytes // 64) * 64
-    if off > E.l1: raise LowerError(f'{l.name}: {opcode} on whole tensors needs {off} bytes of L1, the device has {E.l1} (this layer kind is not tiled yet)')
+    if off > E.l1: raise LowerError(f'{l.name}: {opcode} on whole tensors needs {off} bytes of L1, the device has {E.l1} (this layer kind '
+                                    f'is not tiled yet)')
     E.arena = max(E.arena, off)
     tc = E.tok(f'{l.name}_{opcode}')
     E.line(f'{tc} = {opcode}.async in {", ".join(regs)} out {yr}{(" " + attrs) if attrs else ""} deps=[{", ".join(toks)}]')
@@ -367,7 +382,8 @@ def emit_program(g, E, mode, qp=None, ql=None, tilings=None, probe=False, prefet
             h = stored_nhwc(g, l.name, l.shape)
             v = Val(xv.buf, nem_shape(l.shape, h), elem, xv.q, xv.base, len(l.shape) == 4 and not h)
             if len(src) == 4 and src[2] * src[3] > 1 and src[1] > 1 and stored_nhwc(g, l.inputs[0], src):
-                if len(l.shape) != 2: raise LowerError(f'{l.name} (NAC instruction {l.nac}): reshape of an NCHW tensor to {list(l.shape)} needs a transpose first; not lowered')
+                if len(l.shape) != 2: raise LowerError(f'{l.name} (NAC instruction {l.nac}): reshape of an NCHW tensor to {list(l.shape)} '
+                                                       f'needs a transpose first; not lowered')
                 flat[l.name] = src                  # bytes are in NHWC order: a following linear permutes its weights
             vals[l.name] = v; chunks.append(([], E.body[start:])); del E.body[start:]; continue
         yv = _l2(E, l.name, l.shape, elem, Q(l.name)); vals[l.name] = yv
@@ -382,9 +398,11 @@ def emit_program(g, E, mode, qp=None, ql=None, tilings=None, probe=False, prefet
             else:
                 wc = E.const(f'{l.name}_w', to_elem(np.transpose(w, (2, 3, 1, 0)), elem)); wd = None
                 th = tilings[l.name].th
-                bc = E.const(f'{l.name}_b', to_elem(np.broadcast_to(l.params.get('b', np.zeros(O, np.float32)), (yv.shape[0], th, yv.shape[2], O)), elem))
+                bc = E.const(f'{l.name}_b', to_elem(np.broadcast_to(l.params.get('b', np.zeros(O, np.float32)), (yv.shape[0], th,
+                                                                                                                 yv.shape[2], O)), elem))
             wc = (wc[0], wc[1], np.transpose(w, (2, 3, 1, 0)).shape)
-            prev = emit_conv(E, l, xv, yv, wc, bc, wd, tilings[l.name], prev, elem, qdesc(xv.q) if xv.q else None, qdesc(yv.q) if yv.q else None)
+            prev = emit_conv(E, l, xv, yv, wc, bc, wd, tilings[l.name], prev, elem, qdesc(xv.q) if xv.q else None,
+                             qdesc(yv.q) if yv.q else None)
         elif l.op in ('add_c', 'mul_c'):
             c = l.attrs['c']
             kn = f'K_{"add" if l.op == "add_c" else "mul"}{len([k for k in E.data if k.startswith("K_")])}'
@@ -394,12 +412,14 @@ def emit_program(g, E, mode, qp=None, ql=None, tilings=None, probe=False, prefet
             else: kc = E.const(kn, to_elem(np.full(yv.shape, c, np.float32), elem)); kq = None
             prev, _, _ = emit_whole(E, l, l.op[:3], [xv], [(kc[0], kc[1], yv.shape, elem, kq, yv.layout)], yv, '', prev, elem)
         elif l.op == 'clamp':
-            prev, _, _ = emit_whole(E, l, 'clamp', [xv], [], yv, f'min_val={fnum(l.attrs["min_val"])} max_val={fnum(l.attrs["max_val"])}', prev, elem)
+            prev, _, _ = emit_whole(E, l, 'clamp', [xv], [], yv, f'min_val={fnum(l.attrs["min_val"])} max_val={fnum(l.attrs["max_val"])}',
+                                    prev, elem)
         elif l.op == 'bmul':                 # x · s[c]: a depthwise 1x1 convolution whose weights are the scale tensor
             sv = vals[l.inputs[1]]; C_ = yv.shape[-1]
             wv = Val(sv.buf, (1, 1, 1, C_), elem, sv.q, sv.base)
             acc = 'i32' if mode == 'int8' else 'f32'
-            prev, _, _ = emit_whole(E, l, 'conv2d', [xv, (wv, 'HWIO')], [], yv, f'pads=[0, 0, 0, 0] strides=[1, 1] dilations=[1, 1] groups={C_} accum_type={acc}', prev, elem)
+            prev, _, _ = emit_whole(E, l, 'conv2d', [xv, (wv, 'HWIO')], [], yv,
+                                    f'pads=[0, 0, 0, 0] strides=[1, 1] dilations=[1, 1] groups={C_} accum_type={acc}', prev, elem)
         elif l.op in UNARY_OPS or l.op in ('add', 'mul', 'sub'):
             prev, _, _ = emit_whole(E, l, l.op, [vals[n] for n in l.inputs], [], yv, '', prev, elem)
         elif l.op in ('maxpool', 'avgpool'):
@@ -428,12 +448,16 @@ def emit_program(g, E, mode, qp=None, ql=None, tilings=None, probe=False, prefet
     for n in ([] if probe else g.outputs):
         v = vals[n]; dn = f'OUT_{n}'
         E.buffer(dn, 'DDR', v.nbytes)
-        t = E.tok(dn); E.line(f'{t} = transfer.async(dst=region({dn}, 0, {v.nbytes}), src=region({v.buf}, {v.base}, {v.nbytes}), deps=[{", ".join(prev)}])')
+        t = E.tok(dn); E.line(f'{t} = transfer.async(dst=region({dn}, 0, {v.nbytes}), src=region({v.buf}, {v.base}, {v.nbytes}), '
+                              f'deps=[{", ".join(prev)}])')
         outs.append(t)
         io['outputs'][n] = dict(buffer=dn, dtype=DTYPE[elem], shape=list(v.shape), layout=v.layout if len(v.shape) == 4 else None)
         if v.q: io['outputs'][n]['quant'] = dict(scale=v.q.scale, zero_point=v.q.zero_point)
     if outs: E.line(f'wait({", ".join(outs)})')
     E.bufs.insert(0, f'buffer ARENA : L1[0] (size={max(E.arena, 64)}, align=64)')
-    for q in range(1, E.engines): E.bufs.insert(q, f'buffer {arena_name(q)} : L1[{q}] (size={max(E.arena, 64)}, align=64)      # engine {q}: bands of the layers split over engines')
-    if E.l2 is not None: E.bufs.insert(E.engines, f'buffer ACT_L2 : L2 (size={max(E.l2.peak, 64)}, align=64)      # every activation, placed by lifetime')
+    for q in range(1, E.engines): E.bufs.insert(q, f'buffer {arena_name(q)} : L1[{q}] (size={max(E.arena, 64)}, align=64)      # engine '
+                                                f'{q}: bands of the layers split over engines')
+    if E.l2 is not None: E.bufs.insert(E.engines,
+                                       f'buffer ACT_L2 : L2 (size={max(E.l2.peak, 64)}, align=64)      # every activation, placed by '
+                                       f'lifetime')
     return io

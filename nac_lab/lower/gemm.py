@@ -65,7 +65,8 @@ def naive_gemm(M, K, N, elem, l1, where='') -> GemmTiling:
     "The naive tiling: the largest tile (most rows, then most columns) that fits with one slot; an error naming the layer when none does."
     c = [t for t in gemm_candidates(M, K, N, elem, l1) if t.slots == 1]
     if not c:
-        raise LowerError(f'{where}: not even one row with a tile of {min(N, 16)} output columns fits L1 ({l1} bytes; the whole K = {K} per tile); '
+        raise LowerError(f'{where}: not even one row with a tile of {min(N, 16)} output columns fits L1 ({l1} bytes; the whole K = {K} '
+                         f'per tile); '
                          'splitting K would need i32 partial sums between tasks, which no gemm.int8 variant produces (its output is i8 or i16) '
                          'and eltwise<i32> is not on the shipped devices')
     return max(c, key=lambda t: (t.tm, t.tn))
@@ -108,17 +109,20 @@ def emit_linear(E, l, ctx, xv, yv, t:GemmTiling, prev) -> list:
     live = lambda *ts: [x for x in ts if x and x in E.live]
     qx, qy = (qdesc(xv.q), qdesc(yv.q)) if q8 else (None, None)
     Bn = f'{l.name}_B'; E.line(f'{Bn} = {_reg(o["b"], (N,) if q8 else (t.tm, N), "i32" if q8 else elem)}')
-    tb = E.tok(l.name + '_b'); E.line(f'{tb} = transfer.async(dst={Bn}, src=region({bc[0]}, 0, {N * 4 if q8 else t.tm * N * e}), deps=[{", ".join(live(*prev, bc[1]))}])')
+    tb = E.tok(l.name + '_b'); E.line(f'{tb} = transfer.async(dst={Bn}, src=region({bc[0]}, 0, {N * 4 if q8 else t.tm * N * e}), '
+                                      f'deps=[{", ".join(live(*prev, bc[1]))}])')
     sW, resident = _r(K * t.tn * e), len(cols) == 1
     wq = lambda c0, c1: qchan(sw[c0:c1], 1) if q8 else None
     if resident:
         Wn = f'{l.name}_W'; E.line(f'{Wn} = {_reg(o["w"], (K, N), elem, wq(0, N), "KN")}')
-        tw0 = E.tok(l.name + '_w'); E.line(f'{tw0} = transfer.async(dst={Wn}, src=region({wc[0]}, 0, {K * N * e}), deps=[{", ".join(live(*prev, wc[1]))}])')
+        tw0 = E.tok(l.name + '_w'); E.line(f'{tw0} = transfer.async(dst={Wn}, src=region({wc[0]}, 0, {K * N * e}), '
+                                           f'deps=[{", ".join(live(*prev, wc[1]))}])')
     gm, tg, tws = 0, {}, {}
     for i, (r0, r1) in enumerate(blocks):
         rows = r1 - r0
         Xn = f'{l.name}_x{i}'; E.line(f'{Xn} = {_reg(o["x"], (rows, K), elem, qx)}')
-        tx = E.tok(f'{l.name}_x{i}'); E.line(f'{tx} = transfer.async(dst={Xn}, src=region({xv.buf}, {xv.at(r0 * K * e)}, {rows * K * e}), deps=[{", ".join(live(*prev))}])')
+        tx = E.tok(f'{l.name}_x{i}'); E.line(f'{tx} = transfer.async(dst={Xn}, src=region({xv.buf}, {xv.at(r0 * K * e)}, {rows * K * e}), '
+                                             f'deps=[{", ".join(live(*prev))}])')
         last, blk = None, []
         for j, (c0, c1) in enumerate(cols):
             n = c1 - c0
@@ -127,12 +131,15 @@ def emit_linear(E, l, ctx, xv, yv, t:GemmTiling, prev) -> list:
                 s = gm % t.slots; Wr = f'{l.name}_w{gm}'
                 E.line(f'{Wr} = {_reg(o["w"] + s * sW, (K, n), elem, wq(c0, c1), "KN")}')
                 tw = E.tok(f'{l.name}_w{gm}')
-                E.line(f'{tw} = transfer.async(dst={Wr}, src=region({wc[0]}, {K * c0 * e}, {K * n * e}), deps=[{", ".join(live(*prev, wc[1], tg.get(gm - t.slots)))}])')
+                E.line(f'{tw} = transfer.async(dst={Wr}, src=region({wc[0]}, {K * c0 * e}, {K * n * e}), '
+                       f'deps=[{", ".join(live(*prev, wc[1], tg.get(gm - t.slots)))}])')
             Yr = f'{l.name}_{"y" if q8 else "c"}{gm}'
             E.line(f'{Yr} = {_reg((o["y"] if q8 else o["c"]) + c0 * e, (rows, n), elem, qy, row=N if len(cols) > 1 else None)}')
-            ins = f'{Xn}, {Wr} @readonly' + (f', region(ARENA, {o["b"] + c0 * 4}, {n * 4}, elem=i32, shape=[{n}], layout=C) @readonly' if q8 else '')
+            ins = f'{Xn}, {Wr} @readonly' + (f', region(ARENA, {o["b"] + c0 * 4}, {n * 4}, elem=i32, shape=[{n}], layout=C) '
+                                             f'@readonly' if q8 else '')
             tk = tg[gm] = E.tok(f'{l.name}_g{gm}'); blk.append(tk)
-            E.line(f'{tk} = gemm.async in {ins} out {Yr} accum_type={"i32" if q8 else "f32"} deps=[{", ".join(live(tx, tw, tb, last if rows > 1 else None))}]')
+            E.line(f'{tk} = gemm.async in {ins} out {Yr} accum_type={"i32" if q8 else "f32"} '
+                   f'deps=[{", ".join(live(tx, tw, tb, last if rows > 1 else None))}]')
             last = tk
             if not resident and gm >= t.slots: E.retire(live(tws.pop(gm - t.slots, None), tg.pop(gm - t.slots, None)))
             if not resident: tws[gm] = tw
@@ -141,10 +148,12 @@ def emit_linear(E, l, ctx, xv, yv, t:GemmTiling, prev) -> list:
         E.line(f'{src} = {_reg(o["y"], (rows, N), elem, qy)}')
         if not q8:
             ta = E.tok(f'{l.name}_bias{i}')
-            E.line(f'{ta} = add.async in {_reg(o["c"], (rows, N), elem)}, {_reg(o["b"], (rows, N), elem)} @readonly out {src} deps=[{", ".join(live(*blk, tb))}]')
+            E.line(f'{ta} = add.async in {_reg(o["c"], (rows, N), elem)}, {_reg(o["b"], (rows, N), elem)} @readonly out {src} '
+                   f'deps=[{", ".join(live(*blk, tb))}]')
             last = ta
         ts = E.tok(f'{l.name}_s{i}')
-        E.line(f'{ts} = store.async(dst=region({yv.buf}, {yv.at(r0 * N * e)}, {rows * N * e}), src={src}, deps=[{", ".join(live(*[tg[k] for k in sorted(tg) if k >= gm - len(cols)], last))}])')
+        E.line(f'{ts} = store.async(dst=region({yv.buf}, {yv.at(r0 * N * e)}, {rows * N * e}), src={src}, '
+               f'deps=[{", ".join(live(*[tg[k] for k in sorted(tg) if k >= gm - len(cols)], last))}])')
         if i + 1 < len(blocks): E.retire(); prev, tg, tws = [], {}, {}
     return [ts]
 
@@ -169,13 +178,15 @@ def emit_linear_engines(E, l, ctx, xv, yv, t:GemmTiling, prev) -> list:
     TB = []
     for q in range(nE):
         tb = E.tok(f'{l.name}_b{q}'); TB.append(tb)
-        E.line(f'{tb} = transfer.async(dst={ar(q, _reg(o["b"], (N,) if q8 else (1, N), "i32" if q8 else elem))}, src=region({bc[0]}, 0, {N * 4 if q8 else N * e}), deps=[{", ".join(live(*prev, bc[1]))}])')
+        E.line(f'{tb} = transfer.async(dst={ar(q, _reg(o["b"], (N,) if q8 else (1, N), "i32" if q8 else elem))}, src=region({bc[0]}, 0, '
+               f'{N * 4 if q8 else N * e}), deps=[{", ".join(live(*prev, bc[1]))}])')
     last = None
     for r in range(M):
         TX = []
         for q in range(nE):
             tx = E.tok(f'{l.name}_x{r}e{q}'); TX.append(tx)
-            E.line(f'{tx} = transfer.async(dst={ar(q, _reg(o["x"], (1, K), elem, qx))}, src=region({xv.buf}, {xv.at(r * K * e)}, {K * e}), deps=[{", ".join(live(*prev))}])')
+            E.line(f'{tx} = transfer.async(dst={ar(q, _reg(o["x"], (1, K), elem, qx))}, src=region({xv.buf}, {xv.at(r * K * e)}, '
+                   f'{K * e}), deps=[{", ".join(live(*prev))}])')
         E.retire(live(*TX, *TB))          # the row and the bias are in every engine before its tiles start: 2 x engines fewer live tokens
         mine, done = {}, []
         for j, (c0, c1) in enumerate(cols):
@@ -184,19 +195,23 @@ def emit_linear_engines(E, l, ctx, xv, yv, t:GemmTiling, prev) -> list:
             if old: E.retire(live(*old[1:])); old = ()          # the slot's previous tile: done before its weights are overwritten (and fewer live tokens)
             Wr = ar(q, _reg(o['w'] + s * sW, (K, n), elem, qchan(sw[c0:c1], 1) if q8 else None, 'KN'))
             tw = E.tok(f'{l.name}_w{r}_{j}')
-            E.line(f'{tw} = transfer.async(dst={Wr}, src=region({wc[0]}, {K * c0 * e}, {K * n * e}), deps=[{", ".join(live(*prev, wc[1], *old[1:]))}])')
+            E.line(f'{tw} = transfer.async(dst={Wr}, src=region({wc[0]}, {K * c0 * e}, {K * n * e}), '
+                   f'deps=[{", ".join(live(*prev, wc[1], *old[1:]))}])')
             Yr = ar(q, _reg((o['y'] if q8 else o['c']) + c0 * e, (1, n), elem, qy))
             tg = E.tok(f'{l.name}_g{r}_{j}')
             ins = f'{Wr} @readonly' + (f', {ar(q, _reg(o["b"] + c0 * 4, (n,), "i32"))} @readonly' if q8 else '')
-            E.line(f'{tg} = gemm.async in {ar(q, _reg(o["x"], (1, K), elem, qx))}, {ins} out {Yr} accum_type={"i32" if q8 else "f32"} deps=[{", ".join(live(TX[q], tw, TB[q], *old[1:]))}]')
+            E.line(f'{tg} = gemm.async in {ar(q, _reg(o["x"], (1, K), elem, qx))}, {ins} out {Yr} accum_type={"i32" if q8 else "f32"} '
+                   f'deps=[{", ".join(live(TX[q], tw, TB[q], *old[1:]))}]')
             src, lst = Yr, tg
             if not q8:
                 src = ar(q, _reg(o['y'] + c0 * e, (1, n), elem))
                 ta = E.tok(f'{l.name}_bias{r}_{j}')
-                E.line(f'{ta} = add.async in {Yr}, {ar(q, _reg(o["b"] + c0 * e, (1, n), elem))} @readonly out {src} deps=[{", ".join(live(tg, TB[q], *old[1:]))}]')
+                E.line(f'{ta} = add.async in {Yr}, {ar(q, _reg(o["b"] + c0 * e, (1, n), elem))} @readonly out {src} '
+                       f'deps=[{", ".join(live(tg, TB[q], *old[1:]))}]')
                 lst = ta
             ts = E.tok(f'{l.name}_s{r}_{j}')
-            E.line(f'{ts} = store.async(dst=region({yv.buf}, {yv.at((r * N + c0) * e)}, {n * e}), src={src}, deps=[{", ".join(live(lst, *old[1:]))}])')
+            E.line(f'{ts} = store.async(dst=region({yv.buf}, {yv.at((r * N + c0) * e)}, {n * e}), src={src}, '
+                   f'deps=[{", ".join(live(lst, *old[1:]))}])')
             mine[j] = (q, tw, tg, ts) + ((lst,) if not q8 else ())
         E.retire()
         prev = []

@@ -46,7 +46,8 @@ def import_nac(model, *example) -> LayerGraph:
     def ref(i, where):
         j = i[1]
         if i[0] != 'ref': return None
-        if j not in names: raise LowerError(f'{where}: reads instruction {j} ({it.steps[j].name}, {it.steps[j].kind}), which is not a lowered value')
+        if j not in names: raise LowerError(f'{where}: reads instruction {j} ({it.steps[j].name}, {it.steps[j].kind}), which is not a '
+                                            f'lowered value')
         return names[j]
     for s in it.steps[:it.n_run]:
         where = f'instruction {s.index} ({s.name})'
@@ -82,7 +83,8 @@ def import_nac(model, *example) -> LayerGraph:
                 per_ch = lambda t: len(shape) == 4 and t == (shape[0], shape[1], 1, 1)
                 if lay.op == 'mul' and sa == shape and per_ch(sb): lay.op = 'bmul'
                 elif lay.op == 'mul' and sb == shape and per_ch(sa): lay.op, lay.inputs = 'bmul', lay.inputs[::-1]
-                else: raise LowerError(f'{where}: {s.name} broadcasts {list(sa)} with {list(sb)}; only a per-channel scale [N, C, 1, 1] of a mul is lowered (NEM eltwise shapes must be identical)')
+                else: raise LowerError(f'{where}: {s.name} broadcasts {list(sa)} with {list(sb)}; only a per-channel scale [N, C, 1, 1] '
+                                       f'of a mul is lowered (NEM eltwise shapes must be identical)')
         if lay.op == 'concat': lay.inputs = [ref(r, where) for r in lay.inputs]
         if lay.op == 'pass': names[s.index] = lay.inputs[0]; continue
         if lay.op in ('hardsigmoid', 'hardswish'):
@@ -108,7 +110,8 @@ def _layer(name, a, A, P, C, where, lname, shape) -> Layer:
     if name in UNARY: return L(UNARY[name], [A('self' if 'self' in a else 'input')])
     if name in ('nac.hardsigmoid', 'nac.hardswish'): return L(name[4:], [A('self' if 'self' in a else 'input')])
     if name in BINARY:
-        if a['other'][0] != 'ref' or a['self'][0] != 'ref': raise LowerError(f'{where}: {name} with a scalar operand is not lowered (NEM eltwise ops take two regions)')
+        if a['other'][0] != 'ref' or a['self'][0] != 'ref': raise LowerError(f'{where}: {name} with a scalar operand is not lowered (NEM '
+                                                                             f'eltwise ops take two regions)')
         if 'alpha' in a and a['alpha'][1] not in (1, None): raise LowerError(f'{where}: {name} with alpha != 1 is not lowered')
         return L(BINARY[name], [A('self'), A('other')])
     if name == 'nac.linear':
@@ -119,13 +122,18 @@ def _layer(name, a, A, P, C, where, lname, shape) -> Layer:
         pd = _pair(pd)
         p = dict(w=P('weight'))
         if P('bias') is not None: p['b'] = P('bias')
-        return L('conv2d', [A('input')], attrs=dict(strides=st, pads=[pd[0], pd[1], pd[0], pd[1]], dilations=dl, groups=int(C('groups'))), params=p)
+        return L('conv2d', [A('input')], attrs=dict(strides=st, pads=[pd[0], pd[1], pd[0], pd[1]], dilations=dl, groups=int(C('groups'))),
+                 params=p)
     if name in ('nac.max_pool2d', 'nac.avg_pool2d'):
         k = _pair(C('kernel_size')); st = _pair(C('stride') or k); pd = _pair(C('padding'))
         if C('ceil_mode'): raise LowerError(f'{where}: {name} with ceil_mode=True is not lowered')
         if name == 'nac.max_pool2d' and _pair(C('dilation')) != [1, 1]: raise LowerError(f'{where}: max_pool2d with dilation is not lowered')
-        if name == 'nac.avg_pool2d' and any(pd) and C('count_include_pad'): raise LowerError(f'{where}: avg_pool2d with padding counted in the average is not lowered (NEM avgpool averages valid positions)')
-        return L('maxpool' if 'max' in name else 'avgpool', [A('self' if 'self' in a else 'input')], attrs=dict(kernel_shape=k, strides=st, pads=[pd[0], pd[1], pd[0], pd[1]]))
+        if name == 'nac.avg_pool2d' and any(pd) and C('count_include_pad'): raise LowerError(f'{where}: avg_pool2d with padding counted '
+                                                                                             f'in the average is not lowered (NEM avgpool '
+                                                                                             f'averages valid positions)')
+        return L('maxpool' if 'max' in name else 'avgpool', [A('self' if 'self' in a else 'input')], attrs=dict(kernel_shape=k, strides=st,
+                                                                                                                pads=[pd[0], pd[1], pd[0],
+                                                                                                                      pd[1]]))
     if name == 'nac.adaptive_avg_pool2d':
         x = A('self' if 'self' in a else 'input')
         return L('avgpool', [x], attrs=dict(adaptive=list(_pair(C('output_size')))))
@@ -147,8 +155,10 @@ def _layer(name, a, A, P, C, where, lname, shape) -> Layer:
     if name == 'nac.rms_norm':
         p = {k: v for k, v in (('scale', P('weight')),) if v is not None}
         eps = C('eps')
-        return L('rmsnorm', [A('input')], attrs=dict(axis=len(shape) - len(C('normalized_shape')), epsilon=float(eps) if eps is not None else 1e-6), params=p)
+        return L('rmsnorm', [A('input')], attrs=dict(axis=len(shape) - len(C('normalized_shape')),
+                                                     epsilon=float(eps) if eps is not None else 1e-6), params=p)
     if name == 'nac.matmul':
         return L('matmul', [A('self'), A('other')])
-    raise LowerError(f'{where}: op {name} has no NEM lowering (supported: linear, conv2d, matmul, add/mul/sub, relu/gelu/silu/sigmoid/tanh, '
+    raise LowerError(f'{where}: op {name} has no NEM lowering (supported: linear, conv2d, matmul, add/mul/sub, '
+                     f'relu/gelu/silu/sigmoid/tanh, '
                      'max/avg pooling incl. adaptive, view/flatten/permute/transpose/cat, softmax, layer_norm/rms_norm)')

@@ -73,7 +73,8 @@ def _torch_order(l, v, what):
 def _emit_view(E, l, ctx, xv, yv, prev):
     if l.op in ('transpose', 'relayout'):
         perm = l.attrs['perm'] if l.op == 'transpose' else [0, 1, 2, 3]
-        return emit_whole(E, l, 'transpose', [xv], [], yv, f'perm=[{", ".join(map(str, nem_perm(perm, _nhwc(xv), _nhwc(yv))))}]', prev, ctx.elem)[0]
+        return emit_whole(E, l, 'transpose', [xv], [], yv, f'perm=[{", ".join(map(str, nem_perm(perm, _nhwc(xv), _nhwc(yv))))}]', prev,
+                          ctx.elem)[0]
     ins = [ctx.vals[n] for n in l.inputs]
     if len({_nhwc(v) for v in ins}) > 1: raise LowerError(f'{l.name} (NAC instruction {l.nac}): concat of 4-D values stored in different layouts')
     return emit_whole(E, l, l.op, ins, [], yv, f'axis={nem_axis(l.attrs["axis"], len(l.shape), _nhwc(yv))}', prev, ctx.elem)[0]
@@ -86,7 +87,8 @@ def _emit_island(E, l, xv, yv, prev, attrs) -> list:
         nonlocal off
         r = _arena_region(E, off, shape, elem, q, lay); off += -(-int(np.prod(shape)) * ESIZE[elem] // 64) * 64; return r
     xi = f'{l.name}_xi'; E.line(f'{xi} = {reg(xv.shape, "i8", qdesc(xv.q), xv.layout)}')
-    t0 = E.tok(f'{l.name}_in'); E.line(f'{t0} = transfer.async(dst={xi}, src=region({xv.buf}, {xv.base}, {xv.nbytes}), deps=[{", ".join(prev)}])')
+    t0 = E.tok(f'{l.name}_in'); E.line(f'{t0} = transfer.async(dst={xi}, src=region({xv.buf}, {xv.base}, {xv.nbytes}), '
+                                       f'deps=[{", ".join(prev)}])')
     xf = f'{l.name}_xf'; E.line(f'{xf} = {reg(xv.shape, "f16", None, xv.layout)}')
     t1 = E.tok(f'{l.name}_deq'); E.line(f'{t1} = dequantize.async in {xi} out {xf} deps=[{t0}]')
     p = {k: v for k, v in l.params.items() if k in ('scale', 'bias')}
@@ -96,12 +98,14 @@ def _emit_island(E, l, xv, yv, prev, attrs) -> list:
         if k not in p: continue
         a = np.asarray(p[k], np.float32); c = E.const(f'{l.name}_{k}', to_elem(a, 'f16'))
         r = f'{l.name}_r{k}'; E.line(f'{r} = {reg(a.shape, "f16", None, "C" if a.ndim == 1 else "MN" if a.ndim == 2 else "NHW")}')
-        t = E.tok(f'{l.name}_{k}'); E.line(f'{t} = transfer.async(dst={r}, src=region({c[0]}, 0, {a.size * 2}), deps=[{", ".join(prev + [c[1]])}])')
+        t = E.tok(f'{l.name}_{k}'); E.line(f'{t} = transfer.async(dst={r}, src=region({c[0]}, 0, {a.size * 2}), '
+                                           f'deps=[{", ".join(prev + [c[1]])}])')
         ks.append(r + ' @readonly'); kt.append(t)
     if 'mask' in l.params:                       # an attention mask added in f16 (fuse_masks): -inf exists there
         m = np.asarray(l.params['mask'], np.float32); c = E.const(f'{l.name}_mask', to_elem(m, 'f16'))
         mr = f'{l.name}_rm'; E.line(f'{mr} = {reg(xv.shape, "f16", None, xv.layout)}')
-        tm = E.tok(f'{l.name}_mask'); E.line(f'{tm} = transfer.async(dst={mr}, src=region({c[0]}, 0, {m.size * 2}), deps=[{", ".join(prev + [c[1]])}])')
+        tm = E.tok(f'{l.name}_mask'); E.line(f'{tm} = transfer.async(dst={mr}, src=region({c[0]}, 0, {m.size * 2}), '
+                                             f'deps=[{", ".join(prev + [c[1]])}])')
         xm = f'{l.name}_xm'; E.line(f'{xm} = {reg(xv.shape, "f16", None, xv.layout)}')
         t1b = E.tok(f'{l.name}_addm'); E.line(f'{t1b} = add.async in {xf}, {mr} @readonly out {xm} deps=[{t1}, {tm}]')
         xf, t1 = xm, t1b
@@ -156,7 +160,8 @@ def _emit_matmul(E, l, ctx, xv, yv, prev):
     "Activation × activation (batched over leading axes): int8 per RULINGS E3 with both zero points, float with an f32 accumulator."
     a, b = (ctx.vals[n] for n in l.inputs)
     for v in (a, b): _torch_order(l, v, 'matmul')
-    if len(a.shape) != len(b.shape): raise LowerError(f'{l.name} (NAC instruction {l.nac}): matmul of ranks {len(a.shape)} and {len(b.shape)} (broadcast batch) is not lowered')
+    if len(a.shape) != len(b.shape): raise LowerError(f'{l.name} (NAC instruction {l.nac}): matmul of ranks {len(a.shape)} and '
+                                                      f'{len(b.shape)} (broadcast batch) is not lowered')
     return emit_whole(E, l, 'matmul', [a, b], [], yv, f'accum_type={"i32" if ctx.elem == "i8" else "f32"}', prev, ctx.elem)[0]
 
 LAYER_EMITTERS.update(transpose=_emit_view, relayout=_emit_view, concat=_emit_view, layernorm=_emit_norm, rmsnorm=_emit_norm,

@@ -23,7 +23,8 @@ class QParam:
     "Per-tensor asymmetric int8 quantization: real = (q - zero_point) * scale."
     scale: float
     zero_point: int
-    def quantize(self, x) -> np.ndarray: return np.clip(np.rint(np.asarray(x, np.float64) / self.scale) + self.zero_point, -128, 127).astype(np.int8)
+    def quantize(self, x) -> np.ndarray: return np.clip(np.rint(np.asarray(x, np.float64) / self.scale) + self.zero_point, -128,
+                                                        127).astype(np.int8)
     def dequantize(self, q) -> np.ndarray: return (np.asarray(q, np.int64) - self.zero_point) * self.scale
 
 SAME_Q = ('relu', 'maxpool', 'reshape', 'transpose', 'relayout', 'slice')     # output keeps the input's descriptor (E4: exact on integers)
@@ -43,7 +44,9 @@ def calibrate(model, g, samples) -> dict:
     idx = {l.nac: l.name for l in g.layers}
     for smp in samples:
         vals = [None] * len(it.steps)
-        it.run_steps(it._inputs([torch.as_tensor(np.asarray(x) if np.issubdtype(np.asarray(x).dtype, np.integer) else np.asarray(x, np.float32)) for x in smp], {}), values=vals)
+        it.run_steps(it._inputs([torch.as_tensor(np.asarray(x) if np.issubdtype(np.asarray(x).dtype,
+                                                                                np.integer) else np.asarray(x, np.float32)) for x in smp],
+                                                                                    {}), values=vals)
         for k, (i, n, kind, _) in enumerate(it.slots):
             if kind == 'user': _upd(rng, n, vals[i])
         for i, n in idx.items(): _upd(rng, n, vals[i])
@@ -151,9 +154,11 @@ def _ev(l, xs, shapes):
     if o == 'linear': return xs[0] @ l.params['w'].astype(np.float64).T + l.params.get('b', 0)
     if o == 'conv2d':
         p = a['pads']; x = np.pad(xs[0], [(0, 0), (0, 0), (p[0], p[2]), (p[1], p[3])])
-        return F.conv2d(T(x), T(l.params['w']), T(l.params['b']) if 'b' in l.params else None, a['strides'], 0, a['dilations'], a['groups']).numpy()
+        return F.conv2d(T(x), T(l.params['w']), T(l.params['b']) if 'b' in l.params else None, a['strides'], 0, a['dilations'],
+                        a['groups']).numpy()
     if o in REAL_FN: return REAL_FN[o](xs[0])
-    if o in ('add', 'mul', 'sub', 'div', 'bmul'): return {'add': np.add, 'mul': np.multiply, 'sub': np.subtract, 'div': np.divide, 'bmul': np.multiply}[o](*xs)
+    if o in ('add', 'mul', 'sub', 'div', 'bmul'): return {'add': np.add, 'mul': np.multiply, 'sub': np.subtract, 'div': np.divide,
+                                                          'bmul': np.multiply}[o](*xs)
     if o == 'add_c': return xs[0] + a['c']
     if o == 'mul_c': return xs[0] * a['c']
     if o == 'clamp': return np.clip(xs[0], a['min_val'], a['max_val'])
@@ -205,7 +210,8 @@ def _island_ref(l, q, qi, qo) -> np.ndarray:
 # %% ../../nbs/67_lower_quant.ipynb #ee2c6111
 def reference_int8(g, qp:dict, ql:dict, *qinputs) -> dict:
     "Every value of the quantized network (int8, PyTorch layout), layer by layer on whole tensors: `nac_lab.fxp` requantization for conv/linear (E3), float64 for the rest (E4)."
-    v = {n: np.asarray(x, np.int64) if n in (getattr(g, 'ints', None) or ()) else np.asarray(x, np.int8) for n, x in zip(g.inputs, qinputs)}     # token indices stay integers
+    v = {n: np.asarray(x, np.int64) if n in (getattr(g, 'ints', None) or ()) else np.asarray(x, np.int8) for n, x in zip(g.inputs,
+                                                                                                                         qinputs)}     # token indices stay integers
     for l in g.layers:
         xs = [v[n] for n in l.inputs]; qi = [qp[n] for n in l.inputs]; qo = qp[l.name]
         if l.op in ('conv2d', 'linear'):

@@ -36,7 +36,8 @@ def resolve_device(dev) -> Device:
     "A shipped device name (npm_lite, npm_mid, npm_pro, npm_pro_x1) or a .nem file defining one device."
     from nac_lab.nem.check import check
     p = Path(dev) if str(dev).endswith('.nem') else Path(data_path('nem', 'devices', f'{dev}.nem'))
-    if not p.is_file(): raise LowerError(f'unknown device {dev!r}: not a shipped device name (npm_lite, npm_mid, npm_pro, npm_pro_x1) and not a .nem file')
+    if not p.is_file(): raise LowerError(f'unknown device {dev!r}: not a shipped device name (npm_lite, npm_mid, npm_pro, npm_pro_x1) and '
+                                         f'not a .nem file')
     names = re.findall(r'^\s*device\s+([A-Za-z_]\w*)\s+extends', p.read_text(), re.M)
     if len(names) != 1: raise LowerError(f'{p}: expected exactly one device definition, found {len(names)}')
     probe = f'include "nem_baseline_1.0.nem"\ninclude "{p.name}"\n\ndevice {names[0]}\n\nprogram probe:\n'
@@ -59,7 +60,9 @@ def _instances(l, elem):
     if q and l.op in ('layernorm', 'rmsnorm', 'softmax'):         # an f16 island (lower.ops): dequantize, the op on f16, quantize
         h = ('f16', False)
         return [('dequantize', OpInstance('dequantize', dict(X=x), dict(Y=h))),
-                (l.op, OpInstance(l.op, dict(X=h, **{k: h for k in l.params if k != 'mask'}), dict(Y=h))), ('quantize', OpInstance('quantize', dict(X=h), dict(Y=x)))] + \
+                (l.op, OpInstance(l.op, dict(X=h, **{k: h for k in l.params if k != 'mask'}), dict(Y=h))), ('quantize',
+                                                                                                            OpInstance('quantize',
+                                                                                                                       dict(X=h), dict(Y=x)))] + \
                ([('add', OpInstance('add', dict(A=h, B=h), dict(Y=h)))] if 'mask' in l.params else [])
     if l.op in ('relu', 'gelu', 'silu', 'sigmoid', 'tanh', 'softmax', 'clamp'): return [(l.op, OpInstance(l.op, dict(X=x), dict(Y=x)))]
     if l.op == 'bmul': return [('conv2d', OpInstance('conv2d', dict(X=x, W=x), dict(Y=x), 'i32' if q else 'f32'))]
@@ -98,7 +101,8 @@ def _tile_candidates(Ho):
 def layer_program(l, g, dev, elem, qp, tiling) -> str:
     "A one-layer program (input imported in L2, output left in L2) for timing a tiling of `l`."
     from nac_lab.lower.layers import LayerGraph
-    sub = LayerGraph({n: g.inputs.get(n) or g.layer(n).shape for n in dict.fromkeys(l.inputs)}, [l], [l.name], g.nhwc, set(getattr(g, 'ints', ())) & set(l.inputs))
+    sub = LayerGraph({n: g.inputs.get(n) or g.layer(n).shape for n in dict.fromkeys(l.inputs)}, [l], [l.name], g.nhwc,
+                     set(getattr(g, 'ints', ())) & set(l.inputs))
     E = Emitter(dev, dev.l1, elem)
     emit_program(sub, E, 'int8' if elem == 'i8' else elem, qp, _fake_ql(l, elem), {l.name: tiling}, probe=True)
     return E.text('tile_probe')
@@ -163,7 +167,8 @@ def choose_tilings(g, dev, elem, qp, ql, policy='search') -> tuple:
         cands = _tile_candidates(ys[1]) if xs[0] == 1 else [ys[1]]
         def l1(t, s): return conv_l1(l, Val('', xs, elem), Val('', ys, elem), t, s, elem)
         fit = [(t, s) for t in cands for s in (1, 2) if l1(t, s) <= dev.l1 and (s == 1 or t < ys[1])]
-        if not fit: raise LowerError(f'{l.name} (NAC instruction {l.nac}): even one output row does not fit L1 ({dev.l1} bytes) with resident weights')
+        if not fit: raise LowerError(f'{l.name} (NAC instruction {l.nac}): even one output row does not fit L1 ({dev.l1} bytes) with '
+                                     f'resident weights')
         t1 = max(t for t, s in fit if s == 1)
         naive[l.name] = Tiling(t1, 1, l1(t1, 1))
         if policy == 'naive' or isinstance(policy, dict): chosen[l.name] = naive[l.name]; continue

@@ -71,14 +71,16 @@ def _lenient_ops(r: Reader, nac: NacFile, end: int, rep: CheckReport):
             A, B = r.unpack('<BB', 'A, B')
             if A < 10: C, D = _read_sys(r, nac, i, A, B, at)
             else:
-                if B and B not in nac.perm: raise r.error(FormatError, f'signature id {B} is not in PERM, so its D length is unknown', at + 1)
+                if B and B not in nac.perm: raise r.error(FormatError, f'signature id {B} is not in PERM, so its D length is unknown',
+                                                          at + 1)
                 sig = nac.perm.get(B, '') if B else ''
                 C = []
                 if _has_c(sig):
                     k = r.unpack('<h', 'C count')[0]
                     if k < 0 or 2 * k > end - r.pos: raise r.error(FormatError, f'C id count {k} does not fit before {end:#x}', r.pos - 2)
                     C = [k] + (list(r.unpack(f'<{k}H', 'C')) if k else [])
-                if 2 * len(sig) > end - r.pos: raise r.error(FormatError, f'D needs {2 * len(sig)} bytes, the section ends at {end:#x}', r.pos)
+                if 2 * len(sig) > end - r.pos: raise r.error(FormatError, f'D needs {2 * len(sig)} bytes, the section ends at {end:#x}',
+                                                             r.pos)
                 D = list(r.unpack(f'<{len(sig)}h', 'D')) if sig else []
         except FormatError as ex:
             rep.add(f'OPS instruction {i} at offset {at:#x}', f'{ex.msg}; instructions {i}..{n - 1} not decoded')
@@ -151,7 +153,8 @@ def _weights(nac: NacFile, rep: CheckReport, bad: set) -> dict | None:
         if ins.A == SysOp.INPUT and ins.B in (1, 2) and len(ins.C) > 1:
             pid = ins.C[1] & 0xFFFF
             if pid in nac.param_names and pid not in ts:
-                rep.add(f'OPS instruction {i}', f'{"parameter" if ins.B == 1 else "state"} {pid} ({nac.param_names[pid]!r}) has no tensor in {where}')
+                rep.add(f'OPS instruction {i}',
+                        f'{"parameter" if ins.B == 1 else "state"} {pid} ({nac.param_names[pid]!r}) has no tensor in {where}')
     for pid in ts:
         if pid not in nac.param_names: rep.add(where, f'tensor for parameter id {pid}, which has no name in DATA block 1')
     return ts
@@ -182,7 +185,8 @@ def _mmap(nac: NacFile, rep: CheckReport, offs: dict):
     from nac_lab.nac.mmap import mmap_violations
     for v in mmap_violations(nac.mmap, nac, section_offset=offs['MMAP']):
         at = '' if v.offset is None else f' at offset {v.offset:#x}'
-        rep.add(f'MMAP record {v.record} (tick {v.tick}){at}', f'{v.command}' + ('' if v.target is None else f' -> {v.target}') + f': {v.why}')
+        rep.add(f'MMAP record {v.record} (tick {v.tick}){at}',
+                f'{v.command}' + ('' if v.target is None else f' -> {v.target}') + f': {v.why}')
 
 def _example_inputs(nac: NacFile) -> dict | None:
     "`{input name: tensor}` made from the file's signature (named sizes at their smallest legal value, at least 1), or None."
@@ -207,9 +211,11 @@ def _mmap_run(nac: NacFile, rep: CheckReport):
     ins = _example_inputs(nac)
     if ins is None: rep.notes.append('MMAP run: no inputs can be made (no complete signature)'); return
     try: cr = coupled_check(Interpreter(nac), **ins)
-    except Exception as ex: rep.notes.append(f'MMAP run: the program did not run on signature inputs ({type(ex).__name__}: {str(ex)[:160]})'); return
+    except Exception as ex: rep.notes.append(f'MMAP run: the program did not run on signature inputs ({type(ex).__name__}: '
+                                             f'{str(ex)[:160]})'); return
     rep.checks.append('MMAP run')
-    for v in cr.violations: rep.add(f'MMAP run, tick {v.tick}', f'{v.command}' + ('' if v.target is None else f' -> {v.target}') + f': {v.why}')
+    for v in cr.violations: rep.add(f'MMAP run, tick {v.tick}',
+                                    f'{v.command}' + ('' if v.target is None else f' -> {v.target}') + f': {v.why}')
     if not cr.outputs_match: rep.add('MMAP run', 'the outputs read through the schedule differ from the plain run')
 
 def _resources(nac: NacFile, rep: CheckReport, bad: set):

@@ -54,7 +54,8 @@ def _graph(args):
     from nac_lab.nac.disasm import graph
     from nac_lab.viz import render
     nac = read_nac(args.file)
-    p = render(graph(nac, start=args.start, stop=args.stop, fold_params=not args.params, show_mmap=args.mmap, max_nodes=args.max_nodes), args.out)
+    p = render(graph(nac, start=args.start, stop=args.stop, fold_params=not args.params, show_mmap=args.mmap, max_nodes=args.max_nodes),
+               args.out)
     print(f'wrote {p}')
     return 0
 

@@ -77,7 +77,8 @@ def register(sub):
     p.add_argument('--decode', action='store_true', help='turn ids back into text')
     p.add_argument('--no-special', action='store_true', dest='no_special', help="do not add the post-processor's special tokens")
     p.add_argument('--keep-special', action='store_true', dest='keep_special', help='keep special tokens when decoding')
-    p.add_argument('--tokenizer-json', action='store_true', dest='tokenizer_json', help='FILE is a HuggingFace tokenizer.json, compiled on the fly')
+    p.add_argument('--tokenizer-json', action='store_true', dest='tokenizer_json',
+                   help='FILE is a HuggingFace tokenizer.json, compiled on the fly')
     p.set_defaults(func=_tokenize)
 
 # %% ../../nbs/24_nac_mep_cli.ipynb #66f234e0
@@ -98,7 +99,8 @@ def tour(out:Path):
     nm = nac_compile(m, (x,))
     nm.nac.orch = Orch(REF_CODE, 2, REF_POOL)
     vocab = {'[UNK]': 0, '[CLS]': 1, '[SEP]': 2, 'run': 3, '##s': 4, 'the': 5, 'plan': 6, '.': 7}
-    attach_tokenizer(nm.nac, {'added_tokens': [{'id': i, 'content': c, 'special': True, 'normalized': False} for c, i in list(vocab.items())[:3]],
+    attach_tokenizer(nm.nac, {'added_tokens': [{'id': i, 'content': c, 'special': True, 'normalized': False} for c,
+                                               i in list(vocab.items())[:3]],
                               'normalizer': {'type': 'BertNormalizer', 'lowercase': True}, 'pre_tokenizer': {'type': 'BertPreTokenizer'},
                               'model': {'type': 'WordPiece', 'unk_token': '[UNK]', 'vocab': vocab},
                               'post_processor': {'type': 'BertProcessing', 'sep': ['[SEP]', 2], 'cls': ['[CLS]', 1]},

@@ -28,9 +28,12 @@ def parse_inputs(specs: list) -> dict:
         try:
             with open(path, 'rb') as f: magic = f.read(6)
         except OSError as ex: raise CliInputError(f'--input {name}: cannot read {path}: {ex.strerror or ex}') from None
-        if magic != b'\x93NUMPY': raise CliInputError(f'--input {name}: {path} is not a .npy file (expected the magic \\x93NUMPY at offset 0, found {magic!r})')
+        if magic != b'\x93NUMPY': raise CliInputError(f'--input {name}: {path} is not a .npy file (expected the magic \\x93NUMPY at '
+                                                      f'offset 0, found {magic!r})')
         try: out[key] = np.load(path, allow_pickle=False)
-        except (ValueError, EOFError, OSError) as ex: raise CliInputError(f'--input {name}: {path} is not a readable .npy array ({str(ex).splitlines()[0]})') from None
+        except (ValueError, EOFError,
+                OSError) as ex: raise CliInputError(f'--input {name}: {path} is not a readable .npy array '
+                                                    f'({str(ex).splitlines()[0]})') from None
     return out
 
 def positional(ins: dict, n_slots: int) -> list:

@@ -21,11 +21,15 @@ def register(sub):
     p.set_defaults(func=lambda a: (p.print_help(), 2)[1])
     def common(q, cap=True):
         q.add_argument('file', help='the .nac file')
-        q.add_argument('--sizes', metavar='JSON', help='value sizes: a JSON list (one per instruction) or {"index": bytes}, or a path to such a file')
-        q.add_argument('--inputs', metavar='NPZ', help='example inputs (.npz, arrays named after the inputs or in order; or one .npy): sizes from a run of the interpreter')
+        q.add_argument('--sizes', metavar='JSON',
+                       help='value sizes: a JSON list (one per instruction) or {"index": bytes}, or a path to such a file')
+        q.add_argument('--inputs', metavar='NPZ',
+                       help='example inputs (.npz, arrays named after the inputs or in order; or one .npy): sizes from a run of the '
+                            'interpreter')
         if cap:
             q.add_argument('--capacity', type=int, metavar='BYTES', help='fast-memory capacity to check against')
-            q.add_argument('--bandwidth', type=float, metavar='BYTES', help='slow->fast transfer bandwidth in bytes per tick (default: instant)')
+            q.add_argument('--bandwidth', type=float, metavar='BYTES',
+                           help='slow->fast transfer bandwidth in bytes per tick (default: instant)')
     c = ss.add_parser('check', help='verify the MMAP schedule; exit code 1 when it is invalid')
     common(c); c.add_argument('--json', action='store_true', help='print one JSON object')
     c.set_defaults(func=_check)
@@ -166,7 +170,8 @@ def _plot(args):
     from nac_lab.nac.mmap_sim import plot_timeline
     nac, rep, note = _report(args)
     p = plot_timeline(rep, args.out, title=Path(args.file).name)
-    print(f'{args.out}: {rep.n_ticks} ticks, peak {rep.peak_bytes} B, {"valid" if rep.valid else "INVALID"}' + (f' ({note})' if note else ''))
+    print(f'{args.out}: {rep.n_ticks} ticks, peak {rep.peak_bytes} B, '
+          f'{"valid" if rep.valid else "INVALID"}' + (f' ({note})' if note else ''))
 
 def _build(args):
     from nac_lab.nac.mmap import build_schedule

@@ -125,7 +125,8 @@ class _Lowering:
                     self.index[m] = len(nac.ops); nac.ops.append(Instruction.param(pid)); del self.pending[m]
                 outs = list(n.args[0]) if isinstance(n.args[0], (list, tuple)) else [n.args[0]]
                 for k, o in enumerate(outs):
-                    if not isinstance(o, fx.Node): raise NacCompileError(f'{g.module_name}: output {k} is the constant {o!r}, not a computed value')
+                    if not isinstance(o, fx.Node): raise NacCompileError(f'{g.module_name}: output {k} is the constant {o!r}, not a '
+                                                                         f'computed value')
                 upd = {k: ph for ph, k in g.state_updates.items()}
                 if upd:
                     sids = [self.pid_of[ph] for ph in upd.values()]

@@ -68,13 +68,16 @@ def control_map(ops) -> ControlMap:
     for c in cfs:
         ins = ops[c]
         if len(ins.C) != 3 or len(ins.D) != 1 or not 0 <= c + int(ins.D[0]) < c:
-            raise _err(c, f'<CONTROL_FLOW> needs C = [2, true_len, false_len] and D = [offset to an earlier instruction], got C={ins.C}, D={ins.D}')
+            raise _err(c, f'<CONTROL_FLOW> needs C = [2, true_len, false_len] and D = [offset to an earlier instruction], got C={ins.C}, '
+                       f'D={ins.D}')
         T, F = ins.C[1] & 0xFFFF, ins.C[2] & 0xFFFF
         if T < 1 or F < 1: raise _err(c, f'<CONTROL_FLOW> block lengths {T}, {F}: each block holds at least its closing <OUTPUT B=1>')
         e = c + T + F
         if e >= n: raise _err(c, f'<CONTROL_FLOW> blocks of {T} + {F} instructions run past the end of OPS ({n} instructions)')
-        if guard[e] != guard[c]: raise _err(c, f'<CONTROL_FLOW> blocks end at instruction {e}, outside the block that holds the <CONTROL_FLOW>')
-        if len(guard[c]) >= MAX_NESTING: raise _err(c, f'<CONTROL_FLOW> nested {len(guard[c]) + 1} deep; nac_lab accepts at most {MAX_NESTING} levels')
+        if guard[e] != guard[c]: raise _err(c, f'<CONTROL_FLOW> blocks end at instruction {e}, outside the block that holds the '
+                                            f'<CONTROL_FLOW>')
+        if len(guard[c]) >= MAX_NESTING: raise _err(c, f'<CONTROL_FLOW> nested {len(guard[c]) + 1} deep; nac_lab accepts at most '
+                                                    f'{MAX_NESTING} levels')
         for j in range(c + 1, c + T + 1): guard[j] = guard[c] + ((c, True),)
         for j in range(c + T + 1, e + 1): guard[j] = guard[c] + ((c, False),)
         cm.constructs[c] = Construct(c, c + int(ins.D[0]), c + T, e, 0)

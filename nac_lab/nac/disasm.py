@@ -96,9 +96,11 @@ def make_example(method:QuantMethod=QuantMethod.INT8_CHANNEL, internal:bool=True
     C = MmapCommand
     # weights preloaded ahead of use, buffers freed the tick after their last use, results with one consumer that
     # runs next forwarded, others saved (RULINGS 10)
-    nac.mmap = [MmapRecord(0, [C(P, 1), C(P, 2)]), MmapRecord(3, [C(P, 5), C(P, 6), C(FW, 4)]), MmapRecord(4, [C(F, 0), C(F, 1), C(F, 2), C(S, 4)]),
+    nac.mmap = [MmapRecord(0, [C(P, 1), C(P, 2)]), MmapRecord(3, [C(P, 5), C(P, 6), C(FW, 4)]), MmapRecord(4, [C(F, 0), C(F, 1), C(F, 2),
+                                                                                                               C(S, 4)]),
                 MmapRecord(7, [C(F, 5), C(F, 6), C(FW, 8)]), MmapRecord(8, [C(F, 4), C(FW, 9)]), MmapRecord(9, [C(S, 9)])]
-    ws = {'fc1.weight': rng.standard_normal((32, 16)).astype(np.float32) * 0.25, 'fc1.bias': rng.standard_normal(32).astype(np.float32) * 0.1,
+    ws = {'fc1.weight': rng.standard_normal((32, 16)).astype(np.float32) * 0.25,
+          'fc1.bias': rng.standard_normal(32).astype(np.float32) * 0.1,
           'fc2.weight': rng.standard_normal((8, 32)).astype(np.float32) * 0.25, 'fc2.bias': rng.standard_normal(8).astype(np.float32) * 0.1}
     set_weights(nac, ws, method, internal)
     nac.rsrc = {'README.txt': b'tiny_mlp: a hand-built NAC example\n'}
@@ -119,7 +121,8 @@ def _signature_lines(info) -> list:
     if 'error' in info: return [f"signature: damaged ({info['error']})"]
     from nac_lab.nac.signature import format_shape
     out = [f"signature: input {e['name']} (v{e['at']}): {e['dtype']} {format_shape(e['shape'])}" for e in info['inputs']]
-    if info['dims']: out.append('dimensions: ' + ', '.join(f"{k} in {lo}..{'' if hi is None else hi}" for k, (lo, hi) in info['dims'].items()))
+    if info['dims']: out.append('dimensions: ' + ', '.join(f"{k} in {lo}..{'' if hi is None else hi}" for k,
+                                                           (lo, hi) in info['dims'].items()))
     return out
 
 def input_shapes(nac:NacFile) -> dict:
@@ -162,7 +165,8 @@ def summary(nac:NacFile) -> dict:
         'outputs': [[r for r in decode_operands(nac, i).refs] for i in outs],
         'resources': {k: len(v) for k, v in (nac.rsrc or {}).items()},
         'proc_bytes': None if nac.proc is None else len(nac.proc),
-        'orch': None if nac.orch is None else {'bytecode_bytes': len(nac.orch.bytecode), 'n_consts': nac.orch.n_consts, 'pool_bytes': len(nac.orch.pool)},
+        'orch': None if nac.orch is None else {'bytecode_bytes': len(nac.orch.bytecode), 'n_consts': nac.orch.n_consts,
+                                               'pool_bytes': len(nac.orch.pool)},
         'signature': _signature_info(nac),
     }
 
@@ -183,14 +187,16 @@ def summary_text(nac:NacFile) -> str:
                   ['section', 'offset', 'bytes'], right=(1, 2)), '',
            _table([[k, v] for k, v in s['op_histogram'].items()], ['op', 'count'], right=(1,)), '']
     if s['params']:
-        out += [_table([[v['id'], k, v['dtype'] or '-', 'x'.join(map(str, v['shape'])) if v['shape'] is not None else '-', v['quant'] or '-',
+        out += [_table([[v['id'], k, v['dtype'] or '-', 'x'.join(map(str, v['shape'])) if v['shape'] is not None else '-',
+                         v['quant'] or '-',
                          v['bytes'] if v['bytes'] is not None else '-'] for k, v in s['params'].items()],
                        ['id', 'parameter', 'dtype', 'shape', 'quant', 'bytes'], right=(0, 5)), '']
     out += [_table([[k, v] for k, v in s['inputs'].items()], ['input at', 'name']), '',
             'outputs: ' + '; '.join(', '.join(f'v{r}' for r in o) for o in s['outputs'])]
     if s['resources']: out.append('resources: ' + ', '.join(f'{k} ({n} B)' for k, n in s['resources'].items()))
     if s['proc_bytes'] is not None: out.append(f"PROC manifest: {s['proc_bytes']} B")
-    if s['orch'] is not None: out.append(f"ORCH: {s['orch']['bytecode_bytes']} B bytecode, {s['orch']['n_consts']} constants, {s['orch']['pool_bytes']} B pool")
+    if s['orch'] is not None: out.append(f"ORCH: {s['orch']['bytecode_bytes']} B bytecode, {s['orch']['n_consts']} constants, "
+                                         f"{s['orch']['pool_bytes']} B pool")
     out += _signature_lines(s['signature'])
     return '\n'.join(escape(l) for l in '\n'.join(out).split('\n'))
 

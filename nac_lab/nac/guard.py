@@ -66,7 +66,8 @@ def value_bytes(v) -> int:
 def to_meta(v):
     "The meta-device twin of a tensor (or list/tuple of them); other values unchanged."
     import torch
-    if isinstance(v, torch.Tensor): return v if v.device.type == 'meta' else torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device='meta')
+    if isinstance(v, torch.Tensor): return v if v.device.type == 'meta' else torch.empty_strided(v.shape, v.stride(), dtype=v.dtype,
+                                                                                                 device='meta')
     if isinstance(v, list): return [to_meta(x) for x in v]
     if isinstance(v, tuple): return tuple(to_meta(x) for x in v)
     return v

@@ -115,13 +115,16 @@ def decode_bytecode(code:bytes) -> list:
     for i in out:
         t = i.target
         if t is not None and t not in starts:
-            raise MepFormatError(f'{i.name} jumps to {t:#x}, which is not the start of an instruction (0..{len(code):#x})', fmt='MEP', section='ORCH bytecode', offset=i.offset + i.size - 2)
+            raise MepFormatError(f'{i.name} jumps to {t:#x}, which is not the start of an instruction (0..{len(code):#x})', fmt='MEP',
+                                 section='ORCH bytecode', offset=i.offset + i.size - 2)
         if i.name == 'FLOW_LOOP_START': depth.append(i)
         elif i.name == 'FLOW_LOOP_END':
-            if not depth: raise MepFormatError('FLOW_LOOP_END without a FLOW_LOOP_START', fmt='MEP', section='ORCH bytecode', offset=i.offset)
+            if not depth: raise MepFormatError('FLOW_LOOP_END without a FLOW_LOOP_START', fmt='MEP', section='ORCH bytecode',
+                                               offset=i.offset)
             s = depth.pop()
             if t != s.offset + s.size:
-                raise MepFormatError(f'FLOW_LOOP_END jumps to {t:#x}, but its loop body starts at {s.offset + s.size:#x}', fmt='MEP', section='ORCH bytecode', offset=i.offset + 1)
+                raise MepFormatError(f'FLOW_LOOP_END jumps to {t:#x}, but its loop body starts at {s.offset + s.size:#x}', fmt='MEP',
+                                     section='ORCH bytecode', offset=i.offset + 1)
     if depth: raise MepFormatError('FLOW_LOOP_START without a FLOW_LOOP_END', fmt='MEP', section='ORCH bytecode', offset=depth[-1].offset)
     return out
 
@@ -166,14 +169,16 @@ def decode_pool(pool:bytes, n:int) -> list:
             elif t == 3 and ln == 8: v = r.f64(f'constant {k} float64')
             elif t == 4:
                 try: v = str(r.bytes_(ln, f'constant {k} string'), 'utf-8')
-                except UnicodeDecodeError as ex: raise r.error(MepFormatError, f'constant {k}: string is not UTF-8 ({ex.reason})', at + 5) from None
+                except UnicodeDecodeError as ex: raise r.error(MepFormatError, f'constant {k}: string is not UTF-8 ({ex.reason})',
+                                                               at + 5) from None
             elif t == 5: v = list(r.unpack(f'<{ln}i', f'constant {k} list[int32]'))
             elif t == 6: v = F32List(r.unpack(f'<{ln}f', f'constant {k} list[float32]'))
             else: raise r.error(MepFormatError, f'constant {k}: type {t} with length {ln} (types 0-6, RULINGS NAC 7)', at + 2)
             out.append(v)
     except MepFormatError: raise
     except FormatError as ex: raise MepFormatError(ex.msg, fmt='MEP', section=ex.section, offset=ex.offset) from None
-    if r.remaining: raise MepFormatError(f'{r.remaining} byte(s) after the last of {n} constants', fmt='MEP', section='ORCH constant pool', offset=r.pos)
+    if r.remaining: raise MepFormatError(f'{r.remaining} byte(s) after the last of {n} constants', fmt='MEP', section='ORCH constant pool',
+                                         offset=r.pos)
     return out
 
 # %% ../../nbs/22_nac_mep.ipynb #6fc788b6
@@ -197,7 +202,8 @@ class MepProgram:
         "Encode as an ORCH section; constant ids used by instructions must exist."
         for i in self.instrs:
             for n, k in _fields(i.opcode, i.args):
-                if k == 'c' and not 0 <= i.args[n] < len(self.consts): raise WriteError(f'{i.name}: constant id {i.args[n]} is not in the pool ({len(self.consts)} constants)')
+                if k == 'c' and not 0 <= i.args[n] < len(self.consts): raise WriteError(f'{i.name}: constant id {i.args[n]} is not in the '
+                                                                                        f'pool ({len(self.consts)} constants)')
         return Orch(encode_bytecode(self.instrs), len(self.consts), encode_pool(self.consts))
 
 def _arg_text(ins:MepIns, n:str, k:str, v, consts:list) -> str:
@@ -349,24 +355,34 @@ def _m(attr, name, doc, build):
     return f
 
 _HELPERS = {
-    'prompt': ('SRC_USER_PROMPT', 'prompt the user with `text`, store the answer (dtype 10 = text) in `out`', lambda text, out, dtype=10: dict(out=out, dtype=dtype, prompt=text)),
+    'prompt': ('SRC_USER_PROMPT', 'prompt the user with `text`, store the answer (dtype 10 = text) in `out`', lambda text, out,
+               dtype=10: dict(out=out, dtype=dtype, prompt=text)),
     'set': ('SRC_CONSTANT', 'set slot `out` to constant `value`', lambda value, out: dict(out=out, value=value)),
     'load_model': ('RES_LOAD_MODEL', 'load the .nac file at `path` as model `model`', lambda model, path: dict(model=model, path=path)),
     'load_npy': ('RES_LOAD_DATAFILE', 'load the .npy file at `path` into `out`', lambda out, path: dict(out=out, file_type=2, path=path)),
-    'load_extern': ('RES_LOAD_EXTERN', 'load resource `name` (0: RSRC entry of the plan file, 1: file) into `out`', lambda name, out, res_type=0: dict(out=out, res_type=res_type, name=name)),
-    'load_dynamic': ('RES_LOAD_DYNAMIC', 'load the file whose path is in slot `path` (2 npy, 3 image)', lambda path, out, file_type=2: dict(out=out, path=path, file_type=file_type)),
-    'encode': ('PREPROC_ENCODE', 'tokenize the text in `src` with the tokenizer of model `proc` into `out` ([1, n] int64)', lambda proc, src, out: dict(proc=proc, **{'in': src}, out=out)),
+    'load_extern': ('RES_LOAD_EXTERN', 'load resource `name` (0: RSRC entry of the plan file, 1: file) into `out`', lambda name, out,
+                    res_type=0: dict(out=out, res_type=res_type, name=name)),
+    'load_dynamic': ('RES_LOAD_DYNAMIC', 'load the file whose path is in slot `path` (2 npy, 3 image)', lambda path, out,
+                     file_type=2: dict(out=out, path=path, file_type=file_type)),
+    'encode': ('PREPROC_ENCODE', 'tokenize the text in `src` with the tokenizer of model `proc` into `out` ([1, n] int64)', lambda proc,
+               src, out: dict(proc=proc, **{'in': src}, out=out)),
     'decode': ('PREPROC_DECODE', 'turn token ids in `src` back into text', lambda proc, src, out: dict(proc=proc, **{'in': src}, out=out)),
     'token_id': ('PREPROC_GET_ID', 'the id of token string `item`', lambda proc, item, out: dict(proc=proc, item=item, out=out)),
-    'format': ('STRING_FORMAT', "format string `fmt` ('{}' fields) with the values of `keys`", lambda fmt, keys, out: dict(out=out, fmt=fmt, keys=keys)),
-    'tensor': ('TENSOR_CREATE', 'make a tensor of DType `dtype` from `src` (mode 0 value, 1 arange, 2 ones)', lambda src, out, dtype=5, mode=0: dict(out=out, dtype=dtype, mode=mode, **{'in': src})),
-    'pad': ('TENSOR_MANIPULATE', 'pad the last axis of `src` (slot `pad`: [before, after]) with the value in `val`', lambda src, pad, val, out: dict(op=1, out=out, **{'in': src}, pad=pad, val=val)),
-    'reshape': ('TENSOR_MANIPULATE', "reshape `src` to the shape in slot `shape` (op 2, nac_lab's)", lambda src, shape, out: dict(op=2, out=out, **{'in': src}, pad=shape, val=shape)),
-    'concat': ('TENSOR_COMBINE', 'concatenate the tensors of `keys` along the axis in slot `axis`', lambda keys, axis, out: dict(op=0, out=out, keys=keys, axis=axis)),
+    'format': ('STRING_FORMAT', "format string `fmt` ('{}' fields) with the values of `keys`", lambda fmt, keys,
+               out: dict(out=out, fmt=fmt, keys=keys)),
+    'tensor': ('TENSOR_CREATE', 'make a tensor of DType `dtype` from `src` (mode 0 value, 1 arange, 2 ones)', lambda src, out, dtype=5,
+               mode=0: dict(out=out, dtype=dtype, mode=mode, **{'in': src})),
+    'pad': ('TENSOR_MANIPULATE', 'pad the last axis of `src` (slot `pad`: [before, after]) with the value in `val`', lambda src, pad, val,
+            out: dict(op=1, out=out, **{'in': src}, pad=pad, val=val)),
+    'reshape': ('TENSOR_MANIPULATE', "reshape `src` to the shape in slot `shape` (op 2, nac_lab's)", lambda src, shape,
+                out: dict(op=2, out=out, **{'in': src}, pad=shape, val=shape)),
+    'concat': ('TENSOR_COMBINE', 'concatenate the tensors of `keys` along the axis in slot `axis`', lambda keys, axis,
+               out: dict(op=0, out=out, keys=keys, axis=axis)),
     'shape': ('TENSOR_INFO', 'the shape of `src` as a list', lambda src, out: dict(op=0, out=out, **{'in': src})),
     'dim': ('TENSOR_INFO', 'the size of axis (slot `dim`) of `src`', lambda src, dim, out: dict(op=1, out=out, **{'in': src}, dim=dim)),
     'to_py': ('TENSOR_INFO', 'a tensor as a Python number or list', lambda src, out: dict(op=2, out=out, **{'in': src})),
-    'extract': ('TENSOR_EXTRACT', '`tensor[idx]` (idx: int or list of ints in a slot)', lambda tensor, idx, out: dict(out=out, tensor=tensor, idx=idx)),
+    'extract': ('TENSOR_EXTRACT', '`tensor[idx]` (idx: int or list of ints in a slot)', lambda tensor, idx,
+                out: dict(out=out, tensor=tensor, idx=idx)),
     'copy': ('SYS_COPY', 'copy slot `src` to `out`', lambda src, out: dict(out=out, **{'in': src})),
     'debug': ('SYS_DEBUG_PRINT', 'print `msg` and a summary of slot `key`', lambda key, msg: dict(key=key, msg=msg)),
     'softmax': ('MATH_UNARY', 'softmax over the last axis', lambda src, out: dict(op=0, out=out, **{'in': src})),
@@ -378,11 +394,16 @@ _HELPERS = {
     'ne': ('LOGIC_COMPARE', '`a != b`', lambda a, b, out: dict(op=1, out=out, a=a, b=b)),
     'gt': ('LOGIC_COMPARE', '`a > b`', lambda a, b, out: dict(op=2, out=out, a=a, b=b)),
     'lt': ('LOGIC_COMPARE', '`a < b`', lambda a, b, out: dict(op=3, out=out, a=a, b=b)),
-    'topk': ('ANALYSIS_TOP_K', 'the `k` largest entries of the last axis: indices and values', lambda src, k, idx, vals: dict(**{'in': src}, k=k, idx=idx, vals=vals)),
-    'sample': ('ANALYSIS_SAMPLE', 'sample a token id from `logits` at temperature `temp` among the top `topk`', lambda logits, temp, topk, out: dict(logits=logits, temp=temp, topk=topk, out=out)),
-    'run': ('MODEL_RUN_STATIC', 'run model `model` on the slots `ins`, results into `outs`', lambda model, ins, outs: dict(model=model, ins=ins, outs=outs)),
-    'serialize': ('SERIALIZE_OBJECT', 'the value of `src` as text (0 JSON, 1 str)', lambda src, out, format=0: dict(out=out, **{'in': src}, format=format)),
-    'write': ('IO_WRITE', 'write the value of `src` to stdout (mode 0 with a newline, 1 as is)', lambda src, mode=0: dict(**{'in': src}, dest=0, dest_key=src, mode=mode)),
+    'topk': ('ANALYSIS_TOP_K', 'the `k` largest entries of the last axis: indices and values', lambda src, k, idx,
+             vals: dict(**{'in': src}, k=k, idx=idx, vals=vals)),
+    'sample': ('ANALYSIS_SAMPLE', 'sample a token id from `logits` at temperature `temp` among the top `topk`', lambda logits, temp, topk,
+               out: dict(logits=logits, temp=temp, topk=topk, out=out)),
+    'run': ('MODEL_RUN_STATIC', 'run model `model` on the slots `ins`, results into `outs`', lambda model, ins, outs: dict(model=model,
+                                                                                                                           ins=ins, outs=outs)),
+    'serialize': ('SERIALIZE_OBJECT', 'the value of `src` as text (0 JSON, 1 str)', lambda src, out, format=0: dict(out=out, **{'in': src},
+                                                                                                                    format=format)),
+    'write': ('IO_WRITE', 'write the value of `src` to stdout (mode 0 with a newline, 1 as is)', lambda src, mode=0: dict(**{'in': src},
+                                                                                                                          dest=0, dest_key=src, mode=mode)),
     'ret': ('EXEC_RETURN', 'stop and return the values of `keys`', lambda *keys: dict(keys=list(keys))),
     'halt': ('EXEC_HALT', 'stop, returning nothing', lambda: {}),
 }

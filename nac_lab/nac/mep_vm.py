@@ -58,7 +58,8 @@ MAX_TEXT_ELEMENTS = 1 << 20
 def _text(v) -> str:
     if isinstance(v, str): return v
     if isinstance(v, np.ndarray):
-        if v.size > MAX_TEXT_ELEMENTS: raise MepLimitError(f'an array of {v.size} elements is too large to turn into text (limit {MAX_TEXT_ELEMENTS})')
+        if v.size > MAX_TEXT_ELEMENTS: raise MepLimitError(f'an array of {v.size} elements is too large to turn into text (limit '
+                                                           f'{MAX_TEXT_ELEMENTS})')
         return str(v.tolist())
     if isinstance(v, np.generic): return str(v.item())
     return str(v)
@@ -153,7 +154,8 @@ def _np_dtype(code:int):
 
 def _load_npy(data, what:str):
     try: return np.load(io.BytesIO(data) if isinstance(data, (bytes, bytearray)) else data, allow_pickle=False)
-    except (ValueError, EOFError, OSError) as ex: raise MepRunError(f'{what} is not a readable .npy array ({str(ex).splitlines()[0]})') from None
+    except (ValueError, EOFError,
+            OSError) as ex: raise MepRunError(f'{what} is not a readable .npy array ({str(ex).splitlines()[0]})') from None
 
 @patch
 def _SRC_USER_PROMPT(self:MepVM, i, a):
@@ -217,7 +219,8 @@ def _MODEL_RUN_STATIC(self:MepVM, i, a):
     m = self.model(a['model'])
     ins = [torch.from_numpy(np.ascontiguousarray(v)) if isinstance(v, np.ndarray) else v for v in (self.get(k) for k in a['ins'])]
     outs = m.run(*ins)
-    if len(outs) != len(a['outs']): raise MepRunError(f'model {a["model"]} returned {len(outs)} value(s), the plan expects {len(a["outs"])}')
+    if len(outs) != len(a['outs']): raise MepRunError(f'model {a["model"]} returned {len(outs)} value(s), the plan expects '
+                                                      f'{len(a["outs"])}')
     for k, t in zip(a['outs'], outs):
         self.put(k, t.detach().cpu().float().numpy() if isinstance(t, torch.Tensor) and t.dtype == torch.bfloat16
                  else t.detach().cpu().numpy() if isinstance(t, torch.Tensor) else t)
@@ -278,7 +281,8 @@ def _TENSOR_MANIPULATE(self:MepVM, i, a):
             raise MepLimitError(f'padding exceeds the limit of {self.max_elements} elements')
         self.put(a['out'], np.pad(x, [(0, 0)] * (x.ndim - 1) + [tuple(p)], constant_values=_one(self.get(a['val']), 'pad value')))
     elif a['op'] == 2:
-        s = self.get(a['pad']); self.put(a['out'], x.reshape([int(q) for q in (s if isinstance(s, (list, tuple)) else np.asarray(s).reshape(-1))]))
+        s = self.get(a['pad']); self.put(a['out'],
+                                         x.reshape([int(q) for q in (s if isinstance(s, (list, tuple)) else np.asarray(s).reshape(-1))]))
     else: raise MepRunError(f'op {a["op"]} is not 1 (pad) or 2 (reshape)')
 
 @patch

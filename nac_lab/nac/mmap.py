@@ -329,13 +329,19 @@ def mmap_violations(records, ops, *, section_offset:int|None=None) -> list[Viola
                 elif kinds[tg] == PARAM: bad(name, tg, 'a parameter reaches fast memory by PRELOAD, not SAVE_RESULT', k)
                 elif kinds[tg] == OUTPUT: bad(name, tg, '<OUTPUT> produces no value to save', k)
             elif a == MmapAction.FORWARD:
-                if t < n and tg != nxt(t): bad(name, tg, f'FORWARD must name the next instruction {nxt(t)} that computes (parameter loads are skipped, RULINGS 10)', k)
-                elif t < n and kinds[t] in (PARAM, OUTPUT): bad(name, tg, f'instruction {t} is {"a parameter" if kinds[t] == PARAM else "<OUTPUT>"}: nothing to forward', k)
+                if t < n and tg != nxt(t): bad(name, tg,
+                                               f'FORWARD must name the next instruction {nxt(t)} that computes (parameter loads are '
+                                               f'skipped, RULINGS 10)', k)
+                elif t < n and kinds[t] in (PARAM, OUTPUT): bad(name, tg,
+                                                                f'instruction {t} is '
+                                                                f'{"a parameter" if kinds[t] == PARAM else "<OUTPUT>"}: nothing to forward', k)
             elif a == MmapAction.FREE:
                 if tg >= t: bad(name, tg, f'FREE must name an earlier instruction than the tick {t}', k)
             elif a == MmapAction.PRELOAD:
                 if kinds[tg] != PARAM: bad(name, tg, f'PRELOAD target must be an <INPUT B=1>, instruction {tg} is {_describe(ops[tg])}', k)
-                elif tg <= t: bad(name, tg, f'PRELOAD at tick {t} of load instruction {tg}: a PRELOAD must come before its load instruction (RULINGS 10)', k)
+                elif tg <= t: bad(name, tg,
+                                  f'PRELOAD at tick {t} of load instruction {tg}: a PRELOAD must come before its load instruction '
+                                  f'(RULINGS 10)', k)
             if len(out) > nbad: continue        # an invalid command does not make a later valid one a duplicate
             if (a, tg) in seen: bad(name, tg, f'duplicate command: {name} -> {tg} was already scheduled at tick {seen[a, tg]}', k)
             else: seen[a, tg] = t
@@ -446,7 +452,8 @@ def reorder(x, sizes) -> tuple[list, list[int], int, int]:
     "`(ops, order, peak_before, peak_after)`: the memory-ordered stream, or the original when no better."
     ops = ops_of(x); sz = as_sizes(sizes, len(ops))
     before = lower_bound(ops, sz)[0]
-    if any(i.A in (A_CONTROL_FLOW, A_CONVERGENCE) for i in ops): return ops, list(range(len(ops))), before, before  # blocks stay as they are
+    if any(i.A in (A_CONTROL_FLOW,
+                   A_CONVERGENCE) for i in ops): return ops, list(range(len(ops))), before, before  # blocks stay as they are
     order = memory_order(ops, sz)
     new_ops = apply_order(ops, order)
     after = lower_bound(new_ops, sz[order])[0]

@@ -59,12 +59,15 @@ class SimReport:
         bw = 'instant transfers' if self.bandwidth is None else f'{self.bandwidth:g} B/tick'
         lines = [f'{"VALID" if self.valid else "INVALID"} schedule over {self.n_ticks} ticks'
                  + ('' if self.valid else f': {len(self.violations)} violation(s)'),
-                 f'peak fast memory {self.peak_bytes} B at tick {self.peak_tick}; lower bound {self.lower_bound} B at tick {self.lower_bound_tick}'
+                 f'peak fast memory {self.peak_bytes} B at tick {self.peak_tick}; lower bound {self.lower_bound} B at tick '
+                 f'{self.lower_bound_tick}'
                  + (' (met)' if self.meets_lower_bound else f' (+{self.peak_bytes - self.lower_bound} B)' if self.peak_bytes > self.lower_bound
                     else ' (below it: the schedule does not hold every value the program reads)'),
-                 f'transferred {self.transferred_bytes} B; stalls {self.stall_ticks:g} ticks in {self.stalled_instructions} instruction(s) at {bw}']
+                 f'transferred {self.transferred_bytes} B; stalls {self.stall_ticks:g} ticks in {self.stalled_instructions} '
+                 f'instruction(s) at {bw}']
         if self.capacity is not None: lines.append(f'capacity {self.capacity} B')
-        if self.leaks: lines.append(f'{len(self.leaks)} value(s) never freed after their last read: {self.leaks[:8]}{" ..." if len(self.leaks) > 8 else ""}')
+        if self.leaks: lines.append(f'{len(self.leaks)} value(s) never freed after their last read: '
+                                    f'{self.leaks[:8]}{" ..." if len(self.leaks) > 8 else ""}')
         return '\n'.join(lines)
 
     def as_dict(self) -> dict:
@@ -86,7 +89,8 @@ def simulate(nac, records=None, sizes=None, *, capacity:int|None=None, bandwidth
     if bandwidth is not None and not bandwidth > 0: raise NacLabError(f'bandwidth must be positive, not {bandwidth}')   # also refuses NaN
     if capacity is not None and capacity < 0: raise NacLabError(f'capacity must be >= 0 bytes, not {capacity}')
     if bandwidth is not None and sum(int(v) for v in sz) / bandwidth > 2.0 ** 53:   # 1e-320 B/tick: stalls would be inf
-        raise NacLabError(f'bandwidth {bandwidth:g} B/tick is too small: moving {int(sum(int(v) for v in sz))} B would take more than 2**53 ticks')
+        raise NacLabError(f'bandwidth {bandwidth:g} B/tick is too small: moving {int(sum(int(v) for v in sz))} B would take more than '
+                          f'2**53 ticks')
     viol = list(mmap_violations(recs, ops, section_offset=section_offset))
     FREE, PRELOAD, SAVE, FORWARD = (int(a) for a in (MmapAction.FREE, MmapAction.PRELOAD, MmapAction.SAVE_RESULT, MmapAction.FORWARD))
     frees, loads, saves = defaultdict(list), defaultdict(list), defaultdict(list)
@@ -124,7 +128,8 @@ def simulate(nac, records=None, sizes=None, *, capacity:int|None=None, bandwidth
             else: V(t, 'FREE', x, f'value {x} is not in fast memory (never ' + ('preloaded)' if kinds[x] == PARAM else 'saved)'))
         for p in loads.get(t, ()):                          # 2. PRELOAD
             if kinds[p] != PARAM: continue
-            if status[p] != _NONE: V(t, 'PRELOAD', p, f'parameter already preloaded at tick {when[p]} (one PRELOAD per parameter and run)'); continue
+            if status[p] != _NONE: V(t, 'PRELOAD', p,
+                                     f'parameter already preloaded at tick {when[p]} (one PRELOAD per parameter and run)'); continue
             if readers[p] and t > readers[p][0]: V(t, 'PRELOAD', p, f'PRELOAD after the first reader, instruction {readers[p][0]}')
             status[p] = _PRELOADED; when[p] = t; res_p += sz[p]; moved += sz[p]
             b = now if now > chan else chan; chan = b + (sz[p] / bandwidth if bandwidth else 0.0); done[p] = chan
@@ -156,7 +161,9 @@ def simulate(nac, records=None, sizes=None, *, capacity:int|None=None, bandwidth
             elif a == FORWARD and x == nxt(t):
                 fwd[t] = x
                 if readers[t] != [x]:
-                    V(t, 'FORWARD', x, f'value {t} is read by instruction(s) {readers[t][:6]}: FORWARD needs a single reader that is the next computing instruction (RULINGS 10)')
+                    V(t, 'FORWARD', x,
+                      f'value {t} is read by instruction(s) {readers[t][:6]}: FORWARD needs a single reader that is the next computing '
+                      f'instruction (RULINGS 10)')
         now += 1.0
     for v in range(n):                                      # a forwarded value is held until its reader runs,
         if fwd[v] >= 0 and not saved[v]:                    # parameter-load ticks on the way included
@@ -248,9 +255,11 @@ def plot_timeline(rep:SimReport, path=None, *, title:str='MMAP fast-memory timel
     ax.step(x, ext(tl.live), where='post', color='black', lw=1, label=f'must be live (peak {rep.lower_bound} B)')
     if rep.capacity is not None: ax.axhline(rep.capacity, color='red', ls='--', lw=1, label=f'capacity {rep.capacity} B')
     st = np.nonzero(tl.stall[first:last] > 0)[0]
-    if len(st): ax.plot(x[st] + 0.5, np.zeros(len(st)), 'v', color='orange', ms=6, label=f'stalls ({rep.stall_ticks:g} ticks)', clip_on=False)
+    if len(st): ax.plot(x[st] + 0.5, np.zeros(len(st)), 'v', color='orange', ms=6, label=f'stalls ({rep.stall_ticks:g} ticks)',
+                        clip_on=False)
     ax.set_xlabel('tick (OPS instruction)'); ax.set_ylabel('bytes in fast memory')
-    ax.set_title(f'{title}: peak {rep.peak_bytes} B at tick {rep.peak_tick}' + ('' if rep.valid else f' — INVALID ({len(rep.violations)} violations)'))
+    ax.set_title(f'{title}: peak {rep.peak_bytes} B at tick '
+                 f'{rep.peak_tick}' + ('' if rep.valid else f' — INVALID ({len(rep.violations)} violations)'))
     ax.set_xlim(first, last); ax.legend(loc='upper left', bbox_to_anchor=(1.01, 1), fontsize=8, frameon=False)
     fig.tight_layout()
     if path is None: return fig
@@ -288,7 +297,8 @@ class CoupledReport:
 def _same(a, b) -> bool:
     import torch
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-        return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b) or (a.is_floating_point() and torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(), b.nan_to_num())))
+        return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b) or (a.is_floating_point() and torch.equal(a.isnan(),
+                                                                                                                              b.isnan()) and torch.equal(a.nan_to_num(), b.nan_to_num())))
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)): return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
     return a is b or a == b
 
@@ -350,7 +360,8 @@ def coupled_check(model, *inputs, records=None, **named) -> CoupledReport:
             elif s.kind == 'cond': taken[t] = truth(mem[s.args[0][1]], t); v = ()     # its result arrives with the block's <OUTPUT B=1>
             elif s.kind == 'block_out':
                 if s.target in mem.held: mem.held[s.target] = tuple(mem[j] for _, j in s.args)
-                else: viol.append(Violation(t, 'EXEC', s.target, f'block result for <CONTROL_FLOW> {s.target}, which the schedule does not hold'))
+                else: viol.append(Violation(t, 'EXEC', s.target,
+                                            f'block result for <CONTROL_FLOW> {s.target}, which the schedule does not hold'))
             if mem.fwd is not None and mem.fwd[1] <= t: mem.fwd = None
             for c in cs:
                 if c.action == MmapAction.SAVE_RESULT and c.target == t and v is not None: mem.held[t] = v

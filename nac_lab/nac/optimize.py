@@ -276,7 +276,8 @@ def eliminate_common_subexpressions(g: NacGraph) -> int:
     for n in list(g.graph.nodes):
         if n.op == 'placeholder' and n.name in g.consts:
             t = g.consts[n.name]
-            k = ('const', t.dtype, tuple(t.shape), t.numpy().tobytes() if t.device.type == 'cpu' and t.numel() < (1 << 20) and t.dtype != torch.bfloat16 else id(t))
+            k = ('const', t.dtype, tuple(t.shape),
+                 t.numpy().tobytes() if t.device.type == 'cpu' and t.numel() < (1 << 20) and t.dtype != torch.bfloat16 else id(t))
         elif n.op == 'call_function' and not _is_impure(n) and n.target not in _ASSERTS:
             k = (str(n.target), _key(n.args), _key(n.kwargs))
         else: continue

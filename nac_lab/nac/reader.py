@@ -41,7 +41,8 @@ def _read_header(r:Reader, nac:NacFile) -> list:
     for k, (name, off) in enumerate(zip(HEADER_ORDER, offs)):
         if off == 0: continue
         if off < HEADER_SIZE:
-            raise BadValueError(f'offset {off:#x} (header field at {12 + 8*k:#x}) points into the header', fmt='NAC', section=f'{name} section', offset=off)
+            raise BadValueError(f'offset {off:#x} (header field at {12 + 8*k:#x}) points into the header', fmt='NAC',
+                                section=f'{name} section', offset=off)
         if off + 4 > n:
             raise TruncatedError(f'offset {off:#x} (header field at {12 + 8*k:#x}) is past the end of the {n}-byte file',
                                  fmt='NAC', section=f'{name} section', offset=off)
@@ -109,28 +110,35 @@ def _read_meta(m:Reader, pid:int) -> dict:
     rank = m.u8('rank')
     if rank * 4 > m.remaining: raise m.error(LimitError, f'rank {rank} needs {rank*4} shape bytes, only {m.remaining} left', at + 1)
     shape = m.unpack(f'<{rank}I', 'shape') if rank else ()
-    if (rank > 64 or 0 in shape) and (bad := shape_problem(shape, DTYPE_NP[DType(code)].itemsize)): raise m.error(LimitError, f'tensor {pid}: {bad}', at + 1)
+    if (rank > 64 or 0 in shape) and (bad := shape_problem(shape, DTYPE_NP[DType(code)].itemsize)): raise m.error(LimitError,
+                                                                                                                  f'tensor {pid}: {bad}',
+                                                                                                                      at + 1)
     qat = m.pos
     q = m.u8('quant code')
     if q > 4: raise m.error(BadValueError, f'unknown quant code {q} (0..4)', qat)
-    if q >= 2 and code != DType.I8: raise m.error(BadValueError, f'{QuantMethod(q).name} payload must be int8, metadata says {DTYPE_NAMES[DType(code)]}', at)
+    if q >= 2 and code != DType.I8: raise m.error(BadValueError,
+                                                  f'{QuantMethod(q).name} payload must be int8, metadata says {DTYPE_NAMES[DType(code)]}',
+                                                      at)
     d.update(dtype=DType(code), shape=tuple(shape), quant=QuantMethod(q))
     if q == QuantMethod.INT8_TENSOR:
         d['scale'] = m.f32('scale')
     elif q == QuantMethod.INT8_CHANNEL:
         ax = m.u8('axis'); n = _count(m, '<I', 4, 'channel scale')
-        if ax >= rank or shape[ax] != n: raise m.error(BadValueError, f'{n} channel scales along axis {ax} do not match shape {list(shape)}', qat + 1)
+        if ax >= rank or shape[ax] != n: raise m.error(BadValueError,
+                                                       f'{n} channel scales along axis {ax} do not match shape {list(shape)}', qat + 1)
         d.update(axis=ax, scales=m.array('<f4', n, 'channel scales'))
     elif q == QuantMethod.BLOCK_FP8:
         bs = m.u16('block size'); orank = m.u8('original rank')
         if bs == 0: raise m.error(BadValueError, 'block size 0', qat + 1)
-        if orank * 4 > m.remaining: raise m.error(LimitError, f'original rank {orank} needs {orank*4} bytes, only {m.remaining} left', qat + 3)
+        if orank * 4 > m.remaining: raise m.error(LimitError, f'original rank {orank} needs {orank*4} bytes, only {m.remaining} left',
+                                                  qat + 3)
         oshape = m.unpack(f'<{orank}I', 'original shape') if orank else ()
         if (bad := shape_problem(oshape, 4)): raise m.error(LimitError, f'tensor {pid}: original shape: {bad}', qat + 3)
         nb = _count(m, '<I', 4, 'block scale')
         numel = int(np.prod(shape, dtype=object)) if shape else 1
         if rank != 1 or nb * bs != numel or int(np.prod(oshape, dtype=object) if oshape else 1) > numel:
-            raise m.error(BadValueError, f'{nb} blocks of {bs} do not cover payload shape {list(shape)} / original shape {list(oshape)}', qat + 1)
+            raise m.error(BadValueError, f'{nb} blocks of {bs} do not cover payload shape {list(shape)} / original shape {list(oshape)}',
+                          qat + 1)
         d.update(block_size=bs, orig_shape=tuple(oshape), scales=m.array('<f4', nb, 'block scales'))
     d['meta_pad'] = bytes(m.bytes_(m.remaining, 'metadata padding'))
     return d
@@ -161,7 +169,8 @@ def _read_data(r:Reader, nac:NacFile):
             r.skip(mlen)
             dt = DTYPE_NP[d['dtype']]
             need = int(np.prod(d['shape'], dtype=object) if d['shape'] else 1) * dt.itemsize
-            if dlen != need: raise r.error(BadValueError, f'data length {dlen} != {need} bytes for {DTYPE_NAMES[d["dtype"]]}{list(d["shape"])}', at + 6)
+            if dlen != need: raise r.error(BadValueError,
+                                           f'data length {dlen} != {need} bytes for {DTYPE_NAMES[d["dtype"]]}{list(d["shape"])}', at + 6)
             data = r.array(dt, d.pop('shape'), 'tensor data')
             nac.tensors[pid] = DataTensor(pid=pid, data=data, **d)
 
@@ -208,7 +217,9 @@ def _read_sys(r:Reader, nac:NacFile, i:int, A:int, B:int, at:int) -> tuple:
             dat = r.pos
             D = _ids(r, 2, 'D')
             if D[1] < 0: raise r.error(BadValueError, f'<CONVERGENCE> branch count {D[1]} is negative', dat + 2)
-            if D[1] * 2 > r.remaining: raise r.error(LimitError, f'<CONVERGENCE> branch count {D[1]} needs {2*D[1]} bytes, only {r.remaining} left', dat + 2)
+            if D[1] * 2 > r.remaining: raise r.error(LimitError,
+                                                     f'<CONVERGENCE> branch count {D[1]} needs {2*D[1]} bytes, only {r.remaining} left',
+                                                         dat + 2)
             return C, D + _ids(r, D[1], 'D')
         raise r.error(UnknownOpError, f'op id {A} is a reserved system id (only 2, 3, 6, 7 exist below 10)', at)
 
@@ -238,7 +249,8 @@ def _read_ops_loop(r:Reader, nac:NacFile, n:int):
     consts, known, ops = nac.constants, set(), nac.ops
     h16, cst = _sc('<h'), {}
     def trunc(need, what, p):
-        return TruncatedError(f'need {need} bytes for {what}, {end - p} left before the OPS section ends at {end:#x}', fmt=r.fmt, section=f'OPS instruction {i}', offset=p)
+        return TruncatedError(f'need {need} bytes for {what}, {end - p} left before the OPS section ends at {end:#x}', fmt=r.fmt,
+                              section=f'OPS instruction {i}', offset=p)
     for i in range(n):
         at = pos
         if end - pos < 2: raise trunc(2, 'A, B', pos)
@@ -258,7 +270,8 @@ def _read_ops_loop(r:Reader, nac:NacFile, n:int):
             if end - pos < 2: raise trunc(2, 'C count', pos)
             k = h16.unpack_from(mv, pos)[0]
             if k < 0: raise BadValueError(f'C id count {k} is negative', fmt=r.fmt, section=f'OPS instruction {i}', offset=pos)
-            if 2 * k > end - pos - 2: raise LimitError(f'C id count {k} needs {2*k} bytes, only {end - pos - 2} left', fmt=r.fmt, section=f'OPS instruction {i}', offset=pos)
+            if 2 * k > end - pos - 2: raise LimitError(f'C id count {k} needs {2*k} bytes, only {end - pos - 2} left', fmt=r.fmt,
+                                                       section=f'OPS instruction {i}', offset=pos)
             cs = cst.get(k)
             if cs is None: cs = cst[k] = _sc(f'<{k}H')
             C = [k]; C += cs.unpack_from(mv, pos + 2); pos += 2 + 2 * k
@@ -292,7 +305,8 @@ def _read_mmap(r:Reader, nac:NacFile):
                 cat = r.pos
                 a, t = r.unpack('<BH', 'command')
                 if a not in (10, 20, 30, 40): raise r.error(BadValueError, f'unknown action code {a} (10, 20, 30, 40)', cat)
-                if t >= n_ops: raise r.error(MmapError, f'tick {tick}: {MmapAction(a).name} target {t} has no instruction (OPS has {n_ops})', cat + 1)
+                if t >= n_ops: raise r.error(MmapError,
+                                             f'tick {tick}: {MmapAction(a).name} target {t} has no instruction (OPS has {n_ops})', cat + 1)
                 cmds.append(MmapCommand(MmapAction(a), t))
             nac.mmap.append(MmapRecord(tick, cmds))
 
@@ -330,7 +344,8 @@ def _read_ops_bounded(r:Reader, nac:NacFile, o:int, present:list):
     finally: r.end = full
     if r.pos != nxt[0]:
         where = f'the {nxt[1]} section' if nxt[1] else 'the end of the file'
-        raise r.error(BadValueError, f'{nxt[0] - r.pos} byte(s) left after the last of {len(nac.ops)} instructions before {where} at {nxt[0]:#x} '
+        raise r.error(BadValueError,
+                      f'{nxt[0] - r.pos} byte(s) left after the last of {len(nac.ops)} instructions before {where} at {nxt[0]:#x} '
                       f'(a D longer than its signature, or a wrong instruction count)', r.pos)
 
 _READERS = {'CMAP': _read_cmap, 'CNST': _read_cnst, 'PERM': _read_perm, 'DATA': _read_data,

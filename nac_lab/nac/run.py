@@ -193,7 +193,8 @@ class Interpreter:
     # ---- inputs ----
     def _inputs(self, inputs, named) -> list:
         slots = self.slots
-        if len(inputs) > len(slots): raise NacRunError(escape(f'{len(inputs)} inputs given, the model takes {len(slots)}: {", ".join(s[1] for s in slots)}'))
+        if len(inputs) > len(slots): raise NacRunError(escape(f'{len(inputs)} inputs given, the model takes {len(slots)}: '
+                                                              f'{", ".join(s[1] for s in slots)}'))
         vals = list(inputs) + [None] * (len(slots) - len(inputs))
         have = [k < len(inputs) for k in range(len(slots))]
         if named:
@@ -209,7 +210,8 @@ class Interpreter:
                 raise NacRunError(f'missing input {n!r} (instruction {i}, <INPUT B=0>)')
             if kind == 'lifted': continue
             if isinstance(v, np.ndarray): v = torch.from_numpy(np.ascontiguousarray(v))
-            if not isinstance(v, torch.Tensor): raise NacRunError(f'input {n!r} (instruction {i}): expected a tensor, got {type(v).__name__}')
+            if not isinstance(v, torch.Tensor): raise NacRunError(f'input {n!r} (instruction {i}): expected a tensor, got '
+                                                                  f'{type(v).__name__}')
             vals[k] = v if v.device == self.device else v.to(self.device)
         return vals
 
@@ -240,7 +242,8 @@ class Interpreter:
             def desc(x): return f'{tuple(x.shape)}:{str(x.dtype).removeprefix("torch.")}' if isinstance(x, torch.Tensor) else repr(x)
             names = s.pnames + [f'#{k}' for k in range(len(s.pnames), len(a))]
             shapes = ', '.join([f'{n}={desc(x)}' for n, x in zip(names, a)] + [f'{k}={desc(x)}' for k, x in kw.items()])
-            raise NacRunError(escape(f'instruction {s.index} ({s.name}): {type(ex).__name__}: {str(ex).splitlines()[0]} [arguments: {shapes}]')) from ex
+            raise NacRunError(escape(f'instruction {s.index} ({s.name}): {type(ex).__name__}: {str(ex).splitlines()[0]} [arguments: '
+                                     f'{shapes}]')) from ex
 
     def run_steps(self, vals: list, timings: list | None = None, states: dict | None = None, values: list | None = None,
                   guard: bool = False) -> tuple:
@@ -364,7 +367,8 @@ def check_sizes(self, vals: list, limit: int | None = None) -> bool:
                 r[s.index] = out
             elif s.kind == 'block_out':           # both blocks run on meta; their results must agree (nac.control)
                 out = tuple(r[j] for _, j in s.args)
-                if r[s.target] is not None and [getattr(v, 'shape', v) for v in r[s.target]] != [getattr(v, 'shape', v) for v in out]: return False
+                if r[s.target] is not None and [getattr(v, 'shape', v) for v in r[s.target]] != [getattr(v, 'shape',
+                                                                                                         v) for v in out]: return False
                 r[s.target] = out
     if len(seen) >= 256: seen.clear()
     seen[key] = True

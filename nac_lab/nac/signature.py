@@ -166,7 +166,8 @@ def parse_signature(data: bytes, nac: NacFile | None = None, strict: bool = True
         w = f'$.inputs[{k}]'
         if not isinstance(e, dict) or set(e) != {'name', 'at', 'dtype', 'shape'}: raise _bad('needs exactly name, at, dtype, shape', w)
         if not isinstance(e['name'], str): raise _bad('must be a string', w + '.name')
-        if type(e['at']) is not int or e['at'] < 0 or e['at'] in seen: raise _bad(f'{e["at"]!r:.20} is not a new instruction index', w + '.at')
+        if type(e['at']) is not int or e['at'] < 0 or e['at'] in seen: raise _bad(f'{e["at"]!r:.20} is not a new instruction index',
+                                                                                  w + '.at')
         if e['dtype'] not in _DTYPES: raise _bad(f'{e["dtype"]!r:.40} is not a dtype name ({", ".join(_DTYPES[:10])}, ...)', w + '.dtype')
         if not isinstance(e['shape'], list) or len(e['shape']) > 64: raise _bad('must be a list of at most 64 dimensions', w + '.shape')
         for j, x in enumerate(e['shape']):
@@ -176,7 +177,8 @@ def parse_signature(data: bytes, nac: NacFile | None = None, strict: bool = True
             ok = 0 <= e['at'] < len(nac.ops) and nac.ops[e['at']].A == SysOp.INPUT and nac.ops[e['at']].B == 0
             if not ok: raise _bad(f'instruction {e["at"]} is not an <INPUT B=0>', w + '.at')
             nm = nac.input_names.get(e['at'])
-            if strict and nm is not None and nm != e['name']: raise _bad(f'name {e["name"]!r:.40} differs from DATA block 2 ({nm!r:.40})', w + '.name')
+            if strict and nm is not None and nm != e['name']: raise _bad(f'name {e["name"]!r:.40} differs from DATA block 2 ({nm!r:.40})',
+                                                                         w + '.name')
         seen.add(e['at'])
         sig.inputs.append(InputSpec(e['name'], e['at'], e['dtype'], list(e['shape'])))
     return sig

@@ -46,7 +46,8 @@ def _normalizer(n, path:str) -> list:
     if t == 'Lowercase': return [Op('LOWERCASE')]
     if t in ('NFC', 'NFD', 'NFKC', 'NFKD'): return [Op('UNICODE_NORM', {'form': t})]
     if t == 'StripAccents': return [Op('FILTER_CATEGORY', {'categories': ['Mn', 'Mc', 'Me']})]   # every combining mark, unlike BERT's Mn
-    if t == 'Replace': return [Op('REPLACE', {'pattern': _pattern(_get(n, 'pattern', path), f'{path}.pattern'), 'content': _get(n, 'content', path)})]
+    if t == 'Replace': return [Op('REPLACE', {'pattern': _pattern(_get(n, 'pattern', path), f'{path}.pattern'),
+                                              'content': _get(n, 'content', path)})]
     if t == 'Prepend': return [Op('PREPEND', {'text': _get(n, 'prepend', path)})]
     if t == 'Strip':
         out = []
@@ -73,7 +74,8 @@ def _pre_tokenizer(p, path:str) -> list:
     "TISA ops for a HuggingFace pre-tokenizer."
     if p is None: return []
     t = p.get('type')
-    if t == 'Sequence': return [op for k, x in enumerate(_get(p, 'pretokenizers', path)) for op in _pre_tokenizer(x, f'{path}.pretokenizers[{k}]')]
+    if t == 'Sequence': return [op for k, x in enumerate(_get(p, 'pretokenizers',
+                                                              path)) for op in _pre_tokenizer(x, f'{path}.pretokenizers[{k}]')]
     if t == 'ByteLevel':
         out = []
         if _get(p, 'add_prefix_space', path, True): out.append(Op('PREPEND', {'text': ' ', 'flags': 1}))
@@ -108,7 +110,8 @@ def _decoder(d, path:str) -> list:
     if t == 'WordPiece': return [(2, _get(d, 'prefix', path, '##'), bool(_get(d, 'cleanup', path, True)))]
     if t == 'Metaspace':
         scheme = d.get('prepend_scheme', 'always' if d.get('add_prefix_space', True) else 'never')
-        if scheme not in ('always', 'first', 'never'): raise UnsupportedTokenizerError(f'{path}.prepend_scheme', f'prepend scheme {scheme!r}')
+        if scheme not in ('always', 'first', 'never'): raise UnsupportedTokenizerError(f'{path}.prepend_scheme',
+                                                                                       f'prepend scheme {scheme!r}')
         return [(3, _get(d, 'replacement', path), scheme != 'never')]
     if t == 'Replace':
         pat = _get(d, 'pattern', path)
@@ -144,7 +147,8 @@ def _post(p, path:str, vocab:dict) -> list|None:
                 items.append(None)
             elif 'SpecialToken' in it:
                 name = it['SpecialToken'].get('id')
-                if name not in specials: raise UnsupportedTokenizerError(where, f'special token {name!r} without an entry in special_tokens')
+                if name not in specials: raise UnsupportedTokenizerError(where, f'special token {name!r} without an entry in '
+                                                                         f'special_tokens')
                 items += [int(i) for i in specials[name].get('ids', [])]
             else: raise UnsupportedTokenizerError(where, f'template item {it!r}')
         return items
@@ -169,13 +173,15 @@ def _model(m:dict, path:str) -> tuple:
         return Op('BPE_ENCODE', {'flags': flags, 'unk': unk}), vocab, {'merges.b': write_pairs(pairs)}, {}
     if t == 'WordPiece':
         vocab = dict(_get(m, 'vocab', path))
-        if unk_tok not in vocab: raise UnsupportedTokenizerError(f'{path}.unk_token', f'unknown token {unk_tok!r} missing from the vocabulary')
+        if unk_tok not in vocab: raise UnsupportedTokenizerError(f'{path}.unk_token',
+                                                                 f'unknown token {unk_tok!r} missing from the vocabulary')
         return Op('WORDPIECE_ENCODE', {'prefix': m.get('continuing_subword_prefix', '##'), 'unk': vocab[unk_tok],
                                        'max_chars': int(m.get('max_input_chars_per_word', 100))}), vocab, {}, {}
     if t == 'Unigram':
         vocab, scores = {}, {}
         for k, e in enumerate(_get(m, 'vocab', path)):
-            if not (isinstance(e, list) and len(e) == 2 and isinstance(e[0], str)): raise UnsupportedTokenizerError(f'{path}.vocab[{k}]', f'entry {e!r}')
+            if not (isinstance(e, list) and len(e) == 2 and isinstance(e[0], str)): raise UnsupportedTokenizerError(f'{path}.vocab[{k}]',
+                                                                                                                    f'entry {e!r}')
             vocab.setdefault(e[0], k); scores[k] = float(e[1])
         unk = m.get('unk_id')
         if unk is None: raise UnsupportedTokenizerError(f'{path}.unk_id', 'a Unigram model without an unknown token')
@@ -185,7 +191,8 @@ def _model(m:dict, path:str) -> tuple:
         # whole-word lookup = WordPiece with a continuation marker that starts no token: a word is either one
         # vocabulary entry or, as no continuation can match, the unknown token
         vocab = dict(_get(m, 'vocab', path))
-        if unk_tok not in vocab: raise UnsupportedTokenizerError(f'{path}.unk_token', f'unknown token {unk_tok!r} missing from the vocabulary')
+        if unk_tok not in vocab: raise UnsupportedTokenizerError(f'{path}.unk_token',
+                                                                 f'unknown token {unk_tok!r} missing from the vocabulary')
         marker = next('\x00' * k for k in range(1, 64) if not any(v.startswith('\x00' * k) for v in vocab))
         return Op('WORDPIECE_ENCODE', {'prefix': marker, 'unk': vocab[unk_tok], 'max_chars': 0xFFFF}), vocab, {}, {}
     raise UnsupportedTokenizerError(path, f'model type {t!r}')
@@ -205,7 +212,8 @@ def _added_rules(tokens:list, vocab:dict, path:str) -> tuple:
         where = f'{path}[{k}]'
         c, i = _get(t, 'content', where), int(_get(t, 'id', where))
         if not isinstance(c, str) or not c: raise UnsupportedTokenizerError(f'{where}.content', f'added token content {c!r}')
-        if vocab.get(c, i) != i: raise UnsupportedTokenizerError(f'{where}.id', f'added token {c!r} with id {i} while the model gives it {vocab[c]}')
+        if vocab.get(c, i) != i: raise UnsupportedTokenizerError(f'{where}.id',
+                                                                 f'added token {c!r} with id {i} while the model gives it {vocab[c]}')
         vocab[c] = i
         rule = Rule(added_pattern(c, t.get('lstrip'), t.get('rstrip'), t.get('single_word')), 2, True)
         if t.get('normalized', not t.get('special', False)): norm.append((c, rule))
@@ -233,7 +241,8 @@ def compile(src) -> Tisa:
             for op in normops:
                 if op.name == 'REPLACE': op.rx = regex.compile(op.args['pattern'])
                 done = _prepend(op, done, True) if op.name == 'PREPEND' else _apply(op, done)
-            if done != lit: raise UnsupportedTokenizerError('$.added_tokens', f'normalized added token {lit!r} that the normalizer changes to {done!r}')
+            if done != lit: raise UnsupportedTokenizerError('$.added_tokens',
+                                                            f'normalized added token {lit!r} that the normalizer changes to {done!r}')
         prog.append(Op('PARTITION_RULES', {'rules': [r for _, r in norm]}))
     prog += _pre_tokenizer(j.get('pre_tokenizer'), '$.pre_tokenizer')
     prog.append(model)
@@ -297,7 +306,8 @@ def from_nac(nac) -> Tisa:
 def attach_tokenizer(nac, tokenizer) -> Tisa:
     "Embed a tokenizer (`Tisa`, `tokenizer.json` path or saved folder) in `NacFile` `nac`: manifest in PROC, files in RSRC."
     if isinstance(tokenizer, Tisa): t = tokenizer
-    elif isinstance(tokenizer, dict) or (isinstance(tokenizer, (str, bytes)) and tokenizer.lstrip()[:1] in ('{', b'{')): t = compile(tokenizer)
+    elif isinstance(tokenizer, dict) or (isinstance(tokenizer,
+                                                    (str, bytes)) and tokenizer.lstrip()[:1] in ('{', b'{')): t = compile(tokenizer)
     else: t = load(tokenizer) if Path(tokenizer).is_dir() else compile(tokenizer)
     nac.proc = t.manifest
     nac.rsrc = {**{k: v for k, v in (nac.rsrc or {}).items() if k not in RESOURCE_NAMES}, **t.files}

@@ -159,7 +159,8 @@ def decode_manifest(buf) -> list:
             at = r.pos
             code, n = r.unpack('<BI', 'opcode and payload length')
             if code not in OPCODES: raise r.error(TisaFormatError, f'unknown TISA opcode {code:#04x}', at)
-            if n > r.remaining: raise r.error(TisaFormatError, f'{OPCODES[code]} payload length {n} exceeds the {r.remaining} bytes left', at + 1)
+            if n > r.remaining: raise r.error(TisaFormatError, f'{OPCODES[code]} payload length {n} exceeds the {r.remaining} bytes left',
+                                              at + 1)
             sub = r.window(r.pos, n, f'manifest {OPCODES[code]} at {at:#x}')
             ops.append(_dec_payload(sub, code, n)); r.pos += n
         return ops
@@ -200,7 +201,8 @@ def read_vocab(vocab:bytes, vidx:bytes) -> tuple:
     for i, o in enumerate(idx):
         if o == 0xFFFFFFFF: continue
         if o not in by_off or by_off[o][1] != i:
-            raise TisaFormatError(f'id {i} points at offset {o:#x}, which is not the vocab.b entry of id {i}', fmt='TISA', section='vidx.b', offset=4 + 4 * i)
+            raise TisaFormatError(f'id {i} points at offset {o:#x}, which is not the vocab.b entry of id {i}', fmt='TISA',
+                                  section='vidx.b', offset=4 + 4 * i)
         id2tok[i] = by_off[o][0]
     for t, i in tok2id.items():
         if i >= len(id2tok) or id2tok[i] != t:
@@ -409,7 +411,8 @@ class Tisa:
         self.manifest, self.files = bytes(manifest), {k: bytes(v) for k, v in files.items()}
         self.program = decode_manifest(self.manifest)
         models = [o for o in self.program if o.name in _MODELS]
-        if len(models) != 1: raise TisaError(f'a TISA program needs exactly one model opcode (BPE/WORDPIECE/UNIGRAM_ENCODE), found {len(models)}')
+        if len(models) != 1: raise TisaError(f'a TISA program needs exactly one model opcode (BPE/WORDPIECE/UNIGRAM_ENCODE), found '
+                                             f'{len(models)}')
         self.model = models[0]
         for need in ('vocab.b', 'vidx.b'):
             if need not in self.files: raise TisaError(f'resource file {need} is missing')
@@ -432,7 +435,8 @@ class Tisa:
             self.trie = build_trie(self.vocab)
         self.max_token = max(map(len, self.vocab), default=1)
         unk = self.model.args.get('unk', -1)
-        if unk >= 0 and (unk >= len(self.id2tok) or self.id2tok[unk] is None): raise TisaError(f'{self.model.name}: unknown-token id {unk} is not in the vocabulary')
+        if unk >= 0 and (unk >= len(self.id2tok) or self.id2tok[unk] is None): raise TisaError(f'{self.model.name}: unknown-token id '
+                                                                                               f'{unk} is not in the vocabulary')
 
     def _compile_rules(self):
         for k, op in enumerate(self.program):
@@ -522,7 +526,8 @@ def encode(self:Tisa, text:str, add_special_tokens:bool=True) -> list:
             ids += wordpiece_word(s, self.vocab, a['prefix'], unk, a.get('max_chars', 100), self.max_token)
         else:
             if unk is None: raise TisaError('UNIGRAM_ENCODE without an unknown-token id')
-            ids += unigram_word(s, self.vocab, self.scores, unk, self.unk_score, self.max_len, bool(a.get('flags', 1) & 1), bool(a.get('flags', 0) & 2), self.trie)
+            ids += unigram_word(s, self.vocab, self.scores, unk, self.unk_score, self.max_len, bool(a.get('flags', 1) & 1),
+                                bool(a.get('flags', 0) & 2), self.trie)
     if add_special_tokens:
         comp = next((o for o in self.program if o.name == 'COMPOSE'), None)
         if comp is not None:

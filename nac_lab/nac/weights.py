@@ -138,7 +138,8 @@ def _from_meta(pid, code, arr, m:str|None, name:str) -> DataTensor:
         if q == QuantMethod.INT8_TENSOR: t.scale = float(d['scale'])
         elif q == QuantMethod.INT8_CHANNEL: t.axis = int(d['axis']); t.scales = np.asarray(d['scales'], np.float32)
         elif q == QuantMethod.BLOCK_FP8:
-            t.block_size = int(d['block_size']); t.orig_shape = tuple(int(s) for s in d['orig_shape']); t.scales = np.asarray(d['scales'], np.float32)
+            t.block_size = int(d['block_size']); t.orig_shape = tuple(int(s) for s in d['orig_shape']); t.scales = np.asarray(d['scales'],
+                                                                                                                              np.float32)
             if (bad := shape_problem(t.orig_shape, 4)): raise ValueError(f'orig_shape: {bad}')
             if int(d.get('n_blocks', len(t.scales))) != len(t.scales) or int(d.get('orig_rank', len(t.orig_shape))) != len(t.orig_shape):
                 raise ValueError('n_blocks / orig_rank do not agree with scales / orig_shape')
@@ -150,7 +151,8 @@ def _from_meta(pid, code, arr, m:str|None, name:str) -> DataTensor:
     elif q == QuantMethod.BLOCK_FP8:
         ok = (t.block_size > 0 and arr.ndim == 1 and t.scales.ndim == 1 and len(t.scales) * t.block_size == arr.size
               and all(s >= 0 for s in t.orig_shape) and int(np.prod(t.orig_shape, dtype=object) if t.orig_shape else 1) <= arr.size)
-    if not ok: raise _st_error(BadValueError, f'quantization metadata {m[:80]!r} does not fit {DTYPE_NAMES[code]}{list(arr.shape)}', None, sec)
+    if not ok: raise _st_error(BadValueError, f'quantization metadata {m[:80]!r} does not fit {DTYPE_NAMES[code]}{list(arr.shape)}', None,
+                               sec)
     return t
 
 def external_tensors(nac:NacFile, path=None) -> dict:
@@ -160,13 +162,15 @@ def external_tensors(nac:NacFile, path=None) -> dict:
     data_off = nac.sections.get('DATA', (None,))[0]
     if path is None: raise MissingWeightsError('external weights: the .nac was not read from a file, pass the .safetensors path',
                                                fmt='NAC', section='DATA block 1', offset=data_off)
-    if not path.is_file(): raise MissingWeightsError(f'external weights file {path} does not exist', fmt='NAC', section='DATA block 1', offset=data_off)
+    if not path.is_file(): raise MissingWeightsError(f'external weights file {path} does not exist', fmt='NAC', section='DATA block 1',
+                                                     offset=data_off)
     try: st, meta = read_safetensors(path)
     except FormatError as ex: raise in_file(ex, path) from None
     out = {}
     for pid, name in nac.param_names.items():
         if name not in st:
-            raise MissingWeightsError(f'parameter {pid} {name!r} is not in {path.name}', fmt='NAC', section=f'DATA block 1 parameter {pid}', offset=offs.get(pid))
+            raise MissingWeightsError(f'parameter {pid} {name!r} is not in {path.name}', fmt='NAC',
+                                      section=f'DATA block 1 parameter {pid}', offset=offs.get(pid))
         code, shape, arr = st[name]
         try: out[pid] = _from_meta(pid, code, arr, meta.get(name), name)
         except FormatError as ex: raise in_file(ex, path) from None

@@ -80,12 +80,14 @@ class MobileNetish(nn.Module):
         s.stem = nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1, bias=False), nn.BatchNorm2d(16), nn.Hardswish())
         s.blocks = nn.Sequential(InvertedResidual(16, 16, 2, 1, True), InvertedResidual(16, 24, 3, 2, False),
                                  InvertedResidual(24, 24, 3, 1, True), InvertedResidual(24, 32, 3, 2, True))
-        s.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 64), nn.Hardswish(), nn.Dropout(0.2), nn.Linear(64, n_classes))
+        s.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 64), nn.Hardswish(), nn.Dropout(0.2),
+                               nn.Linear(64, n_classes))
     def forward(s, x): return s.head(s.blocks(s.stem(x)))
 
 # %% ../../nbs/16_nac_zoo.ipynb #9630115a
 def _double_conv(cin, cout):
-    return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1), nn.GroupNorm(4, cout), nn.SiLU(), nn.Conv2d(cout, cout, 3, padding=1), nn.GroupNorm(4, cout), nn.SiLU())
+    return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1), nn.GroupNorm(4, cout), nn.SiLU(), nn.Conv2d(cout, cout, 3, padding=1),
+                         nn.GroupNorm(4, cout), nn.SiLU())
 
 # %% ../../nbs/16_nac_zoo.ipynb #2d25ae81
 class SmallUNet(nn.Module):
@@ -237,7 +239,8 @@ ZOO = {z.name: z for z in [
     ZooModel('mobilenet', 'conv', MobileNetish, 'image', (3, 64, 64), about='depthwise conv, hardswish, squeeze-excite'),
     ZooModel('unet', 'conv', SmallUNet, 'image', (3, 32, 32), about='2-level UNet, upsample + skip concat, GroupNorm'),
     ZooModel('vit_tiny', 'transformer', ViTTiny, 'image', (3, 32, 32), about='ViT: patch conv, cls token, SDPA, GELU'),
-    ZooModel('gpt2', 'transformer', GPT2ish, 'tokens', (16,), vocab=128, about='GPT-2: learned positions, causal mask, tanh-GELU, tied head'),
+    ZooModel('gpt2', 'transformer', GPT2ish, 'tokens', (16,), vocab=128,
+             about='GPT-2: learned positions, causal mask, tanh-GELU, tied head'),
     ZooModel('llama', 'transformer', Llamaish, 'tokens', (16,), vocab=128, about='Llama: RMSNorm, RoPE, GQA, SwiGLU'),
     ZooModel('gru', 'rnn', GRUTagger, 'tokens', (12,), vocab=64, about='embedding + GRU + linear (aten.gru stays an ATen op)'),
 ]}

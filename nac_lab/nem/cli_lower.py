@@ -20,14 +20,20 @@ def register(sub):
     p.add_argument('model', help='the .nac file')
     p.add_argument('--device', required=True, help='a shipped device name (npm_lite, npm_mid, npm_pro, npm_pro_x1) or a .nem file')
     m = p.add_mutually_exclusive_group()
-    m.add_argument('--float', dest='mode', action='store_const', const='float', help='float: f32, else bf16, else f16, whichever the device has for every layer')
-    m.add_argument('--int8', dest='mode', action='store_const', const='int8', help='int8 post-training quantization (default); needs --calib')
-    p.add_argument('--float-type', choices=['f32', 'bf16', 'f16'], help='with --float: this element type (default: the widest one the device has)')
-    p.add_argument('--calib', action='append', default=[], metavar='X.npy', help='a calibration input (the model input tensor, batch included); give it several times')
+    m.add_argument('--float', dest='mode', action='store_const', const='float',
+                   help='float: f32, else bf16, else f16, whichever the device has for every layer')
+    m.add_argument('--int8', dest='mode', action='store_const', const='int8',
+                   help='int8 post-training quantization (default); needs --calib')
+    p.add_argument('--float-type', choices=['f32', 'bf16', 'f16'],
+                   help='with --float: this element type (default: the widest one the device has)')
+    p.add_argument('--calib', action='append', default=[], metavar='X.npy',
+                   help='a calibration input (the model input tensor, batch included); give it several times')
     p.add_argument('--example', metavar='X.npy', help='an input fixing the shapes (float path; default: the first --calib)')
-    p.add_argument('--tiling', choices=['search', 'naive'], default='search', help='row tiling of convolutions: simulator-scored search (default) or the largest tile that fits')
+    p.add_argument('--tiling', choices=['search', 'naive'], default='search',
+                   help='row tiling of convolutions: simulator-scored search (default) or the largest tile that fits')
     p.add_argument('--report', action='store_true', help='print the per-layer table (tile, L1 bytes, MACs, cycles, bound)')
-    p.add_argument('-o', '--output', required=True, metavar='OUTDIR', help='model.nem, the device file, one <BUFFER>.npy per constant, io.json')
+    p.add_argument('-o', '--output', required=True, metavar='OUTDIR',
+                   help='model.nem, the device file, one <BUFFER>.npy per constant, io.json')
     p.set_defaults(func=_lower, mode='int8')
     register_sweep(s)
 
@@ -50,7 +56,8 @@ def _lower(args):
     errs = low.check().errors
     if errs: raise NacLabError(f'internal error: the emitted program has {len(errs)} check error(s)')
     low.save(args.output, inputs=[args.model, *args.calib, *([args.example] if args.example else [])])
-    print(f'{args.model} -> {Path(args.output) / "model.nem"} ({low.elem if args.mode == "float" else "int8"} on {low.device.name}): {len(low.graph.layers)} layers, '
+    print(f'{args.model} -> {Path(args.output) / "model.nem"} ({low.elem if args.mode == "float" else "int8"} on {low.device.name}): '
+          f'{len(low.graph.layers)} layers, '
           f'{len(low.data)} constant buffers; nem check: 0 errors')
     if args.report: print(format_report(low.report()))
 
@@ -58,8 +65,10 @@ def _lower(args):
 def register_sweep(s):
     p = s.add_parser('sweep', help='design-space exploration on Dask: models x devices x tiling policies -> CSV + Pareto plot')
     p.add_argument('models', nargs='+', metavar='MODEL.nac')
-    p.add_argument('--devices', nargs='+', required=True, metavar='DIR|FILE|NAME', help='device .nem files, folders of them, or shipped names')
-    p.add_argument('--tilings', type=int, default=3, metavar='K', help='the first K policies of: search, naive, bands of 1, 2, 4, 8, 16 rows (default 3)')
+    p.add_argument('--devices', nargs='+', required=True, metavar='DIR|FILE|NAME',
+                   help='device .nem files, folders of them, or shipped names')
+    p.add_argument('--tilings', type=int, default=3, metavar='K',
+                   help='the first K policies of: search, naive, bands of 1, 2, 4, 8, 16 rows (default 3)')
     m = p.add_mutually_exclusive_group()
     m.add_argument('--float', dest='mode', action='store_const', const='float')
     m.add_argument('--int8', dest='mode', action='store_const', const='int8')
@@ -96,7 +105,8 @@ def _sweep(args):
         import io, matplotlib; matplotlib.use('Agg')
         import matplotlib.pyplot as plt
         from nac_lab.fileio import atomic_write
-        ax = pareto_plot(rows); b = io.BytesIO(); ax.figure.savefig(b, format=Path(args.plot).suffix[1:] or 'png', dpi=110, bbox_inches='tight'); plt.close(ax.figure)
+        ax = pareto_plot(rows); b = io.BytesIO(); ax.figure.savefig(b, format=Path(args.plot).suffix[1:] or 'png', dpi=110,
+                                                                    bbox_inches='tight'); plt.close(ax.figure)
         atomic_write(args.plot, b.getvalue(), inputs=ins)
     bad = [r for r in rows if 'error' in r]
     print(f'{len(rows)} evaluations ({len(bad)} not mappable) -> {args.output}; Pareto front: ' +

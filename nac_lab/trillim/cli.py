@@ -44,13 +44,15 @@ def _decode(args):
     print(f'  {"#":>4} {"action":17s} {"dtype":5s} {"rows x cols":>13s} {"padded":>13s} {"shard":>5s} {"offset":>12s} {"size":>11s}  scale')
     for i, e in enumerate(m.entries):
         sc = f'[{e.scale_shard}] @{e.scale_offset}+{e.scale_size}' if e.has_scale else '-'
-        print(f'  {i:4d} {e.action.name:17s} {e.dtype.name:5s} {f"{e.rows}x{e.cols}":>13s} {f"{e.padded_rows}x{e.padded_cols}":>13s} {e.shard:5d} {e.offset:12d} {e.size:11d}  {sc}')
+        print(f'  {i:4d} {e.action.name:17s} {e.dtype.name:5s} {f"{e.rows}x{e.cols}":>13s} {f"{e.padded_rows}x{e.padded_cols}":>13s} '
+              f'{e.shard:5d} {e.offset:12d} {e.size:11d}  {sc}')
     if m.lora is not None:
         L = m.lora
         print(f'LoRA: {L.num_layers} layers x {L.num_targets} targets, scale {L.scale!r}')
         for i, row in enumerate(L.targets):
             for t, rec in zip(LORA_TARGETS, row):
-                if rec: print(f'  layer {i} {t}: A {rec[0].rows}x{rec[0].cols} {rec[0].dtype.name}, B {rec[1].rows}x{rec[1].cols} {rec[1].dtype.name}')
+                if rec: print(f'  layer {i} {t}: A {rec[0].rows}x{rec[0].cols} {rec[0].dtype.name}, B {rec[1].rows}x{rec[1].cols} '
+                              f'{rec[1].dtype.name}')
 
 def _config(args):
     from nac_lab.trillim.config import load_hf_config, config_args
@@ -98,7 +100,8 @@ def register(sub):
     a.add_argument('model_dir'); a.add_argument('--adapter'); a.add_argument('--manifest', help='use this manifest instead of building one')
     a.add_argument('-o', '--output', help='output folder (default: MODEL_DIR)')
     a.set_defaults(func=_quantize)
-    a = ts.add_parser('engine', help='serve protocol v1 on stdin/stdout', usage='nac-lab trillim engine MODEL_DIR [--lora] --config ARGS...')
+    a = ts.add_parser('engine', help='serve protocol v1 on stdin/stdout',
+                      usage='nac-lab trillim engine MODEL_DIR [--lora] --config ARGS...')
     a.add_argument('model_dir', nargs='?', help='folder with qmodel.tensors and rope.cache')
     a.add_argument('--lora', action='store_true', help='also load qmodel.lora')
     a.add_argument('--config', nargs=argparse.REMAINDER, help='the --config vector of §2 (everything after it)')
@@ -121,7 +124,8 @@ def tour(out:Path):
     blob = write_manifest(m)
     atomic_write(d/'qmodel.manifest', blob)
     assert write_manifest(read_manifest(blob)) == blob
-    print(f'BitNet-style checkpoint in 2 shards + PEFT adapter -> manifest of {len(m.entries)} entries (55 bytes each) + LoRA block, {len(blob)} bytes, round-trips exactly')
+    print(f'BitNet-style checkpoint in 2 shards + PEFT adapter -> manifest of {len(m.entries)} entries (55 bytes each) + LoRA block, '
+          f'{len(blob)} bytes, round-trips exactly')
     paths = quantize(m, cfg, d)
     print('quantized: ' + ', '.join(f'{p.name} {p.stat().st_size} B' for p in paths.values()))
     print('--config ' + ' '.join(config_args(cfg)))

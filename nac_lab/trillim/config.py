@@ -100,11 +100,13 @@ def _detect_arch(cfg:dict, names) -> ArchType:
     if any('attn_sub_norm' in n or 'ffn_sub_norm' in n for n in names): return ArchType.BITNET
     a = cfg.get('architectures') or []
     a = [a] if isinstance(a, str) else a
-    if not isinstance(a, list) or not all(isinstance(x, str) for x in a): raise ArchConfigError(f'config.json: architectures must be a list of strings, got {a!r}')
+    if not isinstance(a, list) or not all(isinstance(x, str) for x in a): raise ArchConfigError(f'config.json: architectures must be a '
+                                                                                                f'list of strings, got {a!r}')
     mt = str(cfg.get('model_type', '')).lower(); archs = ' '.join(a).lower()
     if 'bitnet' in mt or 'bitnet' in archs: return ArchType.BITNET
     if any(t in mt for t in _LLAMA_TYPES) or any(t in archs for t in _LLAMA_TYPES): return ArchType.LLAMA
-    raise ArchConfigError(f'config.json: unsupported model_type {mt!r} / architectures {archs!r} (protocol v1 knows BitNet and Llama-style decoders)')
+    raise ArchConfigError(f'config.json: unsupported model_type {mt!r} / architectures {archs!r} (protocol v1 knows BitNet and '
+                          f'Llama-style decoders)')
 
 LIMITS = {'hidden_size': 1 << 20, 'intermediate_size': 1 << 22, 'num_hidden_layers': 0xFFFE, 'num_attention_heads': 4096,
           'num_key_value_heads': 4096, 'head_dim': 4096, 'vocab_size': 1 << 24, 'max_position_embeddings': 1 << 22}
@@ -133,7 +135,8 @@ def _read(path, what:str='config'):
     try: return read_json(path, fmt='JSON')
     except FormatError as ex:
         m = ex.msg
-        raise ArchConfigError(f'{path}: {m}' if m.startswith('cannot read') or 'regular file' in m or 'limit' in m else f'{path}: not valid JSON: {m}') from None
+        raise ArchConfigError(f'{path}: {m}' if m.startswith('cannot read') or 'regular file' in m or 'limit' in m else f'{path}: not '
+                                                             f'valid JSON: {m}') from None
 
 def eos_from_tokenizer(path) -> list:
     "Ids of the usual end-of-turn tokens listed in a `tokenizer.json` (added tokens and vocab)."
@@ -182,9 +185,11 @@ def arch_from_hf(cfg:dict, tensor_names=(), tokenizer_eos=(), where:str='config.
 def check_arch(c:ArchConfig) -> None:
     "Raise `ArchConfigError` unless `c` can be sent to an engine (§2 limits)."
     if 8 * c.max_position_embeddings * (c.head_dim // 2) > MAX_ROPE_BYTES:
-        raise ArchConfigError(f'max_position_embeddings {c.max_position_embeddings} x head_dim {c.head_dim} would make a rope.cache larger than {MAX_ROPE_BYTES} bytes')
+        raise ArchConfigError(f'max_position_embeddings {c.max_position_embeddings} x head_dim {c.head_dim} would make a rope.cache '
+                              f'larger than {MAX_ROPE_BYTES} bytes')
     if not c.eos_tokens: raise ArchConfigError('no EOS token id: set eos_token_id in config.json (the engine needs one, RULINGS Trillim 4)')
-    if len(c.eos_tokens) > MAX_EOS: raise ArchConfigError(f'{len(c.eos_tokens)} EOS token ids, protocol v1 allows at most {MAX_EOS}: {show_value(c.eos_tokens)}')
+    if len(c.eos_tokens) > MAX_EOS: raise ArchConfigError(f'{len(c.eos_tokens)} EOS token ids, protocol v1 allows at most {MAX_EOS}: '
+                                                          f'{show_value(c.eos_tokens)}')
     if c.num_heads % c.num_kv_heads: raise ArchConfigError(f'num_kv_heads {c.num_kv_heads} must divide num_heads {c.num_heads}')
     if c.hidden_dim % ALIGN or c.intermediate_dim % ALIGN: raise ArchConfigError('hidden_dim and intermediate_dim must be multiples of 128')
     if c.max_position_embeddings <= 0: raise ArchConfigError(f'max_position_embeddings must be positive, got {c.max_position_embeddings}')
@@ -232,11 +237,13 @@ def parse_config_args(args) -> ArchConfig:
     v = {}
     for i, (name, s) in enumerate(zip(CONFIG_FIELDS, args), 1):
         try: v[name] = float(s) if name in ('norm_eps', 'rope_theta') else int(s, 10)
-        except ValueError: raise ArchConfigError(f'--config field {i} ({name}): expected {"a float" if name in ("norm_eps", "rope_theta") else "an integer"}, got {s!r}') from None
+        except ValueError: raise ArchConfigError(f'--config field {i} ({name}): expected '
+                                                 f'{"a float" if name in ("norm_eps", "rope_theta") else "an integer"}, got {s!r}') from None
     def bad(name, msg): return ArchConfigError(f'--config field {CONFIG_FIELDS.index(name) + 1} ({name}): {msg}, got {v[name]!r}')
     for name in ('tie_word_embeddings', 'has_qkv_bias', 'has_attn_sub_norm', 'has_ffn_sub_norm'):
         if v[name] not in (0, 1): raise bad(name, 'must be 0 or 1')
-    for name in ('hidden_dim', 'intermediate_dim', 'num_layers', 'num_heads', 'num_kv_heads', 'vocab_size', 'head_dim', 'max_position_embeddings'):
+    for name in ('hidden_dim', 'intermediate_dim', 'num_layers', 'num_heads', 'num_kv_heads', 'vocab_size', 'head_dim',
+                 'max_position_embeddings'):
         if v[name] <= 0: raise bad(name, 'must be positive')
     if v['arch_type'] not in (1, 2): raise bad('arch_type', 'must be 1 (BITNET) or 2 (LLAMA)')
     if v['activation'] not in (0, 1): raise bad('activation', 'must be 0 (RELU_SQR) or 1 (SILU)')
@@ -252,7 +259,8 @@ def parse_config_args(args) -> ArchConfig:
     for j, s in enumerate(rest):
         try: e = int(s, 10)
         except ValueError: raise ArchConfigError(f'--config field {len(CONFIG_FIELDS) + j + 1} (eos_token_id): expected an integer, got {s!r}') from None
-        if not 0 <= e < v['vocab_size']: raise ArchConfigError(f'--config field {len(CONFIG_FIELDS) + j + 1} (eos_token_id): {e} is outside 0..{v["vocab_size"] - 1}')
+        if not 0 <= e < v['vocab_size']: raise ArchConfigError(f'--config field {len(CONFIG_FIELDS) + j + 1} (eos_token_id): {e} is '
+                                                               f'outside 0..{v["vocab_size"] - 1}')
         eos.append(e)
     info = ArchInfo(ActivationType(v['activation']), bool(v['has_attn_sub_norm']), bool(v['has_ffn_sub_norm']))
     c = ArchConfig(ArchType(v['arch_type']), info, v['hidden_dim'], v['intermediate_dim'], v['num_layers'], v['num_heads'],

@@ -121,14 +121,16 @@ def check_files(cfg:ArchConfig, tf:TensorsFile, rope, lora=None) -> None:
              ('intermediate_dim', cfg.intermediate_dim, tf.intermediate_dim), ('num_layers', cfg.num_layers, tf.num_layers),
              ('num_heads', cfg.num_heads, tf.num_heads), ('num_kv_heads', cfg.num_kv_heads, tf.num_kv_heads),
              ('vocab_size', cfg.vocab_size, tf.vocab_size), ('head_dim', cfg.head_dim, tf.head_dim),
-             ('tie_word_embeddings', int(cfg.tie_word_embeddings), tf.flags & 1), ('has_qkv_bias', int(cfg.has_qkv_bias), tf.flags >> 1 & 1),
+             ('tie_word_embeddings', int(cfg.tie_word_embeddings), tf.flags & 1), ('has_qkv_bias', int(cfg.has_qkv_bias),
+                                                                                   tf.flags >> 1 & 1),
              ('has_attn_sub_norm', int(cfg.arch_info.has_attn_sub_norm), tf.flags >> 2 & 1),
              ('has_ffn_sub_norm', int(cfg.arch_info.has_ffn_sub_norm), tf.flags >> 3 & 1),
              ('head_dim (rope.cache)', cfg.head_dim, rope.head_dim)]
     for name, want, got in pairs:
         if want != got: raise EngineError(f'--config {name} is {want} but the model files say {got}')
     if rope.max_positions < cfg.max_position_embeddings:
-        raise EngineError(f'rope.cache covers {rope.max_positions} positions, --config max_position_embeddings is {cfg.max_position_embeddings}')
+        raise EngineError(f'rope.cache covers {rope.max_positions} positions, --config max_position_embeddings is '
+                          f'{cfg.max_position_embeddings}')
     if not math.isclose(rope.theta, cfg.rope_theta, rel_tol=1e-6):
         raise EngineError(f'rope.cache was built for theta {rope.theta}, --config rope_theta is {cfg.rope_theta}')
     if cfg.arch_info.has_attn_sub_norm and cfg.num_heads * cfg.head_dim != tf.hidden_dim_orig:
@@ -225,9 +227,11 @@ def read_request(lines:_Lines, vocab:int) -> dict | None:
     checks = [(req['reset_flag'] in (0, 1), 'reset_flag', 'must be 0 or 1'), (req['temperature'] >= 0, 'temperature', 'must be >= 0'),
               (req['top_k'] >= 0, 'top_k', 'must be >= 0'), (0 <= req['top_p'] <= 1, 'top_p', 'must be in [0, 1]'),
               (req['repetition_penalty'] > 0, 'repetition_penalty', 'must be > 0'),
-              (req['rep_penalty_lookback'] >= 0, 'rep_penalty_lookback', 'must be >= 0'), (req['max_tokens'] >= 0, 'max_tokens', 'must be >= 0')]
+              (req['rep_penalty_lookback'] >= 0, 'rep_penalty_lookback', 'must be >= 0'), (req['max_tokens'] >= 0, 'max_tokens',
+                                                                                           'must be >= 0')]
     for ok, name, msg in checks:
-        if not ok: raise RequestError(f'request field {name} {msg}, got {req[name]!r} (line {ln - 7 + [f[0] for f in REQUEST_FIELDS].index(name)})')
+        if not ok: raise RequestError(f'request field {name} {msg}, got {req[name]!r} (line '
+                                      f'{ln - 7 + [f[0] for f in REQUEST_FIELDS].index(name)})')
     toks = []
     for j in range(n):
         t = _parse(lines.next(f'token {j + 1} of {n}'), int, f'token {j + 1} of {n}', lines.n)

@@ -155,7 +155,8 @@ def convert_entry(e:TensorEntry, name:str, cfg:ArchConfig, maps:list, shards:lis
     pr, pc = cfg.pad(rows), cfg.pad(cols)
     src_rows = rows // 4 if e.dtype == DType.U8 else rows
     if (e.rows, e.cols) != (src_rows, cols) or (e.dtype != DType.U8 and (e.padded_rows, e.padded_cols) != (pr, pc)):
-        raise TrillimFileError(f'{name}: manifest says {e.rows}x{e.cols} (padded {e.padded_rows}x{e.padded_cols}), the config implies {src_rows}x{cols} (padded {pr}x{pc})')
+        raise TrillimFileError(f'{name}: manifest says {e.rows}x{e.cols} (padded {e.padded_rows}x{e.padded_cols}), the config implies '
+                               f'{src_rows}x{cols} (padded {pr}x{pc})')
     src = source_array(maps, shards, e.shard, e.offset, e.size, e.dtype, (e.rows, e.cols), name)
     if e.dtype in (DType.F32, DType.F16, DType.BF16) and not np.isfinite(as_float(src, e.dtype)).all():
         raise TrillimFileError(f'{name}: holds NaN or infinite values; the quantizer refuses to pass them on')
@@ -172,7 +173,8 @@ def convert_entry(e:TensorEntry, name:str, cfg:ArchConfig, maps:list, shards:lis
     elif e.action in (Action.TERNARY_QUANTIZE, Action.REPACK_TERNARY):
         if role not in LORA_ROLE: raise TrillimFileError(f'{name}: {e.action.name} on a {role.name} tensor')
         if e.action == Action.TERNARY_QUANTIZE:
-            if e.dtype not in (DType.F32, DType.F16, DType.BF16): raise TrillimFileError(f'{name}: TERNARY_QUANTIZE needs float data, got {e.dtype.name}')
+            if e.dtype not in (DType.F32, DType.F16,
+                               DType.BF16): raise TrillimFileError(f'{name}: TERNARY_QUANTIZE needs float data, got {e.dtype.name}')
             q, s = ternary_quantize(as_float(src, e.dtype), TERNARY_PER_ROW[cfg.arch_type])
         else:
             if e.dtype == DType.U8: q = unpack_hf_bitnet_u8(src)
@@ -184,7 +186,8 @@ def convert_entry(e:TensorEntry, name:str, cfg:ArchConfig, maps:list, shards:lis
             if e.has_scale:
                 sz = e.scale_size
                 if sz not in (2, 4): raise TrillimFileError(f'{name}: scale tensor of {sz} bytes, expected a bf16 or f32 scalar')
-                sa = source_array(maps, shards, e.scale_shard, e.scale_offset, sz, DType.BF16 if sz == 2 else DType.F32, (1,), name + '_scale')
+                sa = source_array(maps, shards, e.scale_shard, e.scale_offset, sz, DType.BF16 if sz == 2 else DType.F32, (1,),
+                                  name + '_scale')
                 ws = float(as_float(sa, DType.BF16 if sz == 2 else DType.F32)[0])
                 if not math.isfinite(ws) or ws == 0: raise TrillimFileError(f'{name}: weight_scale {ws} cannot be inverted')
             s = np.full(rows, 1.0 / ws, np.float32)
@@ -221,7 +224,8 @@ def tensors_writer(m:Manifest, cfg:ArchConfig):
     "A function `fill(binary_file)` that converts every entry of `m` and writes `qmodel.tensors` into the file."
     names = tensor_order(cfg)
     if len(names) != len(m.entries):
-        raise TrillimFileError(f'manifest has {len(m.entries)} tensor entries, a {cfg.arch_type.name} model of {cfg.num_layers} layers needs {len(names)}')
+        raise TrillimFileError(f'manifest has {len(m.entries)} tensor entries, a {cfg.arch_type.name} model of {cfg.num_layers} layers '
+                               f'needs {len(names)}')
     maps = open_shards(m.shards)
     def fill(f):
         pos = f.write(tensors_header(cfg, len(names)))
@@ -394,9 +398,11 @@ def read_tensors(src, fmt:str='qmodel.tensors') -> TensorsFile:
     with r.in_section('model block'):
         vals = r.unpack('<11I', 'model block')
         nl, h, ho, f, fo, vocab, nh, nkv, hd, flags, n = vals
-        for nm, v in zip(('layers', 'hidden', 'hidden_orig', 'intermediate', 'intermediate_orig', 'vocab', 'heads', 'kv_heads', 'head_dim'), vals):
+        for nm, v in zip(('layers', 'hidden', 'hidden_orig', 'intermediate', 'intermediate_orig', 'vocab', 'heads', 'kv_heads',
+                          'head_dim'), vals):
             if v == 0: raise r.error(BadValueError, f'{nm} must be positive', 16)
-        if ho > h or fo > f or h % 128 or f % 128: raise r.error(BadValueError, f'aligned sizes {h}/{f} must be multiples of 128 and >= {ho}/{fo}', 16)
+        if ho > h or fo > f or h % 128 or f % 128: raise r.error(BadValueError,
+                                                                 f'aligned sizes {h}/{f} must be multiples of 128 and >= {ho}/{fo}', 16)
         if nh % nkv or hd % 2: raise r.error(BadValueError, f'heads {nh} / kv heads {nkv} / head_dim {hd} are inconsistent', 16)
         if flags > 15: raise r.error(BadValueError, f'unknown flag bits in {flags:#x}', 52)
         if nl * 9 * REC_SIZE > r.end - 64:   # every layer has at least 9 records; check before listing them
@@ -412,9 +418,12 @@ def read_tensors(src, fmt:str='qmodel.tensors') -> TensorsFile:
             k, ro, ly, rows, cols, pr, pc, nbytes, resv = r.unpack(REC_FMT, 'record header')
             try: kind = Kind(k)
             except ValueError: raise r.error(BadValueError, f'unknown record kind {k}', at) from None
-            if (ro, ly) != (int(role), layer): raise r.error(BadValueError, f'expected role {role.name} layer {layer}, found role {ro} layer {ly}', at + 1)
+            if (ro, ly) != (int(role), layer): raise r.error(BadValueError,
+                                                             f'expected role {role.name} layer {layer}, found role {ro} layer {ly}', at + 1)
             if (rows, cols) != expected_shape(cfg, role) or (pr, pc) != (cfg.pad(rows), cfg.pad(cols)):
-                raise r.error(BadValueError, f'shape {rows}x{cols} (padded {pr}x{pc}) does not match the model block ({expected_shape(cfg, role)})', at + 4)
+                raise r.error(BadValueError,
+                              f'shape {rows}x{cols} (padded {pr}x{pc}) does not match the model block ({expected_shape(cfg, role)})',
+                                  at + 4)
             if resv: raise r.error(BadValueError, 'reserved word must be 0', at + 28)
             ok = _KIND_OK.get(role, (Kind.TERNARY,) if role in LORA_ROLE else (Kind.BF16,))
             if kind not in ok: raise r.error(BadValueError, f'{role.name} cannot be stored as {kind.name}', at)
@@ -424,7 +433,8 @@ def read_tensors(src, fmt:str='qmodel.tensors') -> TensorsFile:
             if kind == Kind.BF16:
                 d0 = r.tell(); data = r.array(np.uint16, (pr, pc), 'bf16 payload')
                 nf = (data & 0x7F80) == 0x7F80            # exponent all ones: infinity or NaN
-                if nf.any(): raise r.error(BadValueError, 'bf16 payload holds NaN or infinite values', d0 + 2 * int(np.flatnonzero(nf.ravel())[0]))
+                if nf.any(): raise r.error(BadValueError, 'bf16 payload holds NaN or infinite values',
+                                           d0 + 2 * int(np.flatnonzero(nf.ravel())[0]))
             else:
                 scales = r.array(np.float32, (pr,), 'row scales')
                 if not np.isfinite(scales).all(): raise r.error(BadValueError, 'row scales must be finite', at + REC_SIZE)
@@ -456,7 +466,8 @@ def read_rope(src, fmt:str='rope.cache') -> RopeCache:
     _std_header(r, MAGIC_ROPE, 'TRRC')
     with r.in_section('rope block'):
         P, D, theta, half = r.u32('max positions'), r.u32('head_dim'), r.f64('theta'), r.u32('pairs')
-        if P == 0 or D == 0 or D % 2 or half != D // 2: raise r.error(BadValueError, f'inconsistent sizes: positions {P}, head_dim {D}, pairs {half}', 12)
+        if P == 0 or D == 0 or D % 2 or half != D // 2: raise r.error(BadValueError,
+                                                                      f'inconsistent sizes: positions {P}, head_dim {D}, pairs {half}', 12)
         if not math.isfinite(theta) or theta <= 0: raise r.error(BadValueError, f'theta must be positive, got {theta}', 20)
         c = r.array(np.float32, (P, half), 'cos table'); s = r.array(np.float32, (P, half), 'sin table')
         if r.remaining: raise r.error(BadValueError, f'{r.remaining} unexpected bytes after the sin table')
@@ -478,7 +489,8 @@ def read_lora(src, fmt:str='qmodel.lora') -> LoraFile:
         nl, nt, scale = r.u32('layers'), r.u32('targets'), r.f64('scale')
         if nt != len(LORA_TARGETS): raise r.error(BadValueError, f'targets per layer must be {len(LORA_TARGETS)}, got {nt}', 16)
         if not math.isfinite(scale): raise r.error(BadValueError, f'scale must be finite, got {scale}', 20)
-        if nl * nt * 4 > r.remaining: raise r.error(LimitError, f'{nl} layers x {nt} slots need at least {nl*nt*4} bytes, only {r.remaining} left', 12)
+        if nl * nt * 4 > r.remaining: raise r.error(LimitError,
+                                                    f'{nl} layers x {nt} slots need at least {nl*nt*4} bytes, only {r.remaining} left', 12)
     slots = []
     for i in range(nl):
         row = []
@@ -489,9 +501,11 @@ def read_lora(src, fmt:str='qmodel.lora') -> LoraFile:
                 if p == 0: row.append(None); continue
                 if p != 1: raise r.error(BadValueError, f'present flag must be 0 or 1, got {p}', at)
                 rank, pi, po = r.u32('rank'), r.u32('in'), r.u32('out')
-                if rank == 0 or pi == 0 or po == 0: raise r.error(BadValueError, f'rank/in/out must be positive, got {rank}/{pi}/{po}', at + 4)
+                if rank == 0 or pi == 0 or po == 0: raise r.error(BadValueError, f'rank/in/out must be positive, got {rank}/{pi}/{po}',
+                                                                  at + 4)
                 d0 = r.tell(); A = r.array(np.float32, (rank, pi), 'A'); B = r.array(np.float32, (po, rank), 'B')
-                if not (np.isfinite(A).all() and np.isfinite(B).all()): raise r.error(BadValueError, 'A or B holds NaN or infinite values', d0)
+                if not (np.isfinite(A).all() and np.isfinite(B).all()): raise r.error(BadValueError, 'A or B holds NaN or infinite values',
+                                                                                      d0)
                 row.append((A, B))
         slots.append(row)
     if r.remaining: raise r.error(BadValueError, f'{r.remaining} unexpected bytes after the last slot')

@@ -216,7 +216,8 @@ def lora_block(adapter_dir, cfg:ArchConfig, shard_index:int) -> tuple:
     if not isinstance(acfg, dict): raise ManifestError(f'{cp}: top level must be an object')
     r, alpha = acfg.get('r'), acfg.get('lora_alpha')
     if isinstance(r, bool) or not isinstance(r, int) or r <= 0: raise ManifestError(f'{cp}: r must be a positive integer, got {r!r}')
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha): raise ManifestError(f'{cp}: lora_alpha must be a number, got {alpha!r}')
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha): raise ManifestError(f'{cp}: lora_alpha '
+                                                                                                                       f'must be a number, got {alpha!r}')
     for k in ('rank_pattern', 'alpha_pattern'):
         if acfg.get(k): raise ManifestError(f'{cp}: {k} is not supported (one LoRA scale per adapter in protocol v1)')
     if acfg.get('use_dora'): raise ManifestError(f'{cp}: DoRA adapters are not supported')
@@ -227,7 +228,8 @@ def lora_block(adapter_dir, cfg:ArchConfig, shard_index:int) -> tuple:
         if not m: raise ManifestError(f'{wp}: tensor {name!r} is not a LoRA A/B matrix of one of the targets {", ".join(LORA_TARGETS)}')
         layer, target, ab = int(m.group(1)), m.group(2), m.group(3)
         if layer >= cfg.num_layers: raise ManifestError(f'{wp}: tensor {name!r} is for layer {layer}, the model has {cfg.num_layers}')
-        if t.dtype not in _LORA_DT or len(t.shape) != 2: raise ManifestError(f'{wp}: tensor {name!r} must be a 2-D F32/F16/BF16 matrix, got {t.dtype} {list(t.shape)}')
+        if t.dtype not in _LORA_DT or len(t.shape) != 2: raise ManifestError(f'{wp}: tensor {name!r} must be a 2-D F32/F16/BF16 matrix, '
+                                                                             f'got {t.dtype} {list(t.shape)}')
         key = (layer, target, ab)
         if key in found: raise ManifestError(f'{wp}: two tensors for layer {layer} {target} lora_{ab}')
         found[key] = (name, t)
@@ -236,10 +238,12 @@ def lora_block(adapter_dir, cfg:ArchConfig, shard_index:int) -> tuple:
         row = []
         for tg in LORA_TARGETS:
             a, b = found.get((i, tg, 'A')), found.get((i, tg, 'B'))
-            if (a is None) != (b is None): raise ManifestError(f'{wp}: layer {i} {tg} has lora_{"A" if a else "B"} without lora_{"B" if a else "A"}')
+            if (a is None) != (b is None): raise ManifestError(f'{wp}: layer {i} {tg} has lora_{"A" if a else "B"} without '
+                                                               f'lora_{"B" if a else "A"}')
             if a is None: row.append(None); continue
             (an, at), (bn, bt) = a, b
-            if at.shape[0] != r or bt.shape[1] != r: raise ManifestError(f'{wp}: {an}/{bn} shapes {list(at.shape)}/{list(bt.shape)} do not have rank r={r}')
+            if at.shape[0] != r or bt.shape[1] != r: raise ManifestError(f'{wp}: {an}/{bn} shapes {list(at.shape)}/{list(bt.shape)} do '
+                                                                         f'not have rank r={r}')
             row.append(tuple(LoraRecord(_DT[t.dtype], t.shape[0], t.shape[1], shard_index, t.offset, t.size) for t in (at, bt)))
         targets.append(row)
     return wp, LoraBlock(cfg.num_layers, float(scale), targets)
@@ -255,7 +259,8 @@ def build_manifest(model_dir, adapter_dir=None, cfg:ArchConfig|None=None) -> Man
     where = str(model_dir)
     have = 1 + max((int(m.group(1)) for m in map(_LAYER_RE.match, table) if m), default=-1)
     if cfg.num_layers > have:   # before listing 2**40 names (review)
-        raise ManifestError(f'{where}: config.json says num_hidden_layers={cfg.num_layers} but the checkpoint has tensors for {have} layer(s)')
+        raise ManifestError(f'{where}: config.json says num_hidden_layers={cfg.num_layers} but the checkpoint has tensors for {have} '
+                            f'layer(s)')
     for name in table:
         if (name.endswith('.bias') and not skipped(name, cfg.tie_word_embeddings)
                 and not any(name.endswith(f'{p}.bias') for p in ('k_proj', 'v_proj', 'q_proj'))):
@@ -286,7 +291,8 @@ def _check_lora_fits(L:LoraBlock, table:dict, where:str) -> None:
             A, B = rec
             out_d, in_d = _dims(table[f'model.layers.{i}.{tg}.weight'][1], where)
             if A.cols != in_d or B.rows != out_d:
-                raise ManifestError(f'{where}: layer {i} {tg}: lora_A {A.rows}x{A.cols} / lora_B {B.rows}x{B.cols} do not fit the {out_d}x{in_d} base weight')
+                raise ManifestError(f'{where}: layer {i} {tg}: lora_A {A.rows}x{A.cols} / lora_B {B.rows}x{B.cols} do not fit the '
+                                    f'{out_d}x{in_d} base weight')
 
 # %% ../../nbs/41_trillim_manifest.ipynb #1bf71ba8
 def write_manifest(m:Manifest) -> bytes:
@@ -310,7 +316,8 @@ def write_manifest(m:Manifest) -> bytes:
 
 def _code(r, enum, v, what, at):
     try: return enum(v)
-    except ValueError: raise r.error(BadValueError, f'unknown {what} code {v} (known: {", ".join(f"{e.value} {e.name}" for e in enum)})', at) from None
+    except ValueError: raise r.error(BadValueError, f'unknown {what} code {v} (known: {", ".join(f"{e.value} {e.name}" for e in enum)})',
+                                     at) from None
 
 def read_manifest(buf, fmt:str='manifest') -> Manifest:
     "Decode a manifest; every inconsistency raises a `FormatError` with its byte offset."
@@ -333,21 +340,38 @@ def read_manifest(buf, fmt:str='manifest') -> Manifest:
                 if e.has_scale not in (0, 1): raise r.error(BadValueError, f'has_scale must be 0 or 1, got {e.has_scale}', at + 36)
                 e.has_scale = bool(e.has_scale)
                 if e.shard >= ns: raise r.error(BadValueError, f'shard index {e.shard} but the table has {ns} shards', at + 18)
-                if e.has_scale and e.scale_shard >= ns: raise r.error(BadValueError, f'scale shard index {e.scale_shard} but the table has {ns} shards', at + 37)
-                if not e.has_scale and (e.scale_shard or e.scale_offset or e.scale_size): raise r.error(BadValueError, 'scale fields must be 0 when has_scale is 0', at + 37)
-                if e.padded_rows < e.rows or e.padded_cols < e.cols: raise r.error(BadValueError, f'padded dims {e.padded_rows}x{e.padded_cols} smaller than dims {e.rows}x{e.cols}', at + 10)
-                if e.size != e.rows * e.cols * DTYPE_SIZE[e.dtype]: raise r.error(BadValueError, f'size {e.size} does not match {e.rows}x{e.cols} {e.dtype.name}', at + 28)
-                if e.has_scale and e.action != Action.REPACK_TERNARY: raise r.error(BadValueError, f'only REPACK_TERNARY entries carry a scale, this is {e.action.name}', at + 36)
-                if e.action == Action.REPACK_TERNARY and e.dtype not in (DType.I8, DType.U8): raise r.error(BadValueError, f'REPACK_TERNARY needs I8 or U8 data, got {e.dtype.name}', at + 1)
-                if e.action != Action.REPACK_TERNARY and e.dtype in (DType.I8, DType.U8): raise r.error(BadValueError, f'{e.action.name} needs float data, got {e.dtype.name}', at + 1)
+                if e.has_scale and e.scale_shard >= ns: raise r.error(BadValueError,
+                                                                      f'scale shard index {e.scale_shard} but the table has {ns} shards',
+                                                                          at + 37)
+                if not e.has_scale and (e.scale_shard or e.scale_offset or e.scale_size): raise r.error(BadValueError,
+                                                                                                        'scale fields must be 0 when '
+                                                                                                        'has_scale is 0', at + 37)
+                if e.padded_rows < e.rows or e.padded_cols < e.cols: raise r.error(BadValueError,
+                                                                                   f'padded dims {e.padded_rows}x{e.padded_cols} smaller '
+                                                                                   f'than dims {e.rows}x{e.cols}', at + 10)
+                if e.size != e.rows * e.cols * DTYPE_SIZE[e.dtype]: raise r.error(BadValueError,
+                                                                                  f'size {e.size} does not match {e.rows}x{e.cols} '
+                                                                                  f'{e.dtype.name}', at + 28)
+                if e.has_scale and e.action != Action.REPACK_TERNARY: raise r.error(BadValueError,
+                                                                                    f'only REPACK_TERNARY entries carry a scale, this is '
+                                                                                    f'{e.action.name}', at + 36)
+                if e.action == Action.REPACK_TERNARY and e.dtype not in (DType.I8, DType.U8): raise r.error(BadValueError,
+                                                                                                            f'REPACK_TERNARY needs I8 or '
+                                                                                                            f'U8 data, got {e.dtype.name}',
+                                                                                                                at + 1)
+                if e.action != Action.REPACK_TERNARY and e.dtype in (DType.I8, DType.U8): raise r.error(BadValueError,
+                                                                                                        f'{e.action.name} needs float '
+                                                                                                        f'data, got {e.dtype.name}', at + 1)
                 entries.append(e)
     lora = None
     if r.remaining:
         with r.in_section('lora block'):
             nl, nt, scale = r.u32('lora layers'), r.u32('lora targets'), r.f64('lora scale')
-            if nt != len(LORA_TARGETS): raise r.error(BadValueError, f'targets per layer must be {len(LORA_TARGETS)}, got {nt}', r.tell() - 12)
+            if nt != len(LORA_TARGETS): raise r.error(BadValueError, f'targets per layer must be {len(LORA_TARGETS)}, got {nt}',
+                                                      r.tell() - 12)
             if not math.isfinite(scale): raise r.error(BadValueError, f'lora scale must be finite, got {scale}', r.tell() - 8)
-            if nl * nt > r.remaining: raise r.error(LimitError, f'{nl} layers x {nt} targets need at least {nl*nt} bytes, only {r.remaining} left')
+            if nl * nt > r.remaining: raise r.error(LimitError,
+                                                    f'{nl} layers x {nt} targets need at least {nl*nt} bytes, only {r.remaining} left')
             targets = []
             for i in range(nl):
                 row = []
@@ -362,11 +386,18 @@ def read_manifest(buf, fmt:str='manifest') -> Manifest:
                             ra = r.tell()
                             v = r.unpack(LORA_REC_FMT, f'{ab} record')
                             x = LoraRecord(_code(r, DType, v[0], f'{ab} dtype', ra), *v[1:])
-                            if x.dtype not in (DType.F32, DType.F16, DType.BF16): raise r.error(BadValueError, f'{ab} dtype must be F32/F16/BF16, got {x.dtype.name}', ra)
-                            if x.shard >= len(shards): raise r.error(BadValueError, f'{ab} shard index {x.shard} but the table has {len(shards)} shards', ra + 9)
-                            if x.size != x.rows * x.cols * DTYPE_SIZE[x.dtype]: raise r.error(BadValueError, f'{ab} size {x.size} does not match {x.rows}x{x.cols} {x.dtype.name}', ra + 19)
+                            if x.dtype not in (DType.F32, DType.F16, DType.BF16): raise r.error(BadValueError,
+                                                                                                f'{ab} dtype must be F32/F16/BF16, got '
+                                                                                                f'{x.dtype.name}', ra)
+                            if x.shard >= len(shards): raise r.error(BadValueError,
+                                                                     f'{ab} shard index {x.shard} but the table has {len(shards)} shards',
+                                                                         ra + 9)
+                            if x.size != x.rows * x.cols * DTYPE_SIZE[x.dtype]: raise r.error(BadValueError,
+                                                                                              f'{ab} size {x.size} does not match '
+                                                                                              f'{x.rows}x{x.cols} {x.dtype.name}', ra + 19)
                             recs.append(x)
-                        if recs[0].rows != recs[1].cols: raise r.error(BadValueError, f'A rank {recs[0].rows} differs from B rank {recs[1].cols}', at)
+                        if recs[0].rows != recs[1].cols: raise r.error(BadValueError,
+                                                                       f'A rank {recs[0].rows} differs from B rank {recs[1].cols}', at)
                         row.append(tuple(recs))
                 targets.append(row)
             lora = LoraBlock(nl, scale, targets, nt)
@@ -382,7 +413,8 @@ def manifest_to_dict(m:Manifest) -> dict:
     if m.lora is not None:
         L = m.lora
         d['lora'] = dict(num_layers=L.num_layers, targets_per_layer=L.num_targets, scale=L.scale,
-                         layers=[{LORA_TARGETS[j]: (None if t is None else [dict(dtype=x.dtype.name, rows=x.rows, cols=x.cols, shard=x.shard,
+                         layers=[{LORA_TARGETS[j]: (None if t is None else [dict(dtype=x.dtype.name, rows=x.rows, cols=x.cols,
+                                                                                 shard=x.shard,
                                                                                offset=x.offset, size=x.size) for x in t])
                                   for j, t in enumerate(row) if t is not None} for row in L.targets])
     return d
