@@ -84,7 +84,8 @@ def measure(models=None, batches=(1, 8), runs: int = 20, threads: int | None = 1
     from nac_lab.nac.compile import compile as nac_compile
     if 'onnxruntime' in baselines:
         try: import onnxruntime, onnx  # noqa: F401
-        except ImportError as ex: baselines = tuple(b for b in baselines if b != 'onnxruntime'); print(f'onnxruntime column skipped: {ex}', file=out)
+        except ImportError as ex: baselines = tuple(b for b in baselines if b != 'onnxruntime'); print(f'onnxruntime column skipped: {ex}',
+                                                                                                       file=out)
     rows, notes = [], []
     with tempfile.TemporaryDirectory(prefix='nac_bench_run_') as tmp:
         for name in (models or zoo_names()):
@@ -113,7 +114,8 @@ def report(rows, batches, baselines, runs, threads, pinned, notes, out=sys.stdou
     "Print the tables of `bench` rows."
     cols = ['eager'] + ['nac'] + list(baselines)
     short = {'onnxruntime': 'ort', 'compile': 'compile'}
-    print(f'{runs} interleaved rounds per batch{f" (best of {best_of} passes each)" if best_of > 1 else ""}, {clock} clock, threads: {threads or "torch default"} ({", ".join(f"{k}={v}" for k, v in pinned.items())}); '
+    print(f'{runs} interleaved rounds per batch{f" (best of {best_of} passes each)" if best_of > 1 else ""}, {clock} clock, threads: '
+          f'{threads or "torch default"} ({", ".join(f"{k}={v}" for k, v in pinned.items())}); '
           'ratio = NAC / other runtime, ratio of medians [quartiles of per-round ratios]', file=out)
     for b in batches:
         print(f'\nbatch {b}', file=out)
@@ -169,7 +171,8 @@ def pool_rows(runs:list, batches, baselines) -> list:
 # %% ../../nbs/21_nac_bench_run.ipynb #82f6fb7d
 def _child_args(a, rounds:int, path) -> list:
     "The command line of one worker process of `main`."
-    args = [sys.executable, '-m', 'nac_lab.bench.nac_run', '--batches', *map(str, a.batches), '--runs', str(rounds), '--threads', str(a.threads),
+    args = [sys.executable, '-m', 'nac_lab.bench.nac_run', '--batches', *map(str, a.batches), '--runs', str(rounds), '--threads',
+            str(a.threads),
             '--best-of', str(a.best_of), '--processes', '1', '--child', str(path), '--baselines', *a.baselines]
     if a.models: args += ['--models', *a.models]
     if a.clock: args += ['--clock', a.clock]
@@ -198,12 +201,16 @@ def main(argv=None):
     p = argparse.ArgumentParser(prog='python -m nac_lab.bench.nac_run', description=__doc__)
     p.add_argument('--models', nargs='*', help='zoo models (default: all)')
     p.add_argument('--batches', nargs='*', type=int, default=[1, 8])
-    p.add_argument('--runs', type=int, default=20, help='interleaved rounds per batch size, over all processes (>= 20 recommended)')
+    p.add_argument('--runs', type=int, default=40, help='interleaved rounds per batch size, over all processes (default 40: ratios within ±15 %% between runs on a busy machine; >= 20 recommended)')
     p.add_argument('--processes', type=int, default=4, help='worker processes the rounds are split over, samples pooled (default 4)')
-    p.add_argument('--threads', type=int, default=1, help='threads for every runtime (default 1: the steadiest numbers on a busy machine); 0 leaves the defaults')
+    p.add_argument('--threads', type=int, default=1,
+                   help='threads for every runtime (default 1: the steadiest numbers on a busy machine); 0 leaves the defaults')
     p.add_argument('--baselines', nargs='*', default=list(BASELINES), choices=list(BASELINES), help='runtimes besides eager (default: all)')
-    p.add_argument('--clock', choices=['cpu', 'wall'], help='cpu: process CPU time (default with one thread: time spent descheduled by other work is not counted); wall: elapsed time (default otherwise)')
-    p.add_argument('--best-of', type=int, default=5, help='passes per round; each round keeps every runtime\'s fastest (default 5: steadier ratios on a shared machine)')
+    p.add_argument('--clock', choices=['cpu', 'wall'],
+                   help='cpu: process CPU time (default with one thread: time spent descheduled by other work is not counted); wall: '
+                        'elapsed time (default otherwise)')
+    p.add_argument('--best-of', type=int, default=5,
+                   help='passes per round; each round keeps every runtime\'s fastest (default 5: steadier ratios on a shared machine)')
     p.add_argument('--json', help='also write every row, with the raw samples, to this JSON file')
     p.add_argument('--no-optimize', action='store_true', help='compile without the optimizer passes: measures pure dispatch overhead')
     p.add_argument('--no-shield', action='store_true', help='leave CPU affinity and priority as they are (default: shield_process)')
