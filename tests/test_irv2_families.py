@@ -128,3 +128,18 @@ def test_geglu_matches_transformers(act, tmp_path, cache):
     assert np.abs(silu.prefill(prompt) - out.logits[0].numpy()).max() > 10 * TOL      # the activation matters
     assert torch.allclose(TorchReference(ir['config'], sd).forward(prompt), out.logits[0], atol=TOL)
     rt.close(); silu.close()
+
+
+def test_hand_edited_scaling_is_refused_by_the_schema():
+    """An IR file whose rope_scaling lacks a field its kind needs fails validation by name (not a KeyError in codegen)."""
+    import copy
+    from nac_lab.irv2.build import validate_ir
+    from nac_lab.irv2.maps import IrError
+    ir = build_ir({**BASE, 'rope_parameters': {'rope_type': 'llama3', 'rope_theta': 1000.0, **KINDS['llama3']}})
+    validate_ir(ir)
+    bad = copy.deepcopy(ir); del bad['config']['rope_scaling']['low_freq_factor']
+    with pytest.raises(IrError, match='low_freq_factor'):
+        validate_ir(bad)
+    bad = copy.deepcopy(ir); bad['config']['rope_scaling']['factor'] = 'big'
+    with pytest.raises(IrError, match='rope_scaling'):
+        validate_ir(bad)

@@ -6,7 +6,7 @@
 from __future__ import annotations
 import json, math
 import numpy as np
-from .maps import ConfigError
+from .maps import ConfigError, CodegenError
 
 # %% auto #0
 __all__ = ['ROPE_TYPES', 'C_ROPE', 'rope_scaling', 'inv_freq', 'rope_init_c', 'rope_source', 'register']
@@ -29,12 +29,17 @@ def _num(v, where, name, positive=True):
 # %% ../../nbs/51c_irv2_rope.ipynb #d04def26
 def rope_scaling(cfg:dict, where:str, max_pos:int|None) -> dict|None:
     "The RoPE scaling of HF config `cfg` as `{'type': ..., fields}` (None for plain RoPE); unknown kinds are a `ConfigError`."
-    found = [(k, cfg[k]) for k in ('rope_scaling', 'rope_parameters') if isinstance(cfg.get(k), dict)
+    found = [k for k in ('rope_scaling', 'rope_parameters') if isinstance(cfg.get(k), dict)
              and cfg[k].get('rope_type', cfg[k].get('type', 'default')) != 'default']
     if not found: return None
-    if len(found) == 2 and found[0][1] != found[1][1]:
-        raise ConfigError(f'{where}: rope_scaling and rope_parameters describe different scalings')
-    key, rs = found[0]
+    got = [_normalise(cfg, k, max_pos, where) for k in found]
+    if len(got) == 2 and got[0] != got[1]:
+        raise ConfigError(f'{where}: rope_scaling and rope_parameters describe different scalings: {got[0]} and {got[1]}')
+    return got[0]
+
+def _normalise(cfg, key, max_pos, where) -> dict:
+    "The scaling of `cfg[key]` as `{'type': ..., fields}`, its fields checked."
+    rs = cfg[key]
     kind = rs.get('rope_type', rs.get('type'))
     if kind not in ROPE_TYPES:
         raise ConfigError(f'{where}: {key}.rope_type={kind!r} is not supported (plain RoPE or one of {", ".join(ROPE_TYPES)})')
@@ -150,7 +155,7 @@ def register(emitters:dict, c_extra:list):
     def emit(c):
         code, s = orig(c), c.cfg.get('rope_scaling')
         if not s or s['type'] != 'dynamic': return code
-        if c.cfg['head_dim'] > 2048: raise ConfigError(f'{c.where()}: dynamic RoPE supports head_dim up to 2048')
+        if c.cfg['head_dim'] > 2048: raise CodegenError(f'{c.where()}: dynamic RoPE supports head_dim up to 2048')
         return (code.replace('rope_forward(', 'rope_dynamic_forward(', 1)[:-2]
                 + f', {float(c.cfg["rope_theta"])!r}, {float(s["factor"])!r}f, {int(s["original_max_position_embeddings"])});')
     emit.plain_emitter = orig
