@@ -139,6 +139,7 @@ def _c_floats(a) -> str: return ', '.join(np.format_float_scientific(np.float32(
 def rope_init_c(cfg:dict, cos:str, sin:str, ctx:int, half:int) -> str:
     "The start-up statement that fills the cos/sin tables `cos`/`sin` (C expressions) for config `cfg`."
     s = cfg.get('rope_scaling')
+    if cfg.get('rotary_dim'): half = cfg['rotary_dim'] // 2   # partial rotary (irv2.families): a RoPE of rotary_dim
     if s is None or s['type'] == 'dynamic':
         return f'    rope_init({cos}, {sin}, {ctx}, {half}, {float(cfg["rope_theta"])!r});\n'
     inv, att = inv_freq(s, cfg['rope_theta'], 2 * half)
