@@ -1,6 +1,7 @@
 """IR v2's decoder families beyond Llama (`irv2.families`): GPT-2 (learned positions, Conv1D weights, fused [q|k|v]),
-GPT-NeoX (fused per-head qkv, partial rotary, parallel and sequential residual), Phi (one LayerNorm, parallel block,
-partial rotary, lm_head bias) and Gemma ((1 + w) RMSNorm, scaled embedding, GeGLU, multi-query attention). Each is
+GPT-NeoX (fused per-head qkv, partial rotary, parallel and sequential residual), GPT-J (interleaved partial rotary,
+parallel block), Phi (one LayerNorm, parallel block, partial rotary, lm_head bias) and Gemma ((1 + w) RMSNorm, scaled
+embedding, GeGLU, multi-query attention). Each is
 built from transformers' own config (`to_dict()`), run by the generated C runtime and compared with transformers'
 model holding the same random weights: prefill, then greedy decode through both KV caches, logits within 1e-4
 (fp32). Also: older checkpoint names, the batched runtime, q8_0 matrices after the Conv1D transpose, and the settings
@@ -23,6 +24,8 @@ CASES = {
     'gpt_neox_parallel': lambda: (transformers.GPTNeoXConfig(**SMALL), transformers.GPTNeoXForCausalLM),
     'gpt_neox_sequential': lambda: (transformers.GPTNeoXConfig(**SMALL, use_parallel_residual=False, rotary_pct=0.5,
                                                                rotary_emb_base=500.0), transformers.GPTNeoXForCausalLM),
+    'gptj': lambda: (transformers.GPTJConfig(n_embd=64, n_layer=2, n_head=4, n_positions=16, vocab_size=101, rotary_dim=8),
+                     transformers.GPTJForCausalLM),
     'phi': lambda: (transformers.PhiConfig(**SMALL), transformers.PhiForCausalLM),
     'gemma': lambda: (transformers.GemmaConfig(**SMALL, num_key_value_heads=1, head_dim=24), transformers.GemmaForCausalLM),
 }
@@ -99,9 +102,9 @@ def test_older_checkpoint_names(tmp_path, cache):
         assert np.array_equal(a, b)
 
 
-@pytest.mark.parametrize('case', ['gpt2', 'phi'])
+@pytest.mark.parametrize('case', ['gpt2', 'gptj', 'phi'])
 def test_batched_runtime_matches_alone(case, tmp_path, cache):
-    """Learned positions (GPT-2) and partial rotary (Phi) per row of a batch: each sequence as when it runs alone."""
+    """Learned positions (GPT-2), interleaved (GPT-J) and partial rotary (Phi) per row of a batch: each sequence as when it runs alone."""
     conf = CASES[case]()[0].to_dict()
     ir1, irb = build_ir(conf), build_ir(conf, batch=2)
     w = save_weights(random_weights(ir1, seed=9), tmp_path / 'w.safetensors')
@@ -151,3 +154,10 @@ def test_refusals():
         build_ir({**phi, 'rope_parameters': {**phi['rope_parameters'], 'rope_type': 'dynamic', 'factor': 2.0}})
     with pytest.raises(ConfigError, match='exceeds max_position_embeddings=16'):
         build_ir(gpt2, ctx=20)
+    gptj = CASES['gptj']()[0].to_dict()
+    with pytest.raises(ConfigError, match='rotary_dim must be an even integer in \\[2, head_dim=16\\], got None'):
+        build_ir({**gptj, 'rotary_dim': None})
+    with pytest.raises(ConfigError, match='gptj has a fixed RoPE base of 10000'):
+        build_ir({**gptj, 'rope_theta': 500.0})
+    with pytest.raises(ConfigError, match="model_type='qwen3' is not supported"):
+        build_ir({**phi, 'model_type': 'qwen3'})
