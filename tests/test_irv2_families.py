@@ -7,6 +7,7 @@ import pytest
 import torch
 from nac_lab.irv2.build import build_ir
 from nac_lab.irv2.run import Runtime, TorchReference, random_weights, save_weights
+from hf_parity import prefill_and_decode
 
 transformers = pytest.importorskip('transformers')
 TOL = 1e-4
@@ -41,18 +42,7 @@ def test_scaled_rope_matches_transformers(kind, tmp_path, cache):
     rt = Runtime(ir, save_weights(sd, tmp_path / 'w.safetensors'), cache=cache)
     model = _hf(cfg, sd)
     prompt = [int(t) for t in np.random.default_rng(3).integers(0, 101, 12 if kind != 'dynamic' else 18)]
-    with torch.no_grad():
-        out = model(torch.tensor([prompt]), use_cache=True)
-    got = rt.prefill(prompt)
-    assert np.abs(out.logits[0].numpy()).max() > 0.1
-    assert np.abs(got - out.logits[0].numpy()).max() < TOL
-    past, last, ours = out.past_key_values, out.logits[0, -1].numpy(), got[-1]
-    for _ in range(4 if kind != 'dynamic' else 8):       # greedy decode through both KV caches
-        tok = int(np.argmax(last)); assert tok == int(np.argmax(ours))
-        with torch.no_grad():
-            out = model(torch.tensor([[tok]]), past_key_values=past, use_cache=True)
-        past, last, ours = out.past_key_values, out.logits[0, -1].numpy(), rt.decode(tok)
-        assert np.abs(ours - last).max() < TOL
+    prefill_and_decode(rt, model, prompt, 4 if kind != 'dynamic' else 8, TOL)     # greedy decode through both KV caches
     rt.close()
 
 

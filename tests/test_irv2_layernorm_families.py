@@ -13,6 +13,7 @@ from nac_lab.irv2.batch import BatchRuntime
 from nac_lab.irv2.build import build_ir
 from nac_lab.irv2.maps import ConfigError
 from nac_lab.irv2.run import Runtime, random_weights, save_weights
+from hf_parity import prefill_and_decode
 
 transformers = pytest.importorskip('transformers')
 TOL = 1e-4
@@ -59,19 +60,7 @@ def test_family_matches_transformers(case, tmp_path, cache):
                                                        np.ones((3, 64), np.float32)])
     rt = Runtime(ir, save_weights(sd, tmp_path / 'w.safetensors'), cache=cache)
     model = _hf(conf, cls, sd, ir['config']['tie_word_embeddings'])
-    prompt = _prompt(9, 3)
-    with torch.no_grad():
-        out = model(torch.tensor([prompt]), use_cache=True)
-    got = rt.prefill(prompt)
-    assert np.abs(out.logits[0].numpy()).max() > 1.0
-    assert np.abs(got - out.logits[0].numpy()).max() < TOL
-    past, last, ours = out.past_key_values, out.logits[0, -1].numpy(), got[-1]
-    for _ in range(4):
-        tok = int(np.argmax(last)); assert tok == int(np.argmax(ours))
-        with torch.no_grad():
-            out = model(torch.tensor([[tok]]), past_key_values=past, use_cache=True)
-        past, last, ours = out.past_key_values, out.logits[0, -1].numpy(), rt.decode(tok)
-        assert np.abs(ours - last).max() < TOL
+    prefill_and_decode(rt, model, _prompt(9, 3), 4, TOL, min_scale=1.0)
     rt.close()
 
 
