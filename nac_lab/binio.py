@@ -27,7 +27,8 @@ def _escape_char(m) -> str:
     return f'\\x{o:02x}' if o < 0x100 else f'\\u{o:04x}'
 
 def printable(s) -> str:
-    "`s` as text with control, line-separator and bidi-override characters written as escapes (`\\x1b`, `\\u2028`): safe to print on one line."
+    ("`s` as text with control, line-separator and bidi-override characters written as escapes (`\\x1b`, `\\u2028`): safe to print on "
+     "one line.")
     s = str(s)
     return CONTROL_RE.sub(_escape_char, s) if CONTROL_RE.search(s) else s
 

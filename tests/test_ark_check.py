@@ -118,7 +118,8 @@ def test_cli_exit_codes(tmp_path):
 
 
 def test_bulk_check_never_passes_a_model_the_walk_faults():
-    "`check_model` first tries the column-wise `_fast_ok`; on seeded damage of a tagged 2-rank model it must say True only where the precise walk finds nothing, and the CASES above all make it say False."
+    ("`check_model` first tries the column-wise `_fast_ok`; on seeded damage of a tagged 2-rank model it must say True only where the "
+     "precise walk finds nothing, and the CASES above all make it say False.")
     import nac_lab.ark.check as C
     from nac_lab.bench.ark import gen_rank
     def walk(m):                                   # the precise walk alone

@@ -100,7 +100,8 @@ def test_errors_name_the_json_path():
     d = json.loads((data_path('ark') / 'tutorial_model_e3cc6e32_ops_dense.json').read_text())
     d['Nodes'][2]['Ops'][1]['ReadTensors'][0]['Strides'] = [1, 'a']
     with pytest.raises(ArkFormatError,
-                       match=re.escape('Nodes[2].Ops[1].ReadTensors[0].Strides[1]: expected an integer, got a string')): read_ark(json.dumps(d))
+                       match=re.escape('Nodes[2].Ops[1].ReadTensors[0].Strides[1]: expected an integer, got '
+                                       'a string')): read_ark(json.dumps(d))
     d = json.loads((data_path('ark') / 'tutorial_model_877b0e63_op.json').read_text())
     d['Nodes'][4]['Op']['Args'] = {'Axis': {'FOO': 1}}
     with pytest.raises(ArkFormatError, match=re.escape("Nodes[4].Op.Args.Axis: unknown argument type 'FOO'")): read_ark(json.dumps(d))
@@ -175,7 +176,8 @@ def test_fast_path_mixed_tensor_arrays_fall_back():
 
 
 def test_fast_path_markers_and_json_numbers():
-    "The dense reader replaces tensor lines by integers beyond int64: a file that holds such an integer itself, or a tensor line where no tensor may be, or a number JSON forbids (a leading zero), reads exactly as the general reader reads it."
+    ("The dense reader replaces tensor lines by integers beyond int64: a file that holds such an integer itself, or a tensor line where "
+     "no tensor may be, or a number JSON forbids (a leading zero), reads exactly as the general reader reads it.")
     from nac_lab.bench.ark import gen_rank
     text = ark_text(gen_rank(0, 40))
     lines = text.split('\n')

@@ -16,7 +16,9 @@ from nac_lab.ark.nac import from_nac, to_nac, load_weights, ArkNacError, WEIGHTS
 class RmsSwiGlu(nn.Module):
     "Llama-style MLP block with a hand-written RMSNorm (pow, mean, rsqrt) and SiLU."
     def __init__(s, d=16, ff=32):
-        super().__init__(); s.w = nn.Parameter(torch.rand(d) + 0.5); s.g = nn.Linear(d, ff, bias=False); s.u = nn.Linear(d, ff, bias=False); s.o = nn.Linear(ff, d, bias=False)
+        super().__init__()
+        s.w = nn.Parameter(torch.rand(d) + 0.5)
+        s.g = nn.Linear(d, ff, bias=False); s.u = nn.Linear(d, ff, bias=False); s.o = nn.Linear(ff, d, bias=False)
     def forward(s, x):
         y = s.w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))
         return x + s.o(F.silu(s.g(y)) * s.u(y))

@@ -13,7 +13,8 @@ from nac_lab.ark.nac import from_nac, to_nac, load_weights, ArkNacError
 
 @pytest.mark.parametrize('heads,causal,shape', [(2, True, (1, 4, 16)), (4, False, (2, 3, 16))])
 def test_zoo_attention_5d_view_round_trip(heads, causal, shape, tmp_path):
-    "from-nac folds the 5-d [b, t, 3, h, d] view into ARK windows + Transpose; the checker accepts the file; the executor and the NAC program made back from it compute what the original computes."
+    ("from-nac folds the 5-d [b, t, 3, h, d] view into ARK windows + Transpose; the checker accepts the file; the executor and the NAC "
+     "program made back from it compute what the original computes.")
     from nac_lab.nac.zoo import Attention
     from nac_lab.ark.exec import ArkExecutor
     torch.manual_seed(0)
@@ -45,7 +46,8 @@ class _V(nn.Module):
 
 
 def test_random_5d_views_fold_or_are_refused():
-    "Twelve seeded permutations of a 5-d view, one slice unbound: each either round-trips (the result against torch) or is refused with the fold message."
+    ("Twelve seeded permutations of a 5-d view, one slice unbound: each either round-trips (the result against torch) or is refused with "
+     "the fold message.")
     rng, g = random.Random(4), torch.Generator().manual_seed(0)
     folded = 0
     for perm in rng.sample(list(itertools.permutations(range(5))), 12):
@@ -74,7 +76,8 @@ def test_impossible_views_and_ops_are_refused():
 
 
 def test_zoo_llama_block_cat_and_repeat_interleave_round_trip(tmp_path):
-    "The zoo's LlamaBlock (three inputs; rotate_half = split + neg + cat; grouped-query attention = repeat_interleave): through files, the checker, the executor and to-nac, against the original NAC program; inputs keep the program's order."
+    ("The zoo's LlamaBlock (three inputs; rotate_half = split + neg + cat; grouped-query attention = repeat_interleave): through files, "
+     "the checker, the executor and to-nac, against the original NAC program; inputs keep the program's order.")
     from nac_lab.nac.zoo import LlamaBlock
     from nac_lab.ark.nac import save_ark
     from nac_lab.ark.exec import ArkExecutor
@@ -100,7 +103,8 @@ def test_zoo_llama_block_cat_and_repeat_interleave_round_trip(tmp_path):
 
 
 def test_cat_along_each_dim_and_untiled_windows_refused():
-    "cat of three parts along each axis of a 3-d value matches torch after the round trip; to-nac refuses a gather whose windows leave a gap."
+    ("cat of three parts along each axis of a 3-d value matches torch after the round trip; to-nac refuses a gather whose windows "
+     "leave a gap.")
     from nac_lab.ark.check import ArkBuilder
     from nac_lab.ark.format import Op
     for dim in range(3):
@@ -120,7 +124,8 @@ def test_cat_along_each_dim_and_untiled_windows_refused():
 
 
 def test_zoo_gpt2_and_constant_masked_fill():
-    "The zoo's GPT-2 (its causal mask folded to a constant by the NAC compiler) round-trips; masked_fill with a constant mask and a finite or infinite value matches torch; a mask computed at run time is refused."
+    ("The zoo's GPT-2 (its causal mask folded to a constant by the NAC compiler) round-trips; masked_fill with a constant mask and a "
+     "finite or infinite value matches torch; a mask computed at run time is refused.")
     from nac_lab.nac.zoo import build_model, example_inputs
     from nac_lab.ark.check import check_model
     mod = build_model('gpt2').eval(); xs = example_inputs('gpt2')

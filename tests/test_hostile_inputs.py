@@ -50,7 +50,8 @@ def test_trillim_json_files(cwd, fname, payload):
     tiny_adapter('a', 'm', r=2)
     text = {'deep': DEEP, 'huge int': '{"eos_token_id": ' + HUGE + ', "weight_map": ' + HUGE + ', "r": ' + HUGE + '}',
             'nan': '{"eos_token_id": NaN, "r": NaN, "weight_map": {"x": NaN}}'}[payload]
-    if fname == 'config.json' and payload != 'deep': text = json.dumps(json.load(open('m/config.json')))[:-1] + ', "rope_theta": ' + ('NaN' if payload == 'nan' else HUGE) + '}'
+    if fname == 'config.json' and payload != 'deep':
+        text = json.dumps(json.load(open('m/config.json')))[:-1] + ', "rope_theta": ' + ('NaN' if payload == 'nan' else HUGE) + '}'
     if fname == 'model.safetensors.index.json': os.remove('m/model.safetensors')
     Path('a' if fname == 'adapter_config.json' else 'm', fname).write_text(text)
     with pytest.raises(NacLabError) as ei: build_manifest('m', 'a')

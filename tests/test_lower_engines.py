@@ -1,4 +1,5 @@
-"Convolution bands spread over several engines (one arena per L1[e], @resource(NMU[s]) with several NMUs): programs check with 0 errors and compute the same bits as on one engine."
+("Convolution bands spread over several engines (one arena per L1[e], @resource(NMU[s]) with several NMUs): programs check with 0 errors "
+ "and compute the same bits as on one engine.")
 import numpy as np, pytest, torch, torch.nn as nn
 from nac_lab.nac.compile import compile as nac_compile
 from nac_lab.lower.api import lower
@@ -51,7 +52,8 @@ def test_search_times_engine_splits(net):
     assert not low.check().errors
 
 def test_linear_column_tiles_on_several_engines():
-    "1 x 256 -> 1280 -> 10: the column tiles of the first layer on 4 (2) engines, int8 bit-exact and equal to one engine, float within 1e-4."
+    ("1 x 256 -> 1280 -> 10: the column tiles of the first layer on 4 (2) engines, int8 bit-exact and equal to one engine, float "
+     "within 1e-4.")
     from nac_lab.lower.gemm import GemmTiling
     torch.manual_seed(4)
     nm = nac_compile(nn.Sequential(nn.Linear(256, 1280), nn.ReLU(), nn.Linear(1280, 10)).eval(), (torch.zeros(1, 256),))

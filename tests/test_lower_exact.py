@@ -79,7 +79,8 @@ def test_errors(mixed):
 
 @pytest.mark.parametrize('device,elem,tol', [('npm_mid', 'bf16', 0.03), ('npm_lite', 'f16', 0.005)])
 def test_half_float_paths(mixed, device, elem, tol):
-    "Devices without f32 variants get bf16 (or f16) programs: tiling changes no bit, and the error against float32 stays within the type's precision."
+    ("Devices without f32 variants get bf16 (or f16) programs: tiling changes no bit, and the error against float32 stays within the "
+     "type's precision.")
     rng = np.random.default_rng(7)
     x = rng.standard_normal((1, 3, 21, 19)).astype(np.float32)
     outs = []

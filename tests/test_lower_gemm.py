@@ -1,4 +1,5 @@
-"Linear layers whose weights exceed L1: streamed in column tiles and row blocks, int8 bit-exact against the whole-tensor integer reference for every tiling, float within 1e-4 of the NAC interpreter."
+("Linear layers whose weights exceed L1: streamed in column tiles and row blocks, int8 bit-exact against the whole-tensor integer "
+ "reference for every tiling, float within 1e-4 of the NAC interpreter.")
 import numpy as np, pytest, torch, torch.nn as nn
 from nac_lab.nac.compile import compile as nac_compile
 from nac_lab.lower.api import lower
@@ -60,7 +61,8 @@ def test_a_k_too_long_for_l1_is_refused():
         lower(nm, 'npm_lite', mode='int8', calib=[x])
 
 def test_two_streamed_layers_fit_l2():
-    "256 -> 2048 -> 384: 512 KiB + 768 KiB of int8 weights. Copied to L2 they would overflow npm_lite's 1 MiB; streamed from DDR the program checks and stays bit-exact."
+    ("256 -> 2048 -> 384: 512 KiB + 768 KiB of int8 weights. Copied to L2 they would overflow npm_lite's 1 MiB; streamed from DDR the "
+     "program checks and stays bit-exact.")
     m, nm = _mlp(256, 2048, out=384, rows=1, seed=5)
     rng = np.random.default_rng(6)
     low = lower(nm, 'npm_lite', mode='int8', calib=[rng.standard_normal((1, 256)).astype(np.float32)], tiling='naive')

@@ -1,4 +1,5 @@
-"Emission of matmul (activation x activation), transpose, concat, softmax, layernorm and rmsnorm: float against the NAC interpreter, int8 bit-exact against the integer reference, 4-D axes on NHWC storage."
+("Emission of matmul (activation x activation), transpose, concat, softmax, layernorm and rmsnorm: float against the NAC interpreter, "
+ "int8 bit-exact against the integer reference, 4-D axes on NHWC storage.")
 import shutil
 import numpy as np, pytest, torch, torch.nn as nn
 from nac_lab.core import data_path

@@ -1,4 +1,5 @@
-"4-D values in attention layout (PyTorch order) next to NHWC images: batched matmul, softmax and layernorm over the last axis of (B, H, S, D), relayouts where a conv meets them; float against the NAC interpreter, int8 bit-exact against the integer reference."
+("4-D values in attention layout (PyTorch order) next to NHWC images: batched matmul, softmax and layernorm over the last axis of (B, H, "
+ "S, D), relayouts where a conv meets them; float against the NAC interpreter, int8 bit-exact against the integer reference.")
 import shutil
 import numpy as np, pytest, torch, torch.nn as nn
 from nac_lab.core import data_path
@@ -115,7 +116,8 @@ def test_rewrites_int8_bit_exact():
 
 @pytest.mark.parametrize('name,islands', [('vit_tiny', 7), ('gpt2', 7), ('llama', 2)])
 def test_zoo_transformer_int8_bit_exact(name, islands):
-    "int8 on npm_pro_x1: layernorms and softmaxes (with their causal masks) as f16 islands, the rewritten layers calibrated from eval_float; bit-exact."
+    ("int8 on npm_pro_x1: layernorms and softmaxes (with their causal masks) as f16 islands, the rewritten layers calibrated from "
+     "eval_float; bit-exact.")
     from nac_lab.nac.zoo import example_inputs
     m, xs = _zoo(name)
     cal = [example_inputs(name, seed=s)[0].numpy() for s in (1, 2, 3)]

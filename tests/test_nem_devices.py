@@ -152,8 +152,10 @@ DEVICE_ERRORS = [
     ('device a { spec_version = "2.7"\n opcode.mandatory { cast.default } }', 'a', 'device.spec-version', 1, ["'2.7'"]),
     (BASE + 'device a extends nope { }', 'a', 'device.parent', 2, ["extends 'nope'"]),
     (BASE + 'device a extends b { }\ndevice b extends nem_baseline_1_0 { }', 'a', 'device.parent', 2, ['defined after it']),
-    (BASE + 'device a extends nem_baseline_1_0 {\n topology { num_engines = 0 l2_size_bytes = 100 per_engine { NMU = 1 l1_size_bytes = 10 } } }', 'a', 'device.counts', 3, ['num_engines = 0']),
-    (BASE + 'device a extends nem_baseline_1_0 {\n topology { num_engines = 1 l2_size_bytes = 0 per_engine { NMU = 1 l1_size_bytes = 10 } } }', 'a', 'device.counts', 3, ['l2_size_bytes = 0']),
+    (BASE + 'device a extends nem_baseline_1_0 {\n topology { num_engines = 0 l2_size_bytes = 100 per_engine { NMU = 1 l1_size_bytes = '
+     '10 } } }', 'a', 'device.counts', 3, ['num_engines = 0']),
+    (BASE + 'device a extends nem_baseline_1_0 {\n topology { num_engines = 1 l2_size_bytes = 0 per_engine { NMU = 1 l1_size_bytes = '
+     '10 } } }', 'a', 'device.counts', 3, ['l2_size_bytes = 0']),
     (BASE + 'device a extends nem_baseline_1_0 {\n topology { num_engines = 1 l2_size_bytes = 10 per_engine {\n CSTL = 0 l1_size_bytes = '
      '10 } } }', 'a', 'device.counts', 4, ['CSTL = 0']),
     (BASE + 'device a extends nem_baseline_1_0 {\n topology { num_engines = 1 l2_size_bytes = 10 per_engine {\n sDMA = 1 l1_size_bytes = '
@@ -175,7 +177,8 @@ DEVICE_ERRORS = [
      ['missing: ', 'cast', 'include "nem_baseline_1.0.nem"']),
     (BASE + 'device a extends nem_baseline_1_0 { ' + TOPO + '\n opcode.extended {\n relu<f16>.default } }', 'a', 'device.unknown-variant',
      4, ['relu<f16>.default', 'no type family defines']),
-    (BASE + 'device a extends nem_baseline_1_0 {\n topology { num_engines = 4 / 0 l2_size_bytes = 10 per_engine { l1_size_bytes = 10 } } }', 'a', 'device.value', 3, ['num_engines of device a', 'division by zero']),
+    (BASE + 'device a extends nem_baseline_1_0 {\n topology { num_engines = 4 / 0 l2_size_bytes = 10 per_engine { l1_size_bytes = '
+     '10 } } }', 'a', 'device.value', 3, ['num_engines of device a', 'division by zero']),
     (BASE + 'device a extends nem_baseline_1_0 {\n topology { num_engines = 1 l2_size_bytes = 10 per_engine {\n NMU = n l1_size_bytes = '
      '10 } } }', 'a', 'device.value', 4, ["NMU of device a", "unknown name 'n'"]),
     (BASE + 'device a extends nem_baseline_1_0 {\n topology { num_engines = 1 l2_size_bytes = 3037000500 * 3037000500 per_engine { '

@@ -49,7 +49,8 @@ def test_f32_binary_bit_exact(op):
 def test_bf16_binary_rounds_once(op):
     a16, b16 = bf16_bits(XA), bf16_bits(XB)
     got = run(binary_prog(op, 'bf16', 257), dict(A=a16, B=b16))['Y'].view(np.uint16)
-    wa = torch.from_numpy(a16.view(np.int16)).view(torch.bfloat16).float(); wb = torch.from_numpy(b16.view(np.int16)).view(torch.bfloat16).float()
+    wa = torch.from_numpy(a16.view(np.int16)).view(torch.bfloat16).float()
+    wb = torch.from_numpy(b16.view(np.int16)).view(torch.bfloat16).float()
     ref = dict(add=wa + wb, mul=wa * wb, div=wa / wb, max=torch.maximum(wa, wb))[op]
     assert (got == bf16_bits(ref.numpy())).all()
 
@@ -135,7 +136,8 @@ wait(ts)
 '''
     a16, b16 = bf16_bits(XA[:T * n]), bf16_bits(XB[:T * n])
     got = run(prog, dict(A=a16, B=b16))['Y'].view(np.uint16)
-    wa = torch.from_numpy(a16.view(np.int16)).view(torch.bfloat16).float(); wb = torch.from_numpy(b16.view(np.int16)).view(torch.bfloat16).float()
+    wa = torch.from_numpy(a16.view(np.int16)).view(torch.bfloat16).float()
+    wb = torch.from_numpy(b16.view(np.int16)).view(torch.bfloat16).float()
     assert (got == bf16_bits((wa + wb).numpy())).all()
 
 def test_softmax_layernorm_close_to_float64():

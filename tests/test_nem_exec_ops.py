@@ -10,7 +10,8 @@ RNG = np.random.default_rng(42)
 
 def reg(name, buf, shape, elem='f32', layout=None):
     n = math.prod(shape) * 4
-    return f'{name} = region({buf}, 0, {n}, elem={elem}, shape={list(shape)}, layout={layout or "NHWC"[:len(shape)] if len(shape) <= 4 else "ABCDE"})\n'
+    return (f'{name} = region({buf}, 0, {n}, elem={elem}, shape={list(shape)}, '
+            f'layout={layout or "NHWC"[:len(shape)] if len(shape) <= 4 else "ABCDE"})\n')
 
 def prog(ins, outs, task):
     "ins/outs: [(name, shape, elem)]; one buffer per operand."
@@ -53,7 +54,8 @@ def test_binary(op):
     assert np.allclose(y, BIN[op](a.astype(np.float64), b.astype(np.float64)), rtol=2e-7)
 
 def test_linear_and_conv_family():
-    A = RNG.standard_normal((5, 7)).astype(np.float32); Bm = RNG.standard_normal((7, 3)).astype(np.float32); C = RNG.standard_normal(3).astype(np.float32)
+    A = RNG.standard_normal((5, 7)).astype(np.float32)
+    Bm = RNG.standard_normal((7, 3)).astype(np.float32); C = RNG.standard_normal(3).astype(np.float32)
     y = go([('a', (5, 7), 'f32'), ('b', (7, 3), 'f32')], [('y', (5, 3), 'f32')], 't = gemm.sync in a, b out y accum_type=f32',
            dict(a=A, b=Bm))['y']
     assert np.allclose(y, A.astype(np.float64) @ Bm, rtol=1e-5)

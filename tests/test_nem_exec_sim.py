@@ -166,7 +166,8 @@ def test_dispatch_zero_is_the_old_timing():
         assert summary(r)['units']['E0.SEQ[0]']['busy'] == 0
 
 def invariants(r):
-    "Schedule invariants of a simulation with dispatch and WDM: readiness, dispatch before start, no instance runs two things at once, work-conserving sequencers."
+    ("Schedule invariants of a simulation with dispatch and WDM: readiness, dispatch before start, no instance runs two things at once, "
+     "work-conserving sequencers.")
     tb, D = r.table, r.dispatch
     real = np.flatnonzero(tb.kind != 0)
     ready = {j: max([r.end[d] for d in tb.deps(j)] + [0.0]) for j in real.tolist()}
@@ -268,7 +269,8 @@ def test_defaults_and_no_wdm_leave_timing_alone():
         assert r.end[0] == 8192 / 64 + 20
 
 def test_what_is_a_weight_transfer():
-    "Only transfers into weight bytes from bytes no task writes: not from an activation a task wrote, not into matmul's B, not into gemm's A."
+    ("Only transfers into weight bytes from bytes no task writes: not from an activation a task wrote, not into matmul's B, not into "
+     "gemm's A.")
     d = dev(wdm=2, ratio=2)
     body = f'''buffer WD : DDR (size=8192)
 buffer L : L1[0] (size=65536)
@@ -383,7 +385,8 @@ wait(ts)
     assert (run('program r:\n' + ok, dict(A=x))['Y'].view(np.float32) == np.maximum(x, 0)).all()
 
 def test_huge_loops_refused_without_allocating():
-    body = 'buffer A : L2 (size=64)\nbuffer B : L1[0] (size=64)\nloop i in [0..999999999999]:\n    t = transfer.async(dst=region(B, 0, 4), src=region(A, 0, 4))\nendloop\n'
+    body = ('buffer A : L2 (size=64)\nbuffer B : L1[0] (size=64)\nloop i in [0..999999999999]:\n    t = transfer.async(dst=region(B, 0, '
+            '4), src=region(A, 0, 4))\nendloop\n')
     with pytest.raises(NemExecError, match='exec.limit'): build_table(load_program(dev() + body))
     with pytest.raises(NemExecError, match='exec.limit'): run('program h:\nbuffer A : DDR (size=1099511627776)\n', {})
     with pytest.raises(NemExecError, match='exec.limit'): run(dev() + body, {})

@@ -184,9 +184,11 @@ def test_malformed_families_never_raise(fam):
 FAM_BAD = [
     'type_family eltwise<T: {f16, f32}> {\n    input: T\n    output: T\n    variants:\n    default: { }\n    conformance: { MUST <f16, '
     'f32> }\n}\n',
-    'type_family eltwise<T: {f16, f32}> {\n    input: T\n    output: T\n    variants:\n    default: { }\n    conformance: { MAY <i8> }\n}\n',
+    'type_family eltwise<T: {f16, f32}> {\n    input: T\n    output: T\n    variants:\n    default: { }\n    conformance: { MAY '
+    '<i8> }\n}\n',
     'type_family eltwise<T: {f16, f32}> {\n    input: T\n    output: T\n    variants:\n    default: { }\n    conformance: { MAY }\n}\n',
-    'type_family eltwise<T: {f16, f32}> {\n    input: U\n    output: T\n    variants:\n    default: { }\n    conformance: { MAY <f16> }\n}\n',
+    'type_family eltwise<T: {f16, f32}> {\n    input: U\n    output: T\n    variants:\n    default: { }\n    conformance: { MAY '
+    '<f16> }\n}\n',
     'type_family eltwise {\n    input: f16\n    output: f16\n    accum = f99\n    quant = required on nothing\n    variants:\n    '
     'default: { }\n    conformance: { MUST <f16> }\n}\n',
 ]

@@ -49,7 +49,8 @@ class ReferenceSim(hz.HazardSim):
         return tid
 
 def random_program(rng, n=8):
-    "A small random program over one L1 buffer: transfers and relus on overlapping 8-byte-aligned slices, random deps, syncs, waits and a pipelined loop."
+    ("A small random program over one L1 buffer: transfers and relus on overlapping 8-byte-aligned slices, random deps, syncs, waits and "
+     "a pipelined loop.")
     L = ['buffer D : L2 (size=256)', 'buffer A : L1 (size=64)']
     toks = []
     def sl():
@@ -132,7 +133,8 @@ def test_unordered_flood_is_budgeted(monkeypatch):
     "Thousands of mutually unordered writes of the same bytes: the analysis reports, then stops at its work budget with an info."
     monkeypatch.setattr(hz, 'SIM_WORK_BUDGET', 200_000)
     n = 3000
-    src = 'buffer A : L2 (size=64)\nbuffer B : L2 (size=64)\n' + ''.join(f't{k} = transfer.async(dst=region(B, 0, 16), src=region(A, 0, 16))\n' for k in range(n))
+    src = 'buffer A : L2 (size=64)\nbuffer B : L2 (size=64)\n' + ''.join(f't{k} = transfer.async(dst=region(B, 0, 16), src=region(A, '
+                                                                         f'0, 16))\n' for k in range(n))
     t0 = time.process_time()
     r = check(text=src, name='f.nem')
     assert 'hazard.budget' in r.rules('info') and r.rules().count('hazard.write') > 10

@@ -118,7 +118,8 @@ CASES = {
                         'zero_point=0))  #!w region.quant not an integer\n',
 # ---------------- transfers ----------------
 'transfer_ok_buffer_names': 'buffer P : L2 (size=64)\nbuffer Q : L1 (size=64)\nt = transfer.async(dst=Q, src=P)\nwait(t)\n',
-'transfer_extent': 'buffer P : L2 (size=64)\nbuffer Q : L1 (size=32)\nt = transfer.async(dst=Q, src=P)  #! transfer.extent 64 bytes|only 32\n',
+'transfer_extent': 'buffer P : L2 (size=64)\nbuffer Q : L1 (size=32)\nt = transfer.async(dst=Q, src=P)  #! transfer.extent 64 '
+                   'bytes|only 32\n',
 'transfer_types': 'buffer P : L2 (size=64)\nbuffer Q : L1 (size=64)\nt = transfer.async(dst=region(Q, 0, 64, elem=f16, shape=[32], '
                   'layout=C), src=region(P, 0, 64, elem=bf16, shape=[32], layout=C))  #! transfer.types bf16|f16|cast\n',
 'transfer_types_count': 'buffer P : L2 (size=64)\nbuffer Q : L1 (size=64)\nt = store.async(dst=region(Q, 0, 64, elem=i8, shape=[32], '
@@ -382,7 +383,10 @@ CASES.update({
 'token_limit_lite': LITE + BUFS + _many + 'x16 = transfer.async(dst=region(B, 128, 8), src=region(G, 128, 8))  #!w token.limit '
                                           '17|16|npm_lite\n',
 'token_limit_ok_with_wait': LITE + BUFS + _many + 'wait(' + ', '.join(f'x{k}' for k in range(16)) + ')\nx16 = transfer.async(dst=region(B, 128, 8), src=region(G, 128, 8))\n',
-'token_limit_pro_32': PRO + BUFS + _many + ''.join(f'y{k} = transfer.async(dst=region(B, {256 + k * 8}, 8), src=region(G, {256 + k * 8}, 8))\n' for k in range(16)) + 'z = transfer.async(dst=region(B, 1024, 8), src=region(G, 1024, 8))  #!w token.limit 33|32\n',
+'token_limit_pro_32': PRO + BUFS + _many + ''.join(f'y{k} = transfer.async(dst=region(B, {256 + k * 8}, 8), src=region(G, '
+                                                   f'{256 + k * 8}, 8))\n' for k in range(16)) + 'z = transfer.async(dst=region(B, 1024, '
+                                                                                          '8), src=region(G, 1024, 8))  #!w '
+                                                                                          'token.limit 33|32\n',
 })
 
 # ---------------- let bindings (RULINGS NEM 2) ----------------
@@ -425,7 +429,8 @@ CASES.update({
                                '@max_in_flight(50000)|64 iterations\n  t = store.async(dst=region(Z, 0, 8), src=region(Z, 8, 8))  #! '
                                'hazard.write writes|no dependency\nendloop\n',
 'hazard_budget_deep_nest': 'buffer Z : L2 '
-                           '(size=64)\n' + ''.join('  ' * k + f'loop i{k} in [0..1]:' + ('  #!i hazard.budget nested 4 deep' if k == 3 else '') + '\n' for k in range(5)) + '          t = transfer.sync(dst=region(Z, 0, 8), src=region(Z, 8, 8))\n' + ''.join('  ' * k + 'endloop\n' for k in reversed(range(5))),
+                           '(size=64)\n' + ''.join('  ' * k + f'loop i{k} in [0..1]:' + ('  #!i hazard.budget '
+                                                                                         'nested 4 deep' if k == 3 else '') + '\n' for k in range(5)) + '          t = transfer.sync(dst=region(Z, 0, 8), src=region(Z, 8, 8))\n' + ''.join('  ' * k + 'endloop\n' for k in reversed(range(5))),
 })
 
 # ---------------- malformed type families (notebook 32: family_problems; reported by DeviceSet) ----------------
@@ -448,7 +453,8 @@ CASES.update({
                                '  variants:\n  default: { }\n  conformance: { MUST <f16> }\n}\n',
 'family_binding_variant_level': 'type_family g2<T: {f16}> {\n  A: T\n  Y: T\n  variants:\n  no_bias: { C: absent }\n  conformance: { MUST '
                                 '<f16> }\n'
-                                '  with_bias: { C: Tc }  #! family.binding variant with_bias|operand C|\'Tc\'\n  conformance: { MAY <f16> }\n}\n',
+                                '  with_bias: { C: Tc }  #! family.binding variant with_bias|operand C|\'Tc\'\n  conformance: { MAY '
+                                '<f16> }\n}\n',
 'family_attribute_accum': 'type_family g3<T: {f16}> {\n  A: T\n  Y: T\n  accum = f64  #! family.attribute accum = f64|element type\n'
                           '  variants:\n  default: { }\n  conformance: { MUST <f16> }\n}\n',
 'family_attribute_quant': 'type_family g4<T: {f16}> {\n  A: T\n  Y: T\n  quant = maybe  #! family.attribute quant = maybe|required or '
@@ -491,7 +497,8 @@ def test_every_rule_covered_twice():
     assert not low, low
 
 def test_rule_list_matches_the_checker():
-    "The rule ids the checker source can emit are exactly those that have cases here or in test_nem_devices (so a new rule cannot go untested)."
+    ("The rule ids the checker source can emit are exactly those that have cases here or in test_nem_devices (so a new rule cannot go "
+     "untested).")
     import inspect, nac_lab.nem.check_ctx, nac_lab.nem.shapes, nac_lab.nem.hazards, nac_lab.nem.check
     src = ''.join(inspect.getsource(m) for m in (nac_lab.nem.check_ctx, nac_lab.nem.shapes, nac_lab.nem.hazards, nac_lab.nem.check))
     emitted = set(re.findall(r"'(?:error|warning|info)', f?'([a-z-]+\.[a-z-]+)'", src))

@@ -53,7 +53,8 @@ def test_region_strides_and_quant_forms():
     q = r.types.quant
     assert (q.kind, q.axis, q.group_size, q.scales, q.zero_points) == ('per_group', Num(1), Num(32), [Num(0.5), Num(0.25)],
                                                                        [Num(0), Num(1)])
-    q = body('R = region(B, 0, 8, elem=i8, shape=[2], layout=C, quant=per_channel(axis=0, scales=[1.0, 2.0], zero_points=[0, 0]))')[0].region.types.quant
+    q = body('R = region(B, 0, 8, elem=i8, shape=[2], layout=C, quant=per_channel(axis=0, scales=[1.0, 2.0], '
+             'zero_points=[0, 0]))')[0].region.types.quant
     assert q.kind == 'per_channel' and len(q.scales) == 2
 
 def test_transfer_store_wait():
@@ -222,7 +223,8 @@ def test_bundled_files_keep_their_comments(path):
     assert out.count('\n\n\n') == 0                       # blank-line runs become one blank line
 
 def test_random_comments_kept_or_refused():
-    "Comments and blank lines sprinkled into the examples at random: fmt keeps all of them, in order, idempotently, or refuses with FmtError; never drops one."
+    ("Comments and blank lines sprinkled into the examples at random: fmt keeps all of them, in order, idempotently, or refuses with "
+     "FmtError; never drops one.")
     rng = random.Random(7)
     srcs = [data_path('nem', 'examples', f).read_text() for f in ('conv2d_relu.nem', 'multi_cstl.nem', 'const_example.nem')] + \
            [data_path('nem', 'devices', 'npm_pro.nem').read_text()]

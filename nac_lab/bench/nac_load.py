@@ -79,7 +79,8 @@ def main(argv=None):
     p = argparse.ArgumentParser(prog='python -m nac_lab.bench.nac_load', description=__doc__)
     p.add_argument('--mb', type=float, default=400, help='megabytes of float32 weights (default 400)')
     p.add_argument('--repeat', type=int, default=5, help='interleaved rounds (default 5)'); p.add_argument('--dir', default=None,
-                                                                                                           help='folder for the temporary files')
+                                                                                                           help='folder for the '
+                                                                                                                'temporary files')
     p.add_argument('--threads', type=int, default=1, help='thread count for numpy/BLAS (default 1)')
     a = p.parse_args(argv)
     bench(a.mb, a.repeat, a.dir, threads=a.threads)

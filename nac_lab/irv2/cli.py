@@ -53,7 +53,8 @@ def _build(args):
                                                                     '--weights FILE.gguf) or --gguf FILE')
     if args.weights and not str(args.weights).lower().endswith('.gguf'): raise Irv2Error(f'--weights {args.weights}: expected a .gguf '
                                                                                          f'file (its tensor types become the IR dtypes)')
-    if args.train and (args.gguf or args.weights): raise Irv2Error('--train builds a training plan from a config.json, not from a GGUF file')
+    if args.train and (args.gguf or args.weights):
+        raise Irv2Error('--train builds a training plan from a config.json, not from a GGUF file')
     ins = [p for p in (args.config, args.gguf, args.weights) if p]
     check_output(args.out, ins, 'IR')                      # before the work: never overwrite an input
     from nac_lab.irv2.encdec import config_is_encdec, build_encdec_ir, save_encdec_ir
@@ -159,7 +160,8 @@ def register(sub):
     e.set_defaults(func=_emit)
     r = s.add_parser('run', help='compile (cached), load weights by name, print greedy tokens')
     r.add_argument('ir'); r.add_argument('weights',
-                                         help='safetensors file with HuggingFace tensor names, or a GGUF file (mapped, blocks used as stored)')
+                                         help='safetensors file with HuggingFace tensor names, or a GGUF file (mapped, blocks used '
+                                              'as stored)')
     r.add_argument('--tokens', default=None, help='prompt token ids, comma separated')
     r.add_argument('--prompt', action='append', default=None, metavar='IDS', help='one more prompt (comma separated ids); repeatable')
     r.add_argument('--prompts', default=None, metavar='FILE', help='a file of prompts, one per line (comma separated ids)')

@@ -362,7 +362,8 @@ def qkernels_source(ir:dict) -> str:
     return C_QKERNELS if any(b['role'] == 'weight' and b['dtype'] != 'fp32' for b in ir['buffers']) else ''
 
 def register(emitters:dict, weight_args:dict, c_extra:list):
-    "Wrap the fp32 emitters of `emitters` with the typed ones, declare `TYPED_ARGS` in `weight_args`, add the kernels to `c_extra`; idempotent."
+    ("Wrap the fp32 emitters of `emitters` with the typed ones, declare `TYPED_ARGS` in `weight_args`, add the kernels to `c_extra`; "
+     "idempotent.")
     for name, fn in (('linear_forward', _lin), ('qkv_project_forward', _qkv), ('gate_up_forward', _gu), ('embedding_forward', _emb)):
         orig = getattr(emitters[name], 'fp32_emitter', emitters[name])
         def emit(c, fn=fn, orig=orig): return fn(c, orig)

@@ -34,7 +34,8 @@ class SafeTensors:
     def array(self, name:str) -> np.ndarray:
         "Tensor `name` converted to a float32 numpy array."
         dt = self.entries[name][0]
-        if dt not in ST_DTYPES: raise WeightError(f'{self.path.name}: tensor {name!r} has dtype {dt}; the runtime loads F32, F16, BF16 or F64')
+        if dt not in ST_DTYPES:
+            raise WeightError(f'{self.path.name}: tensor {name!r} has dtype {dt}; the runtime loads F32, F16, BF16 or F64')
         return self.file.array(name)
 
 # %% ../../nbs/53a_irv2_weights.ipynb #9bde4f2b

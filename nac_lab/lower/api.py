@@ -71,7 +71,8 @@ class Lowered:
         "Per-layer rows (see `nac_lab.lower.tile.layer_report`)."
         return layer_report(self)
     def save(self, out, inputs=()) -> Path:
-        "Write `out/model.nem`, the device file(s), one `<BUFFER>.npy` per constant buffer and `io.json`, atomically (never over one of `inputs`)."
+        ("Write `out/model.nem`, the device file(s), one `<BUFFER>.npy` per constant buffer and `io.json`, atomically (never over one of "
+         "`inputs`).")
         from nac_lab.fileio import atomic_dir
         with atomic_dir(out, inputs=inputs) as d:
             d = Path(d)

@@ -30,7 +30,8 @@ class Layer:
 # %% ../../nbs/66a_lower_layers.ipynb #7e99afc1
 @dataclass
 class LayerGraph:
-    "Inputs (name -> shape), layers in dependency order, outputs (value names); `nhwc`: the 4-D values stored NHWC (None: all of them); `ints`: integer inputs."
+    ("Inputs (name -> shape), layers in dependency order, outputs (value names); `nhwc`: the 4-D values stored NHWC (None: all of them); "
+     "`ints`: integer inputs.")
     inputs: dict
     layers: list
     outputs: list
@@ -48,5 +49,6 @@ _NEM_NAME = re.compile(r'[A-Za-z_][A-Za-z0-9_]{0,62}')
 _OURS = re.compile(r'L\d+_\w*|in\d+|ACT_L2')          # names the emitter gives its own buffers
 
 def nem_input_name(name, k:int) -> str:
-    "The NEM buffer name of model input `k`: its own name when that is a plain identifier, else `in<k>` (a name read from the file never reaches the emitted program unchecked)."
+    ("The NEM buffer name of model input `k`: its own name when that is a plain identifier, else `in<k>` (a name read from the file never "
+     "reaches the emitted program unchecked).")
     return name if isinstance(name, str) and _NEM_NAME.fullmatch(name) and not _OURS.fullmatch(name) else f'in{k}'

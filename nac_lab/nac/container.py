@@ -235,7 +235,8 @@ def _check_layout(nac:NacFile, ins:Instruction) -> str|None:
         if len(C) != 3 or len(D) != 1: return '<CONTROL_FLOW> needs C = [2, true_len, false_len] and D = [predicate]'
     elif A == SysOp.CONVERGENCE:
         if B > 100: return f'<CONVERGENCE> threshold B={B} is above 100'
-        if len(C) != 2 or len(D) < 2 or D[1] < 0 or len(D) != 2 + D[1]: return '<CONVERGENCE> needs C = [1, input] and D = [end, n, n branches]'
+        if len(C) != 2 or len(D) < 2 or D[1] < 0 or len(D) != 2 + D[1]:
+            return '<CONVERGENCE> needs C = [1, input] and D = [end, n, n branches]'
     else: return f'op id {A} is a reserved system id'
     return None
 
@@ -262,10 +263,12 @@ def _check_refs(nac:NacFile, i:int, ins:Instruction, n:int) -> tuple|None:
         if B == 3 and x not in nac.constants: return BadRefError, f'lifted constant id {x} is not in CNST'
     elif A in (SysOp.OUTPUT, SysOp.CONTROL_FLOW):
         if A == SysOp.OUTPUT and B == 0 and nac.n_outputs and len(D) != nac.n_outputs:
-            return BadValueError, f'<OUTPUT B=0> returns {len(D)} value(s) but the header says n_outputs = {nac.n_outputs} (u16 at offset 0x7)'
+            return BadValueError, (f'<OUTPUT B=0> returns {len(D)} value(s) but the header says n_outputs = {nac.n_outputs} (u16 at '
+                                   f'offset 0x7)')
         if A == SysOp.OUTPUT and B == 2:
             for x in C[1:]:
-                if x & 0xFFFF not in nac.param_names: return BadRefError, f'<OUTPUT B=2> writes state {x & 0xFFFF}, which is not in DATA block 1'
+                if x & 0xFFFF not in nac.param_names:
+                    return BadRefError, f'<OUTPUT B=2> writes state {x & 0xFFFF}, which is not in DATA block 1'
         for d in D:
             if (m := back(d)): return BadRefError, m
     elif A == SysOp.CONVERGENCE:

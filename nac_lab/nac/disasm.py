@@ -237,7 +237,8 @@ def graph(nac:NacFile, start:int=0, stop:int|None=None, fold_params:bool=True, m
         if o.kind == 'input':
             label = {'user': f'v{i} input\n{nac.input_names.get(i, "")}', 'param': f'v{i} {nac.param_names.get(o.param_id, "")}',
                      'state': f'v{i} state {o.state_id}', 'lifted': f'v{i} lifted c{o.const_id}'}[kind]
-        elif o.kind == 'output': label = 'return' if o.variant == 0 else (f'v{i} yield' if state_writes(nac, i) is None else f'v{i} write state')
+        elif o.kind == 'output':
+            label = 'return' if o.variant == 0 else (f'v{i} yield' if state_writes(nac, i) is None else f'v{i} write state')
         else:
             label = f'v{i} {o.name}'
             consts = [_fmt_const(nac.constants.get(a.const), 24) for a in o.args if a.const is not None]

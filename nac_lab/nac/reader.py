@@ -352,7 +352,8 @@ _READERS = {'CMAP': _read_cmap, 'CNST': _read_cnst, 'PERM': _read_perm, 'DATA': 
             'OPS': _read_ops, 'MMAP': _read_mmap, 'PROC': _read_proc, 'RSRC': _read_rsrc}
 
 def read_nac(src, *, path=None) -> NacFile:
-    "Parse a `.nac` file from a path (memory-mapped, tensors stay views onto it), `bytes` or a `memoryview`; errors name the file when there is one."
+    ("Parse a `.nac` file from a path (memory-mapped, tensors stay views onto it), `bytes` or a `memoryview`; errors name the file when "
+     "there is one.")
     try: return _read_nac(src, path=path)
     except FormatError as ex:
         p = src if isinstance(src, (str, os.PathLike)) else path

@@ -159,7 +159,8 @@ def _present(nac:NacFile, s:str, in_layout:bool) -> bool:
                  'DATA': nac.param_names or nac.input_names or nac.tensors}[s])
 
 def write_nac(nac:NacFile, *, align:int=64, check:bool=True) -> bytes:
-    "Serialise `nac`; a file read with `read_nac` is written back byte for byte. `check=False` skips the OPS and input-name checks (to make bad files for tests)."
+    ("Serialise `nac`; a file read with `read_nac` is written back byte for byte. `check=False` skips the OPS and input-name checks (to "
+     "make bad files for tests).")
     if nac.version != 1: raise WriteError(f'version {nac.version}: nac_lab writes NAC format revision 1 only (RULINGS 1)')
     if not 0 <= int(nac.quant_method) <= 4: raise WriteError(f'quantization method {nac.quant_method} is not 0..4 (§2.2.2)')
     if nac.orch is not None and nac.orch.n_consts > len(nac.orch.pool):
@@ -206,7 +207,8 @@ def safetensors_bytes(named:dict, metadata:dict|None=None) -> bytes:
     return st_bytes({name: (ST_NAMES[t.dtype], t.data) for name, t in named.items()}, metadata)
 
 def save_external(nac:NacFile, path, *, inputs=()) -> Path:
-    "Write the tensors of `nac` (keyed by their DATA block 1 names) as the safetensors file `path` (atomically; never over one of `inputs`)."
+    ("Write the tensors of `nac` (keyed by their DATA block 1 names) as the safetensors file `path` (atomically; never over one of "
+     "`inputs`).")
     named, meta = {}, {}
     for pid, t in nac.tensors.items():
         name = nac.param_names.get(pid)
@@ -217,7 +219,8 @@ def save_external(nac:NacFile, path, *, inputs=()) -> Path:
 
 # %% ../../nbs/10d_nac_writer.ipynb #b9f43fb3
 def _save(self:NacFile, path, *, align:int=64, inputs=()) -> Path:
-    "Write the file to `path` atomically (plus the `.safetensors` beside it for external weights held in `tensors`); never over `inputs` or their `.safetensors`."
+    ("Write the file to `path` atomically (plus the `.safetensors` beside it for external weights held in `tensors`); never over `inputs` "
+     "or their `.safetensors`.")
     data = write_nac(self, align=align)
     external = not self.weights_internal and bool(self.tensors)
     outs = check_nac_outputs(path, inputs, external)     # the output rules of nac.guard: no input (or its companion) overwritten

@@ -50,7 +50,8 @@ def _lower(args):
     calib = [_load_npy(f) for f in args.calib]
     ex = (_load_npy(args.example),) if args.example else None
     if args.mode == 'int8' and not calib: raise NacLabError('--int8 needs at least one --calib X.npy')
-    if args.mode == 'float' and ex is None and not calib: raise NacLabError('--float needs --example X.npy (or --calib) to fix the input shapes')
+    if args.mode == 'float' and ex is None and not calib:
+        raise NacLabError('--float needs --example X.npy (or --calib) to fix the input shapes')
     mode = args.float_type if args.mode == 'float' and args.float_type else args.mode
     low = lower(args.model, args.device, mode=mode, calib=calib, example=ex, tiling=args.tiling)
     errs = low.check().errors
