@@ -92,8 +92,8 @@ def test_tp_mlp_dtypes(dtype):
 def test_real_tutorial_graph_against_torch(seed):
     m = resize(read_ark(data_path('ark', 'tutorial_model_fe35541e_ops_external.json')), {4096: 24, 11008: 40, 512: 6})
     g = np.random.default_rng(seed)
-    x, w1, w3, w2 = (g.standard_normal(s).astype(np.float16) * np.float16(c) for s, c in (((1, 6, 24), 1), ((40, 24), 0.2), ((40, 24),
-                                                                                                                             0.2), ((24, 40), 0.15)))
+    x, w1, w3, w2 = (g.standard_normal(s).astype(np.float16) * np.float16(c)
+                     for s, c in (((1, 6, 24), 1), ((40, 24), 0.2), ((40, 24), 0.2), ((24, 40), 0.15)))
     ex = ArkExecutor(m)
     for tid, v in ((0, x), (1, w1), (3, w3), (2, w2)): ex.set(tid, v)
     ex.run()

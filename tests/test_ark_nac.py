@@ -37,7 +37,8 @@ def test_cli_round_trip(name, tmp_path):
     nac_compile(mod.eval(), (x,)).save(tmp_path / 'a.nac')
     shape = ','.join(map(str, x.shape))
     rc, out, err = run_cli('ark', 'from-nac', tmp_path / 'a.nac', '-o', tmp_path / 'm.json', '--shape', f'x={shape}'); assert rc == 0, err
-    meta = json.loads(json.loads((tmp_path / 'm.safetensors').read_bytes()[8:8 + int.from_bytes((tmp_path / 'm.safetensors').read_bytes()[:8], 'little')])['__metadata__'][WEIGHTS_KEY])
+    raw = (tmp_path / 'm.safetensors').read_bytes()
+    meta = json.loads(json.loads(raw[8:8 + int.from_bytes(raw[:8], 'little')])['__metadata__'][WEIGHTS_KEY])
     assert set(meta) == {'inputs', 'outputs', 'params'} and list(meta['inputs']) == ['x']
     rc, out, err = run_cli('ark', 'check', tmp_path / 'm.json'); assert rc == 0, out
     rc, out, err = run_cli('ark', 'to-nac', tmp_path / 'm.json', '-o', tmp_path / 'b.nac'); assert rc == 0, err

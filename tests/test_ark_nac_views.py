@@ -136,7 +136,9 @@ def test_zoo_gpt2_and_constant_masked_fill():
     ref = nm.run(xi)[0].numpy()
     np.testing.assert_allclose(to_nac(m, w, meta).run(xi)[0].numpy(), ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
     class Fill(nn.Module):
-        def __init__(s, v): super().__init__(); s.v = v; s.register_buffer('mask', torch.rand(3, 5, generator=torch.Generator().manual_seed(0)) > 0.5)
+        def __init__(s, v):
+            super().__init__(); s.v = v
+            s.register_buffer('mask', torch.rand(3, 5, generator=torch.Generator().manual_seed(0)) > 0.5)
         def forward(s, x): return torch.softmax(x.masked_fill(s.mask, s.v),
                                                 -1) if s.v == float('-inf') else x.masked_fill(s.mask, s.v) * 2.0
     for v in (-1e4, 3.5, float('-inf')):

@@ -1,4 +1,5 @@
-"""The documentation site builds offline, writes nothing outside its output folder, and renders in a real browser; the README matches its notebook."""
+"""The documentation site builds offline, writes nothing outside its output folder, and renders in a real browser; the
+README matches its notebook."""
 import os, re, shutil, subprocess, sys
 from pathlib import Path
 import pytest

@@ -18,7 +18,8 @@ def _imports(tree, pkg_parts):
         node = todo.pop()
         if isinstance(node, ast.If) and _is_type_checking(node): todo += node.orelse; continue
         if isinstance(node, ast.ImportFrom):
-            base = '.'.join(pkg_parts[:len(pkg_parts) - (node.level - 1)] + ([node.module] if node.module else [])) if node.level else node.module
+            rel = pkg_parts[:len(pkg_parts) - (node.level - 1)] + ([node.module] if node.module else [])
+            base = '.'.join(rel) if node.level else node.module
             out |= {base} | {f'{base}.{a.name}' for a in node.names}
         elif isinstance(node, ast.Import): out |= {a.name for a in node.names}
         todo += list(ast.iter_child_nodes(node))

@@ -69,7 +69,7 @@ def test_compile_c_reports_errors(tmp_path):
     (lambda c: c.update(num_attention_heads=5, num_key_value_heads=5), 'not divisible by num_attention_heads=5'),
     (lambda c: c.update(vocab_size=-1), 'vocab_size must be a positive integer'),
     (lambda c: c.update(hidden_act='relu'), "hidden_act='relu' is not supported"),
-    (lambda c: c.update(mlp_bias=True), 'mlp_bias=true is not supported'),
+    (lambda c: c.update(mlp_bias='yes'), 'mlp_bias must be true or false'),
     (lambda c: c.update(rope_scaling={'rope_type': 'yarn', 'factor': 4.0}),
      "rope_scaling.original_max_position_embeddings is required for rope_type 'yarn'"),
     (lambda c: c.update(rope_scaling={'rope_type': 'longrope', 'factor': 4.0}), "rope_scaling.rope_type='longrope' is not supported"),

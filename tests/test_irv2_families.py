@@ -133,3 +133,40 @@ def test_hand_edited_scaling_is_refused_by_the_schema():
     bad = copy.deepcopy(ir); bad['config']['rope_scaling']['factor'] = 'big'
     with pytest.raises(IrError, match='rope_scaling'):
         validate_ir(bad)
+
+
+def test_mlp_bias_matches_transformers(tmp_path, cache):
+    """Llama's `mlp_bias` (with `attention_bias`): gate and up become two biased `linear` steps instead of the fused
+    `gate_up` kernel, and down_proj gets its bias; the C runtime (one sequence, batched, and q8_0 matrices) and the torch
+    reference follow transformers' Llama through prefill and decode."""
+    from nac_lab.irv2.batch import BatchRuntime
+    from nac_lab.irv2.build import validate_ir
+    from nac_lab.irv2.qkernels import set_weight_dtypes
+    cfg = {**BASE, 'mlp_bias': True, 'attention_bias': True, 'rope_theta': 1000.0}
+    ir = build_ir(cfg)
+    assert ir['config']['mlp_bias'] is True and 'mlp_bias' not in build_ir(BASE)['config']
+    ops = [n['op'] for n in ir['nodes'] if n['layer'] == 0]
+    assert ops[ops.index('rmsnorm', 1):] == ['rmsnorm', 'mlp_gate', 'mlp_up', 'swiglu', 'mlp_down', 'residual_add']
+    down = next(n for n in ir['nodes'] if n['op'] == 'mlp_down')
+    assert {b['arg']: b['buffer'] for b in down['bindings']}['b'] == 'b_down' and down['flags'] == 1
+    sd = random_weights(ir, seed=12)
+    assert sd['model.layers.1.mlp.up_proj.bias'].shape == (96,) and np.abs(sd['model.layers.1.mlp.up_proj.bias']).max() > 0
+    w = save_weights(sd, tmp_path / 'w.safetensors')
+    rt, model = Runtime(ir, w, cache=cache), _hf(cfg, sd)
+    prompt = [int(t) for t in np.random.default_rng(13).integers(0, 101, 9)]
+    prefill_and_decode(rt, model, prompt, 4, TOL)
+    with torch.no_grad():
+        hf = model(torch.tensor([prompt])).logits[0]
+    assert torch.allclose(TorchReference(ir['config'], sd).forward(prompt), hf, atol=TOL)
+    nobias = {k: v for k, v in sd.items() if not k.endswith('mlp.up_proj.bias')}
+    with pytest.raises(Exception, match='up_proj.bias'):          # a plan that needs a bias reads it from the file
+        Runtime(ir, save_weights(nobias, tmp_path / 'n.safetensors'), cache=cache)
+    two = BatchRuntime(build_ir(cfg, batch=2), w, cache=cache)
+    got = two.prefill_batch([prompt, prompt[:4]])
+    assert np.abs(got[0] - hf.numpy()).max() < TOL and np.abs(got[1] - hf.numpy()[:4]).max() < TOL
+    q8 = set_weight_dtypes(ir, 'q8_0')
+    validate_ir(q8)
+    assert {b['name']: b['dtype'] for b in q8['buffers']}['b_gate'] == 'fp32'     # vectors stay fp32
+    diff = np.abs(Runtime(q8, w, cache=cache).prefill(prompt) - hf.numpy()).max()
+    assert TOL < diff < 0.05 * np.abs(hf.numpy()).max()                 # quantized, yet the same model
+    rt.close(); two.close()

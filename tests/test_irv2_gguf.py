@@ -55,8 +55,9 @@ def test_tied_embeddings_and_qwen2(tmp_path):
     c, t = read_gguf(tmp_path / 't.gguf')
     assert c['tie_word_embeddings'] is True and 'lm_head.weight' not in t
     cfg.update(model_type='qwen2'); rng = np.random.default_rng(2)
-    for p in ('q', 'k',
-              'v'): src[f'model.layers.0.self_attn.{p}_proj.bias'] = rng.normal(size=src[f'model.layers.0.self_attn.{p}_proj.weight'].shape[0]).astype(np.float32)
+    for p in ('q', 'k', 'v'):
+        n_out = src[f'model.layers.0.self_attn.{p}_proj.weight'].shape[0]
+        src[f'model.layers.0.self_attn.{p}_proj.bias'] = rng.normal(size=n_out).astype(np.float32)
     write_gguf(tmp_path / 'q.gguf', cfg, src)
     c, t = read_gguf(tmp_path / 'q.gguf')
     assert c['model_type'] == 'qwen2' and c['qkv_bias'] is True
@@ -117,5 +118,6 @@ def test_gguf_to_safetensors_runs_in_the_irv2_runtime(tiny, tmp_path):
 def test_config_defaults_when_optional_keys_are_absent(tmp_path):
     w = _writer(tmp_path / 'm.gguf'); w.add_tensor('token_embd.weight', np.zeros((8, 32), np.float32)); _finish(w)
     c = gguf_config(open_gguf(tmp_path / 'm.gguf'))
-    assert c['vocab_size'] == 8 and c['num_key_value_heads'] == 2 and c['rope_theta'] == 10000.0   # embedding rows; = heads; llama.cpp default
+    # vocab: the embedding's rows; kv heads: = heads; rope_theta: llama.cpp's default
+    assert c['vocab_size'] == 8 and c['num_key_value_heads'] == 2 and c['rope_theta'] == 10000.0
     assert c['tie_word_embeddings'] is True and c['hidden_size'] == 32 and 'head_dim' not in c

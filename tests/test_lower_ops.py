@@ -21,7 +21,8 @@ class Block(nn.Module):
     "layernorm, q/k/v, q·kᵀ (transpose + matmul), softmax, ·v, concat, rmsnorm on [1, S, D]."
     def __init__(s, d=16):
         super().__init__()
-        s.ln, s.q, s.k, s.v, s.o, s.rms = nn.LayerNorm(d), nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d), nn.Linear(2 * d, d), nn.RMSNorm(d, eps=1e-6)
+        s.ln, s.q, s.k, s.v = nn.LayerNorm(d), nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d)
+        s.o, s.rms = nn.Linear(2 * d, d), nn.RMSNorm(d, eps=1e-6)
     def forward(s, x):
         h = s.ln(x)
         a = torch.softmax(s.q(h) @ s.k(h).transpose(1, 2), dim=-1)

@@ -182,8 +182,8 @@ def models(draw):
                                              max_size=int(np.prod(shape)) * DTYPE_NP[dt].itemsize)), DTYPE_NP[dt]).reshape(shape)
             if dt in (DType.F32, DType.F16): a = np.nan_to_num(a.astype(np.float32), nan=0, posinf=1, neginf=-1)
             if dt == DType.BOOL: a = a.view(np.uint8).astype(bool)
-            if draw(st.booleans()) or dt not in (DType.F32, DType.F16): t = DataTensor(pid, dt, a) if dt not in (DType.F32,
-                                                                                                                 DType.F16) else quantize(pid, a)
+            if draw(st.booleans()) or dt not in (DType.F32, DType.F16):
+                t = DataTensor(pid, dt, a) if dt not in (DType.F32, DType.F16) else quantize(pid, a)
             else: t = quantize(pid, a, draw(st.sampled_from(list(QuantMethod))))
             if draw(st.booleans()): t.meta_pad = draw(st.binary(max_size=5))
             nac.tensors[pid] = t

@@ -249,7 +249,8 @@ def test_cli_on_mutated_files(name, tmp_path, monkeypatch):
             finally: signal.alarm(0)
             assert rc in (0, 1), f'{name} case {k} {cmd}: exit {rc}: {err} (mutant {raw.hex()})'
             if err:
-                assert err.count('\n') == 1 and err.startswith('nac-lab: error: '), (name, k, err)   # schedule check: rc 1, report on stdout
+                # schedule check: rc 1, report on stdout
+                assert err.count('\n') == 1 and err.startswith('nac-lab: error: '), (name, k, err)
             codes[rc] += 1
             stray = {p.name for p in tmp_path.iterdir()} - allowed
             assert not stray, f'{name} case {k} {cmd[0]} wrote {stray}'

@@ -236,7 +236,8 @@ def test_device_string_directive_and_inline(tmp_path):
     assert r.device.name == 'inl' and [(d.rule, d.line) for d in r.errors] == [('buffer.level', 4)]
 
 def test_device_file_overrides_same_named_device(tmp_path):
-    "A device file's own device replaces a same-named device of the program's includes, whether the file is named by `device \"file\"` or by check(device=FILE) (one Workspace.add_device_file for both)."
+    """A device file's own device replaces a same-named device of the program's includes, whether the file is named by
+    `device "file"` or by check(device=FILE) (one Workspace.add_device_file for both)."""
     big, small = TOPO.replace('l2_size_bytes = 100', 'l2_size_bytes = 1000'), TOPO
     assert big != small
     (tmp_path / 'inc.nem').write_text('include "nem_baseline_1.0.nem"\ndevice twin extends nem_baseline_1_0 { ' + big + ' }\n')
@@ -317,7 +318,8 @@ def test_tour(tmp_path, capsys):
     from nac_lab.nem.cli import tour, TOUR_RANK
     tour(tmp_path)
     out = capsys.readouterr().out
-    assert TOUR_RANK == 40 and 'type.illegal' in out and (tmp_path / 'nem_devices.svg').is_file() and (tmp_path / 'nem_conv2d_relu_tasks.svg').is_file()
+    assert TOUR_RANK == 40 and 'type.illegal' in out
+    assert (tmp_path / 'nem_devices.svg').is_file() and (tmp_path / 'nem_conv2d_relu_tasks.svg').is_file()
 
 def test_parent_diagnostics_reported_once():
     src = BASE + 'device a extends nem_baseline_1_0 { topology { num_engines = 0 l2_size_bytes = 1 per_engine { NMU = 1 l1_size_bytes = 1 } } }\n' \

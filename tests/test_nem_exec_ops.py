@@ -19,7 +19,8 @@ def prog(ins, outs, task):
     for n, sh, e in ins + outs:
         s += f'buffer B_{n} : L2 (size={max(4, math.prod(sh) * 4)})\n'
         sp = {1: 'W', 2: 'HW', 3: 'DHW'}.get(len(sh) - 2, '')
-        lay = (sp + 'IO') if n == 'w' and sp else ('N' + sp + 'C') if len(sh) >= 3 and sp else ''.join('NHWCDEFG'[k] for k in range(len(sh)))
+        plain = ''.join('NHWCDEFG'[k] for k in range(len(sh)))
+        lay = (sp + 'IO') if n == 'w' and sp else ('N' + sp + 'C') if len(sh) >= 3 and sp else plain
         s += f'{n} = region(B_{n}, 0, {math.prod(sh) * 4}, elem={e}, shape={list(sh)}, layout={lay})\n'
     return s + task + '\n'
 
@@ -91,8 +92,8 @@ t = gemm.sync in a, b, c out y accum_type=f32
                             out[:, i, j, g * og:(g + 1) * og] += xp[:, i * st[0] + u * dil[0], j * st[1] + v * dil[1],
                                                                     g * cg:(g + 1) * cg] @ w[u, v, :, g * og:(g + 1) * og]
         return out
-    for opc, w, groups in (('conv2d', RNG.standard_normal((3, 3, 2, 6)).astype(np.float32), 2), ('depthwise_conv2d',
-                                                                                                 RNG.standard_normal((3, 3, 1, 4)).astype(np.float32), 4)):
+    for opc, w, groups in (('conv2d', RNG.standard_normal((3, 3, 2, 6)).astype(np.float32), 2),
+                           ('depthwise_conv2d', RNG.standard_normal((3, 3, 1, 4)).astype(np.float32), 4)):
         want = ref(w, groups, [1, 0, 1, 2], [2, 1], [1, 2])
         y = go([('x', x.shape, 'f32'), ('w', w.shape, 'f32')], [('y', want.shape, 'f32')],
                f't = {opc}.sync in x, w out y pads=[1, 0, 1, 2] strides=[2, 1] dilations=[1, 2] groups={groups} accum_type=f32',
@@ -106,8 +107,9 @@ t = gemm.sync in a, b, c out y accum_type=f32
     y = go([('x', x3.shape, 'f32'), ('w', w3.shape, 'f32')], [('y', (1, 2, 2, 2, 1), 'f32')],
            't = conv3d.sync in x, w out y pads=[0, 0, 0, 0, 0, 0] strides=[1, 1, 1] dilations=[1, 1, 1] accum_type=f32',
                dict(x=x3, w=w3))['y']
-    want = np.array([[[[sum((x3[0, a + u, b + v, c + t] * w3[u, v, t, :,
-                                                             0]).sum() for u in range(2) for v in range(2) for t in range(2))] for c in range(2)] for b in range(2)] for a in range(2)])
+    def tap(a, b, c):
+        return sum((x3[0, a + u, b + v, c + t] * w3[u, v, t, :, 0]).sum() for u in range(2) for v in range(2) for t in range(2))
+    want = np.array([[[[tap(a, b, c)] for c in range(2)] for b in range(2)] for a in range(2)])
     assert np.allclose(y[0], want, rtol=1e-5)
 
 def test_views_reductions_norms():

@@ -289,7 +289,8 @@ wait(tg)
     assert [tb.name(j) for j in np.flatnonzero(tb.wdm)] == ['t1']            # t2's source is written by tr; t3 loads gemm's A
     tb = build_table(load_program(d + body.replace('gemm.async in x, w out y accum_type=i32', 'matmul.async in x, w out y accum_type=i32')))
     assert not tb.wdm.any()
-    # one arena, reused: its first 8192 bytes hold gemm 1's A (loaded from DDR), later gemm 2's B (a weight tile); only that load is a weight transfer
+    # one arena, reused: its first 8192 bytes hold gemm 1's A (loaded from DDR), later gemm 2's B (a weight tile); only
+    # that load is a weight transfer
     arena = f'''buffer WD : DDR (size=32768)
 buffer L : L1[0] (size=65536)
 a1 = region(L, 0, 8192, elem=i8, shape=[64, 128], layout=MK, {Q})

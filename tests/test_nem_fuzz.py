@@ -109,8 +109,8 @@ def test_pathological_inputs(name, src, errors, words):
     import time
     t0 = time.process_time()
     r = check(text=src, name='p.nem')
-    assert [(d.rule, d.line if line else None) for d, (_, line) in zip(r.errors,
-                                                                       errors)] == errors and len(r.errors) == len(errors), r.format()[:2000]
+    got = [(d.rule, d.line if line else None) for d, (_, line) in zip(r.errors, errors)]
+    assert got == errors and len(r.errors) == len(errors), r.format()[:2000]
     for w in words: assert w in r.errors[0].message, r.errors[0].message
     assert len(r.format()) < 20000
     assert time.process_time() - t0 < 5, name
@@ -241,7 +241,8 @@ def test_long_extends_chain(tmp_path):
     ws = load(text=src, name='chain.nem', base_dir=data_path('nem'))
     ds = DeviceSet(ws)
     with time_limit(20): res = ds.resolve_all()
-    assert res[f'd{MAX_DEVICE_DEPTH - 2}'].chain[-1] == 'nem_baseline_1_0' and len(res[f'd{MAX_DEVICE_DEPTH - 2}'].chain) == MAX_DEVICE_DEPTH
+    deepest = res[f'd{MAX_DEVICE_DEPTH - 2}'].chain
+    assert deepest[-1] == 'nem_baseline_1_0' and len(deepest) == MAX_DEVICE_DEPTH
     assert res[f'd{MAX_DEVICE_DEPTH - 1}'] is None and res['d599'] is None
     assert [(d.rule, d.line) for d in ds.diags] == [('device.parent', MAX_DEVICE_DEPTH + 1)] and 'at most 256 deep' in ds.diags[0].message
     cyc = 'include "nem_baseline_1.0.nem"\n' + ''.join(f'device c{k} extends c{(k + 1) % 700} {{ }}\n' for k in range(700))

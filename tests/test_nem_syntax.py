@@ -255,7 +255,8 @@ def test_fmt_in_place_and_check(tmp_path):
     assert rc == 1 and '-const  a=1  # one\n+const a = 1  # one\n' in out and err.count('\n') == 1 and 'fmt would change 1 line(s)' in err
     ino = p.stat().st_ino
     assert run_cli('nem', 'fmt', str(p), '-i')[0] == 0
-    assert p.read_text() == '# head\nconst a = 1  # one\n' and p.stat().st_ino != ino and p.stat().st_mode & 0o777 == 0o640   # renamed into place, mode kept
+    # renamed into place, mode kept
+    assert p.read_text() == '# head\nconst a = 1  # one\n' and p.stat().st_ino != ino and p.stat().st_mode & 0o777 == 0o640
     assert run_cli('nem', 'fmt', str(p), '--check') == (0, '', '')
     bad = 'X = region(A, 0, 8,\n    elem=i8, shape=[8], layout=C)  # lost?\n'
     p.write_text(bad)

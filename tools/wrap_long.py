@@ -158,8 +158,8 @@ def wrap_description(path:Path, limit:int) -> bool:
     return True
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0]); p.add_argument('files', nargs='+'); p.add_argument('--limit',
-                                                                                                                         type=int, default=140)
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument('files', nargs='+'); p.add_argument('--limit', type=int, default=140)
     a = p.parse_args(argv)
     for f in map(Path, a.files):
         if f.suffix == '.ipynb': n = wrap_notebook(f, a.limit) + wrap_description(f, a.limit)

@@ -53,11 +53,12 @@ def run_bench(config:str='bench-20m.json', prompt_len:int=16, steps:int=48, repe
 
 def report(r:dict) -> str:
     "One paragraph of results."
+    def _iqr(c): return f' [{1 / c.iqr_hi:.2f}-{1 / c.iqr_lo:.2f}]' if c else ''
     return (f'model: {r["parameters"]:,} parameters; {r["steps"]} decode steps after a {r["prompt_len"]}-token prompt\n'
             f'generated C (1 thread):     {r["c_tok_s"]:8.1f} tokens/s\n'
             f'PyTorch eager (1 thread):   {r["torch_tok_s"]:8.1f} tokens/s\n'
             f'ratio C / PyTorch:          '
-            f'{r["ratio"]:8.2f}x' + (f' [{1 / r["comparison"].iqr_hi:.2f}-{1 / r["comparison"].iqr_lo:.2f}]' if r.get('comparison') else '') + '\n'
+            f'{r["ratio"]:8.2f}x' + _iqr(r.get('comparison')) + '\n'
             f'max |logit diff|:           {r["max_abs_diff"]:.1e}')
 
 def main(argv=None):
@@ -70,8 +71,8 @@ def main(argv=None):
     a, rest = p.parse_known_args(argv)
     if a.dtypes:
         from nac_lab.bench.irv2_quant import main as quant_main
-        return quant_main(['--dtypes', a.dtypes, '--steps', str(a.steps), '--repeats', str(a.repeats)] + (['--config',
-                                                                                                           a.config] if a.config != 'bench-20m.json' else []) + rest)
+        cfg = ['--config', a.config] if a.config != 'bench-20m.json' else []
+        return quant_main(['--dtypes', a.dtypes, '--steps', str(a.steps), '--repeats', str(a.repeats)] + cfg + rest)
     if rest: p.error(f'unrecognized arguments: {" ".join(rest)}')
     print(report(run_bench(a.config, steps=a.steps, repeats=a.repeats)))
 

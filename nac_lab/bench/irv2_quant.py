@@ -29,7 +29,10 @@ def _typed(ir32, sd, dtype):
     by = {b['tensor']: b for b in ir['buffers'] if b['role'] == 'weight' and b['tensor']}
     rows = matrix_rows(ir); raws, deq = {}, {}
     for name, a in sd.items():
-        b = next((v for t, v in by.items() if t == name or ('{layer}' in t and name.startswith(t.split('{layer}')[0]) and name.endswith(t.split('{layer}')[1]))), None)
+        def named(t):
+            head, _, tail = t.partition('{layer}')
+            return t == name or ('{layer}' in t and name.startswith(head) and name.endswith(tail))
+        b = next((v for t, v in by.items() if named(t)), None)
         kind = WEIGHT_DTYPES[b['dtype']] if b is not None and b['name'] in rows else 'F32'
         raws[name] = quantize(a, kind); deq[name] = dequantize(raws[name], kind, a.shape)
     return ir, typed_weights_image(ir, _Tensors(raws, {k: a.shape for k, a in sd.items()})), deq
@@ -101,10 +104,12 @@ def quant_report(r:dict) -> str:
     out = [f'model {r["config"]}: {r["parameters"]:,} parameters; {r["steps"]} decode steps after a {r["prompt_len"]}-token prompt; '
            f'one thread; C flags -O2 {" ".join(r["flags"])}'.rstrip(),
            f'{"weights":<22}{"arena MB":>10}{"tokens/s":>10}{"vs fp32 C":>11}{"vs eager":>10}{"max |logit diff| vs eager":>28}',
-           f'{"PyTorch eager (fp32)":<22}{r["bytes"]["fp32"] / 1e6:>10.1f}{r["torch_tok_s"]:>10.1f}{r["torch_tok_s"] / fp:>11.2f}{1:>10.2f}']
+           f'{"PyTorch eager (fp32)":<22}{r["bytes"]["fp32"] / 1e6:>10.1f}{r["torch_tok_s"]:>10.1f}'
+           f'{r["torch_tok_s"] / fp:>11.2f}{1:>10.2f}']
     for d, v in r['tok_s'].items():
         diff = r['max_abs_diff'].get(d)
-        out.append(f'{"C " + d:<22}{r["bytes"][d] / 1e6:>10.1f}{v:>10.1f}{v / fp:>11.2f}{v / r["torch_tok_s"]:>10.2f}' + (f'{diff:>28.1e}' if diff is not None else ''))
+        out.append(f'{"C " + d:<22}{r["bytes"][d] / 1e6:>10.1f}{v:>10.1f}{v / fp:>11.2f}{v / r["torch_tok_s"]:>10.2f}'
+                   + (f'{diff:>28.1e}' if diff is not None else ''))
     return '\n'.join(out)
 
 def main(argv=None):

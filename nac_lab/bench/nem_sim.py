@@ -61,7 +61,8 @@ B = region(B_L1, 0, K * 4, elem=i32, shape=[K], layout=C)
 tw = transfer.async(dst=W, src=region(W_L2, 0, 9 * C * K))
 tb = transfer.async(dst=B, src=region(B_L2, 0, K * 4))
 loop i in [0..{bands - 1}] @max_in_flight(2):
-    let X = region(X_L1, (i mod 2) * tileX, tileX, elem=i8, shape=[1, RB + 2, P, C], layout=NHWC, quant=per_tensor(scale=0.05, zero_point=3))
+    let X = region(X_L1, (i mod 2) * tileX, tileX, elem=i8, shape=[1, RB + 2, P, C], layout=NHWC,
+                   quant=per_tensor(scale=0.05, zero_point=3))
     let Y = region(Y_L1, (i mod 2) * tileY, tileY, elem=i8, shape=[1, RB, {H}, K], layout=NHWC, quant=per_tensor(scale=0.1, zero_point=-2))
     tx = transfer.async(dst=X, src=region(X_L2, i * RB * P * C, tileX))
     tc = conv2d.async in X, W, B out Y pads=[0, 0, 0, 0] strides=[1, 1] dilations=[1, 1] groups=1 accum_type=i32 deps=[tx, tw, tb]

@@ -202,7 +202,8 @@ module {N} #(parameter ROWS = {ROWS}, parameter COLS = {COLS}, parameter IN_BITS
         wire signed [ACC_BITS-1:0] hold;
         wire signed [OUT_BITS-1:0] yo;
         reg [OUT_BITS-1:0] y_q;
-        {N}_pe #(.IN_BITS(IN_BITS), .ACC_BITS(ACC_BITS), .SAT(SAT)) pe (.clk(clk), .en(en), .first(first), .last(last), .xa(xa), .wa(wa), .hold(hold));
+        {N}_pe #(.IN_BITS(IN_BITS), .ACC_BITS(ACC_BITS), .SAT(SAT)) pe (.clk(clk), .en(en), .first(first), .last(last),
+                                                                        .xa(xa), .wa(wa), .hold(hold));
         {N}_epi #(.ACC_BITS(ACC_BITS), .OUT_BITS(OUT_BITS), .SAT(SAT), .SINGLE(SINGLE)) epi_u (
           .acc(hold), .bias(bias_q[j*32 +: 32]), .m0(m0_q[j*32 +: 32]), .shift(shift_q[j*6 +: 6]),
           .out_zero(zp_q), .act_min(amin_q), .act_max(amax_q), .y(yo));

@@ -137,7 +137,7 @@ def read_config(src, ctx:int|None=None, dtype:str|None=None, where:str|None=None
     elif act not in GATED_ACTS: raise ConfigError(f'{where}: hidden_act={act!r} is not supported (the gated MLP takes '
                                                   f'{", ".join(GATED_ACTS)})')
     elif act not in ('silu', 'swish'): out['hidden_act'] = act     # GeGLU: gelu (erf) or a tanh-approximated GELU
-    if family == 'llama' and _flag(cfg, 'mlp_bias', where, False): raise ConfigError(f'{where}: mlp_bias=true is not supported')
+    if family == 'llama' and _flag(cfg, 'mlp_bias', where, False): out['mlp_bias'] = True   # gate/up/down biases (see above)
     sw = cfg.get('sliding_window')
     if sw is not None and (isinstance(sw, bool) or not isinstance(sw, int) or sw < 1):
         raise ConfigError(f'{where}: sliding_window must be a positive integer or null, got {sw!r}')
@@ -262,10 +262,11 @@ def build_ir(config, ctx:int|None=None, dtype:str|None=None, maps:KernelMaps|Non
     for l in range(cfg['num_hidden_layers']): add(maps.layer_plan['steps'], l)
     add(maps.globals['epilogue'], -1)
     conf = {k: v for k, v in cfg.items() if k not in ('architectures', 'torch_dtype')}
+    shipped = Path(data_path('irv2', 'kernel_maps')).resolve()
     ir = {'version': 2, 'notes': list(IR_NOTES), 'config': conf, 'dimensions': dims, 'buffers': bufs, 'nodes': nodes,
           'meta': {'generator': 'nac_lab.irv2.build', 'source_config': src.name if src else None,
                    'architectures': cfg['architectures'], 'torch_dtype': cfg['torch_dtype'],
-                   'kernel_maps': 'shipped' if maps.root is None or Path(maps.root).resolve() == Path(data_path('irv2', 'kernel_maps')).resolve() else str(maps.root),
+                   'kernel_maps': 'shipped' if maps.root is None or Path(maps.root).resolve() == shipped else str(maps.root),
                    'omitted': omitted}}
     if train:
         from nac_lab.irv2.grad import add_training_plan
@@ -418,7 +419,8 @@ def dimension_rows(ir:dict) -> str:
 
 def buffer_rows(ir:dict) -> str:
     "The buffer table as aligned text: name, scope, role, dtype, symbolic and resolved shape, alias, condition."
-    def sym(s): return ' x '.join(DIM_NAMES[a['dim']] + (f'*{a["mult"]}' if a['mult'] != 1 else '') + (f'/{a["div"]}' if a['div'] != 1 else '') for a in s)
+    def axis(a): return DIM_NAMES[a['dim']] + (f'*{a["mult"]}' if a['mult'] != 1 else '') + (f'/{a["div"]}' if a['div'] != 1 else '')
+    def sym(s): return ' x '.join(axis(a) for a in s)
     rows = [f'{"name":<11}{"scope":<7}{"role":<11}{"dtype":<6}{"shape":<46}{"resolved":<22}{"alias/condition"}']
     for b in ir['buffers']:
         extra = (f'alias of {b["alias_of"]}' if b['alias_of'] else '') + (f' when {b["condition"]}' if b['condition'] else '')

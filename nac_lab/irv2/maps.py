@@ -13,10 +13,10 @@ from ..fileio import read_json
 from ..core import data_path
 
 # %% auto #0
-__all__ = ['DIM_NAMES', 'DIM_IDS', 'CONDITION_NAMES', 'DECODER_FAMILIES', 'Irv2Error', 'MapError', 'ConfigError', 'IrError',
-           'WeightError', 'CodegenError', 'RuntimeFailure', 'load_json', 'load_schema', 'check_schema',
-           'parse_condition', 'condition_names', 'eval_condition', 'KernelMaps', 'default_maps_dir', 'check_maps',
-           'load_maps', 'known_ops', 'show', 'maps_files', 'copy_maps']
+__all__ = ['DIM_NAMES', 'DIM_IDS', 'CONDITION_DEFAULTS', 'CONDITION_NAMES', 'DECODER_FAMILIES', 'Irv2Error', 'MapError',
+           'ConfigError', 'IrError', 'WeightError', 'CodegenError', 'RuntimeFailure', 'load_json', 'load_schema',
+           'check_schema', 'parse_condition', 'condition_names', 'eval_condition', 'KernelMaps', 'default_maps_dir',
+           'check_maps', 'load_maps', 'known_ops', 'show', 'maps_files', 'copy_maps']
 
 # %% ../../nbs/50_irv2_maps.ipynb #2c2d9461
 DIM_NAMES = ('tokens', 'embed', 'aligned_embed', 'head_dim', 'aligned_head', 'num_heads',
@@ -138,15 +138,19 @@ def condition_names(tree) -> set:
 _CMP = {'>': lambda a, b: a > b, '>=': lambda a, b: a >= b, '<': lambda a, b: a < b, '<=': lambda a, b: a <= b,
         '==': lambda a, b: a == b, '!=': lambda a, b: a != b}
 
+CONDITION_DEFAULTS = {'mlp_bias': False}
+"Flags newer than the first IR files: a config without one reads this default, so those files still check."
+
 def eval_condition(text:str|None, env:dict, where:str='condition') -> bool:
-    "Evaluate condition `text` (None means always) with the values in `env`."
+    "Evaluate condition `text` (None means always) with the values in `env` (else `CONDITION_DEFAULTS`)."
     if text is None: return True
     def val(t):
         k = t[0]
         if k == 'num': return t[1]
         if k == 'name':
-            if t[1] not in env: raise MapError(f'{where}: condition {text!r} uses unknown name {t[1]!r} (known: {", ".join(sorted(env))})')
-            v = env[t[1]]
+            if t[1] not in env and t[1] not in CONDITION_DEFAULTS:
+                raise MapError(f'{where}: condition {text!r} uses unknown name {t[1]!r} (known: {", ".join(sorted(env))})')
+            v = env.get(t[1], CONDITION_DEFAULTS.get(t[1]))
             if not isinstance(v, (bool, int, float)): raise MapError(f'{where}: condition {text!r}: {t[1]!r} is not a number or flag')
             return float(v)
         if k == 'not': return float(not val(t[1]))
@@ -158,7 +162,7 @@ def eval_condition(text:str|None, env:dict, where:str='condition') -> bool:
 # %% ../../nbs/50_irv2_maps.ipynb #38979913
 CONDITION_NAMES = frozenset({'hidden_size', 'num_hidden_layers', 'num_attention_heads', 'num_key_value_heads', 'head_dim',
                              'intermediate_size', 'vocab_size', 'context_length', 'rms_norm_eps', 'rope_theta',
-                             'tie_word_embeddings', 'qkv_bias', 'o_bias', 'parallel_block', 'embedding_scale'})
+                             'tie_word_embeddings', 'qkv_bias', 'o_bias', 'mlp_bias', 'parallel_block', 'embedding_scale'})
 "Config fields and flags a condition or a kernel parameter may refer to (the normalised config of `irv2.build`)."
 DECODER_FAMILIES = {'llama': ('global_buffers.json', 'decoder_layer_plan.json'),
                     'gpt2': ('gpt2_global_buffers.json', 'gpt2_layer_plan.json'),

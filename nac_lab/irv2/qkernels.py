@@ -60,7 +60,8 @@ def c_linear(L, x, raw, dtype, out_f, b=None) -> np.ndarray:
     "`linear_wq_forward` of the C kernel: x [n, in] times the `dtype` weight rows `raw`, plus `b`."
     x = np.ascontiguousarray(x, np.float32); raw = np.ascontiguousarray(raw); y = np.zeros((len(x), out_f), np.float32)
     bb = None if b is None else np.ascontiguousarray(b, np.float32)
-    L.t_linear(x.ctypes.data, len(x), x.shape[1], raw.ctypes.data, KIND_CODES[dtype], None if bb is None else bb.ctypes.data, out_f, y.ctypes.data)
+    L.t_linear(x.ctypes.data, len(x), x.shape[1], raw.ctypes.data, KIND_CODES[dtype], None if bb is None else bb.ctypes.data, out_f,
+               y.ctypes.data)
     return y
 
 # %% ../../nbs/56b_irv2_qkernels.ipynb #f2cea503

@@ -105,11 +105,14 @@ static void nac_deq_q6_k(const uint8_t *blk, float *out) {
         float *o = out + 128 * h;
 #ifdef NAC_AVX2
         __m256i L0 = _mm256_loadu_si256((const __m256i *)ql), L1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
-        __m256i H = _mm256_loadu_si256((const __m256i *)qh), m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3), k32 = _mm256_set1_epi8(32);
+        __m256i H = _mm256_loadu_si256((const __m256i *)qh), m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3),
+                k32 = _mm256_set1_epi8(32);
         __m256i q1 = _mm256_or_si256(_mm256_and_si256(L0, m4), _mm256_slli_epi16(_mm256_and_si256(H, m2), 4));
         __m256i q2 = _mm256_or_si256(_mm256_and_si256(L1, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(H, 2), m2), 4));
-        __m256i q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L0, 4), m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(H, 4), m2), 4));
-        __m256i q4 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L1, 4), m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(H, 6), m2), 4));
+        __m256i q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L0, 4), m4),
+                                     _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(H, 4), m2), 4));
+        __m256i q4 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L1, 4), m4),
+                                     _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(H, 6), m2), 4));
         nac_i8x32(_mm256_sub_epi8(q1, k32), dh[0], dh[1], o);
         nac_i8x32(_mm256_sub_epi8(q2, k32), dh[2], dh[3], o + 32);
         nac_i8x32(_mm256_sub_epi8(q3, k32), dh[4], dh[5], o + 64);
@@ -159,7 +162,9 @@ NAC_UNUSED static void nac_dequant_chunk(int kind, const uint8_t *row, int start
         int i = 0;
 #ifdef NAC_AVX2
         for (; i + 8 <= count; i += 8)
-            _mm256_storeu_si256((__m256i *)(out + i), _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(row + 2 * ((size_t)start + i)))), 16));
+            _mm256_storeu_si256((__m256i *)(out + i),
+                                _mm256_slli_epi32(_mm256_cvtepu16_epi32(
+                                    _mm_loadu_si128((const __m128i *)(row + 2 * ((size_t)start + i)))), 16));
 #endif
         for (; i < count; i++) {
             uint32_t u = (uint32_t)nac_le16(row + 2 * ((size_t)start + i)) << 16;
@@ -196,9 +201,11 @@ static inline void nac_fma32(__m256i q, float d, float m, const float *x, __m256
     __m256 D = _mm256_set1_ps(d), M = _mm256_set1_ps(m);
     __m128i a = _mm256_castsi256_si128(q), b = _mm256_extracti128_si256(q, 1);
     acc[0] = _mm256_add_ps(acc[0], _mm256_mul_ps(_mm256_loadu_ps(x), _mm256_sub_ps(_mm256_mul_ps(D, nac_u8x8(a)), M)));
-    acc[1] = _mm256_add_ps(acc[1], _mm256_mul_ps(_mm256_loadu_ps(x + 8), _mm256_sub_ps(_mm256_mul_ps(D, nac_u8x8(_mm_srli_si128(a, 8))), M)));
+    acc[1] = _mm256_add_ps(acc[1], _mm256_mul_ps(_mm256_loadu_ps(x + 8),
+                                                 _mm256_sub_ps(_mm256_mul_ps(D, nac_u8x8(_mm_srli_si128(a, 8))), M)));
     acc[2] = _mm256_add_ps(acc[2], _mm256_mul_ps(_mm256_loadu_ps(x + 16), _mm256_sub_ps(_mm256_mul_ps(D, nac_u8x8(b)), M)));
-    acc[3] = _mm256_add_ps(acc[3], _mm256_mul_ps(_mm256_loadu_ps(x + 24), _mm256_sub_ps(_mm256_mul_ps(D, nac_u8x8(_mm_srli_si128(b, 8))), M)));
+    acc[3] = _mm256_add_ps(acc[3], _mm256_mul_ps(_mm256_loadu_ps(x + 24),
+                                                 _mm256_sub_ps(_mm256_mul_ps(D, nac_u8x8(_mm_srli_si128(b, 8))), M)));
 }
 
 /* One token, Q4_K: the decode of nac_deq_q4_k fused with the dot of nac_dot_rows (same values, same lanes, same order). */
@@ -240,14 +247,16 @@ static void nac_dot_rows(int kind, const uint8_t *wr, int in, const float *x, in
         for (int t = 0; t < nt; t++) {
             const float *a = x + (size_t)t * x_stride + c0;
 #ifdef NAC_AVX2
-            __m256 s0 = _mm256_loadu_ps(acc[t]), s1 = _mm256_loadu_ps(acc[t] + 8), s2 = _mm256_loadu_ps(acc[t] + 16), s3 = _mm256_loadu_ps(acc[t] + 24);
+            __m256 s0 = _mm256_loadu_ps(acc[t]), s1 = _mm256_loadu_ps(acc[t] + 8),
+                   s2 = _mm256_loadu_ps(acc[t] + 16), s3 = _mm256_loadu_ps(acc[t] + 24);
             for (int i = 0; i < full; i += 32) {
                 s0 = _mm256_add_ps(s0, _mm256_mul_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(buf + i)));
                 s1 = _mm256_add_ps(s1, _mm256_mul_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(buf + i + 8)));
                 s2 = _mm256_add_ps(s2, _mm256_mul_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(buf + i + 16)));
                 s3 = _mm256_add_ps(s3, _mm256_mul_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(buf + i + 24)));
             }
-            _mm256_storeu_ps(acc[t], s0); _mm256_storeu_ps(acc[t] + 8, s1); _mm256_storeu_ps(acc[t] + 16, s2); _mm256_storeu_ps(acc[t] + 24, s3);
+            _mm256_storeu_ps(acc[t], s0); _mm256_storeu_ps(acc[t] + 8, s1);
+            _mm256_storeu_ps(acc[t] + 16, s2); _mm256_storeu_ps(acc[t] + 24, s3);
 #else
             float s[32];
             memcpy(s, acc[t], sizeof s);

@@ -158,6 +158,11 @@ class TorchReference:
 
     def _w(self, l, name): return self.t.get(f'model.layers.{l}.{name}')
 
+    def _linear(self, l, name, h):
+        "`h` through layer `l`'s projection `name` (`self_attn.q_proj`, `mlp.up_proj`, ...), with its bias when it has one."
+        y, b = h @ self._w(l, f'{name}.weight').T, self._w(l, f'{name}.bias')
+        return y if b is None else y + b
+
     def _rope(self, x, pos):
         torch, s = self.torch, self.cfg.get('rope_scaling')
         inv = self.inv_freq
@@ -191,10 +196,7 @@ class TorchReference:
         if c.get('sliding_window'): mask = mask + torch.full((n, p0 + n), float('-inf')).tril(p0 - c['sliding_window'])
         for l in range(c['num_hidden_layers']):
             h = self._norm(x, self._w(l, 'input_layernorm.weight'))
-            def proj(name, heads):
-                y = h @ self._w(l, f'self_attn.{name}.weight').T
-                b = self._w(l, f'self_attn.{name}.bias')
-                return (y if b is None else y + b).view(n, heads, D)
+            def proj(name, heads): return self._linear(l, f'self_attn.{name}', h).view(n, heads, D)
             q, k, v = proj('q_proj', H), proj('k_proj', KV), proj('v_proj', KV)
             if self.inv_freq is not None: q, k = self._rope(q, pos), self._rope(k, pos)
             kc, vc = cache['kv'][l]
@@ -203,14 +205,13 @@ class TorchReference:
             vals = vc[:, :p0 + n].repeat_interleave(H // KV, 0)
             att = (q.transpose(0, 1) @ keys.transpose(1, 2)) / math.sqrt(D) + mask
             o = (att.softmax(-1) @ vals).transpose(0, 1).reshape(n, H * D)
-            o = o @ self._w(l, 'self_attn.o_proj.weight').T
-            if self._w(l, 'self_attn.o_proj.bias') is not None: o = o + self._w(l, 'self_attn.o_proj.bias')
-            x = x + o
+            x = x + self._linear(l, 'self_attn.o_proj', o)
             h = self._norm(x, self._w(l, 'post_attention_layernorm.weight'))
-            g, u = h @ self._w(l, 'mlp.gate_proj.weight').T, h @ self._w(l, 'mlp.up_proj.weight').T
+            g, u = self._linear(l, 'mlp.gate_proj', h), self._linear(l, 'mlp.up_proj', h)
             act = c.get('hidden_act', 'silu')
-            a = torch.nn.functional.silu(g) if act == 'silu' else torch.nn.functional.gelu(g, approximate='none' if act == 'gelu' else 'tanh')
-            x = x + (a * u) @ self._w(l, 'mlp.down_proj.weight').T
+            F = torch.nn.functional
+            a = F.silu(g) if act == 'silu' else F.gelu(g, approximate='none' if act == 'gelu' else 'tanh')
+            x = x + self._linear(l, 'mlp.down_proj', a * u)
         cache['len'] = p0 + n
         return self._norm(x, self.t['model.norm.weight']) @ self.lm_head.T
 

@@ -287,7 +287,7 @@ def emit_conv(E, l, xv, yv, wc, bc, wq_desc, tiling, prev, elem, qx, qy):
         E.line('endloop')
         E.line(f'wait({", ".join(ends)})      # the stores are chained, so the last one completes the whole loop')
         lb = la + P * nE - 1
-        E.retire([t for t in E.live if any(t.endswith(f'_s{j}') or t.endswith(f'_x{j}') or t.endswith(f'_conv{j}') or t.endswith(f'_bias{j}') for j in before)])
+        E.retire([t for t in E.live if any(t.endswith((f'_s{j}', f'_x{j}', f'_conv{j}', f'_bias{j}')) for j in before)])
         for j in before: tcs.pop(j, None); tss.pop(j, None)
     for k in range(lb + 1 if la <= lb else len(rows), len(rows)):
         peeled(k)

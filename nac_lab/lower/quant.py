@@ -174,7 +174,8 @@ def _ev(l, xs, shapes):
     if o == 'softmax': return F.softmax(T(xs[0] + l.params.get('mask', 0)), a['axis']).numpy()
     if o in ('layernorm', 'rmsnorm'):
         ax = tuple(range(a['axis'] % xs[0].ndim, xs[0].ndim)); x = xs[0]
-        y = (x - x.mean(ax, keepdims=True)) / np.sqrt(x.var(ax, keepdims=True) + a['epsilon']) if o == 'layernorm' else x / np.sqrt((x * x).mean(ax, keepdims=True) + a['epsilon'])
+        if o == 'layernorm': y = (x - x.mean(ax, keepdims=True)) / np.sqrt(x.var(ax, keepdims=True) + a['epsilon'])
+        else: y = x / np.sqrt((x * x).mean(ax, keepdims=True) + a['epsilon'])
         return y * l.params.get('scale', 1) + l.params.get('bias', 0)
     raise LowerError(f'{l.name}: eval_float has no {o} (layer of NAC instruction {l.nac})')
 
@@ -211,8 +212,8 @@ def _island_ref(l, q, qi, qo) -> np.ndarray:
 def reference_int8(g, qp:dict, ql:dict, *qinputs) -> dict:
     ("Every value of the quantized network (int8, PyTorch layout), layer by layer on whole tensors: `nac_lab.fxp` requantization for "
      "conv/linear (E3), float64 for the rest (E4).")
-    v = {n: np.asarray(x, np.int64) if n in (getattr(g, 'ints', None) or ()) else np.asarray(x, np.int8) for n, x in zip(g.inputs,
-                                                                                                                         qinputs)}     # token indices stay integers
+    ints = getattr(g, 'ints', None) or ()           # token indices stay integers
+    v = {n: np.asarray(x, np.int64) if n in ints else np.asarray(x, np.int8) for n, x in zip(g.inputs, qinputs)}
     for l in g.layers:
         xs = [v[n] for n in l.inputs]; qi = [qp[n] for n in l.inputs]; qo = qp[l.name]
         if l.op in ('conv2d', 'linear'):

@@ -60,9 +60,8 @@ def _instances(l, elem):
     if q and l.op in ('layernorm', 'rmsnorm', 'softmax'):         # an f16 island (lower.ops): dequantize, the op on f16, quantize
         h = ('f16', False)
         return [('dequantize', OpInstance('dequantize', dict(X=x), dict(Y=h))),
-                (l.op, OpInstance(l.op, dict(X=h, **{k: h for k in l.params if k != 'mask'}), dict(Y=h))), ('quantize',
-                                                                                                            OpInstance('quantize',
-                                                                                                                       dict(X=h), dict(Y=x)))] + \
+                (l.op, OpInstance(l.op, dict(X=h, **{k: h for k in l.params if k != 'mask'}), dict(Y=h))),
+                ('quantize', OpInstance('quantize', dict(X=h), dict(Y=x)))] + \
                ([('add', OpInstance('add', dict(A=h, B=h), dict(Y=h)))] if 'mask' in l.params else [])
     if l.op in ('relu', 'gelu', 'silu', 'sigmoid', 'tanh', 'softmax', 'clamp'): return [(l.op, OpInstance(l.op, dict(X=x), dict(Y=x)))]
     if l.op == 'bmul': return [('conv2d', OpInstance('conv2d', dict(X=x, W=x), dict(Y=x), 'i32' if q else 'f32'))]
@@ -156,10 +155,11 @@ def _engine_counts(l, dev, th, xs, ys) -> list:
 
 # %% ../../nbs/69_lower_tile.ipynb #ebb8aa78
 def choose_tilings(g, dev, elem, qp, ql, policy='search') -> tuple:
-    """(chosen, naive, costs) row tilings per conv layer (`GemmTiling`s per linear layer, see `_choose_gemm`). naive: the largest band that fits L1 with one slot (no
-    overlap). search: every candidate band height with one and two slots that fits, timed by the NEM simulator on a
-    one-layer program; the fastest wins (ties: fewer bands). An int: that band height everywhere. A dict: those
-    tilings for the layers it names, naive for the others (tests, experiments). costs: layer -> {(th, slots): cycles}."""
+    """(chosen, naive, costs) row tilings per conv layer (`GemmTiling`s per linear layer, see `_choose_gemm`).
+    naive: the largest band that fits L1 with one slot (no overlap). search: every candidate band height with one and two
+    slots that fits, timed by the NEM simulator on a one-layer program; the fastest wins (ties: fewer bands). An int:
+    that band height everywhere. A dict: those tilings for the layers it names, naive for the others (tests,
+    experiments). costs: layer -> {(th, slots): cycles}."""
     chosen, naive, costs = {}, {}, {}
     for l in track(g.layers, 'tile search', unit='layer'):
         if l.op == 'linear': _choose_gemm(l, g, dev, elem, qp, policy, chosen, naive, costs)
@@ -181,7 +181,8 @@ def choose_tilings(g, dev, elem, qp, ql, policy='search') -> tuple:
         c = costs[l.name] = {}
         for t, s in fit: c[(t, s)] = simulate_text(layer_program(l, g, dev, elem, qp, Tiling(t, s)), dev).total_cycles
         multi = [(t, s, _engine_counts(l, dev, t, xs, ys)) for t, s in sorted(c, key=c.get) if s == 2 or t == ys[1]]
-        for t, s, ens in [m for m in multi if m[2]][:3]:    # the three best ping-pong tilings on one engine that can be spread, over 2 .. all engines
+        for t, s, ens in [m for m in multi if m[2]][:3]:    # the three best ping-pong tilings on one engine that can be spread,
+                                                            # over 2 .. all engines
             for ne in ens:
                 try: c[(t, s, ne)] = simulate_text(layer_program(l, g, dev, elem, qp, Tiling(t, s, engines=ne)), dev).total_cycles
                 except NemExecError as ex:            # more tokens live than the sequencer tracks: not a tiling for this device

@@ -13,7 +13,8 @@ from .guard import escape
 def _check_cmd(args) -> int:
     from nac_lab.nac.check import check
     rep = check(args.file)
-    print(json.dumps(rep.as_dict()) if args.json else '\n'.join(escape(l) for l in str(rep).split('\n')))   # names from the file never reach the terminal raw
+    # names from the file never reach the terminal raw
+    print(json.dumps(rep.as_dict()) if args.json else '\n'.join(escape(l) for l in str(rep).split('\n')))
     return 0 if rep.ok else 1
 
 def register(sub):

@@ -96,7 +96,7 @@ class MepVM:
         self.base_dir, self.device, self.max_steps, self.max_elements = Path(base_dir), device, max_steps, max_elements
         self.max_seconds = max_seconds
         self.out = out
-        self.models, self._toks = {}, {}
+        self.models, self._toks, self.ctx = {}, {}, {}      # ctx: the slots (filled by run)
 
     def _stdout(self): return self.out if self.out is not None else sys.stdout
 
@@ -263,7 +263,8 @@ def _TENSOR_CREATE(self:MepVM, i, a):
     dt, v, mode = _np_dtype(a['dtype']), self.get(a['in']), a['mode']
     if mode == 0: x = np.array(v, dtype=dt)
     elif mode in (1, 2):
-        shape = [int(_one(v, 'arange length'))] if mode == 1 else [int(s) for s in (v if isinstance(v, (list, tuple)) else np.asarray(v).reshape(-1).tolist())]
+        dims = v if isinstance(v, (list, tuple)) else np.asarray(v).reshape(-1).tolist()
+        shape = [int(_one(v, 'arange length'))] if mode == 1 else [int(s) for s in dims]
         n = 1
         for s in shape:
             if s < 0: raise MepRunError(f'negative size in {shape}')

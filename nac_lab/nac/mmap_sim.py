@@ -61,7 +61,8 @@ class SimReport:
                  + ('' if self.valid else f': {len(self.violations)} violation(s)'),
                  f'peak fast memory {self.peak_bytes} B at tick {self.peak_tick}; lower bound {self.lower_bound} B at tick '
                  f'{self.lower_bound_tick}'
-                 + (' (met)' if self.meets_lower_bound else f' (+{self.peak_bytes - self.lower_bound} B)' if self.peak_bytes > self.lower_bound
+                 + (' (met)' if self.meets_lower_bound
+                    else f' (+{self.peak_bytes - self.lower_bound} B)' if self.peak_bytes > self.lower_bound
                     else ' (below it: the schedule does not hold every value the program reads)'),
                  f'transferred {self.transferred_bytes} B; stalls {self.stall_ticks:g} ticks in {self.stalled_instructions} '
                  f'instruction(s) at {bw}']
@@ -297,8 +298,8 @@ class CoupledReport:
 def _same(a, b) -> bool:
     import torch
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-        return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b) or (a.is_floating_point() and torch.equal(a.isnan(),
-                                                                                                                              b.isnan()) and torch.equal(a.nan_to_num(), b.nan_to_num())))
+        nan_same = a.is_floating_point() and torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(), b.nan_to_num())
+        return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b) or nan_same)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)): return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
     return a is b or a == b
 

@@ -135,7 +135,8 @@ def train_mode_layers(module: torch.nn.Module) -> list:
 def train_mode_message(module, names) -> str:
     "The text of the `TrainModeWarning` for `module` whose submodules `names` change in eval mode."
     mods = dict(module.named_modules())
-    shown = ', '.join(f'{n} ({type(mods.get(n, module)).__name__})' for n in names[:4]) + (f' and {len(names) - 4} more' if len(names) > 4 else '')
+    shown = (', '.join(f'{n} ({type(mods.get(n, module)).__name__})' for n in names[:4])
+             + (f' and {len(names) - 4} more' if len(names) > 4 else ''))
     return (f'{type(module).__name__} is in training mode; NAC stores inference graphs, so it was compiled in eval mode, '
             f'where these layers compute differently: {shown} (its own train/eval flags are left as they were). '
             'Call .eval() before compiling to say this is what you want.')

@@ -229,7 +229,8 @@ def _arr(buf:bytes, fmt:str, name:str) -> list:
 # %% ../../nbs/23b_nac_tisa_vm.ipynb #42b11399
 WS = r'[\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]'
 BERT_PUNCT = r'[!-/:-@\[-`{-~\p{P}]'
-CJK = (r'[\u4e00-\u9fff\u3400-\u4dbf\U00020000-\U0002a6df\U0002a700-\U0002b73f\U0002b740-\U0002b81f\U0002b920-\U0002ceaf\uf900-\ufaff\U0002f800-\U0002fa1f]')
+CJK = (r'[\u4e00-\u9fff\u3400-\u4dbf\U00020000-\U0002a6df\U0002a700-\U0002b73f\U0002b740-\U0002b81f'
+       r'\U0002b920-\U0002ceaf\uf900-\ufaff\U0002f800-\U0002fa1f]')
 GPT2_SPLIT = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
 
 def bytes_to_unicode() -> dict:

@@ -216,8 +216,8 @@ def lora_block(adapter_dir, cfg:ArchConfig, shard_index:int) -> tuple:
     if not isinstance(acfg, dict): raise ManifestError(f'{cp}: top level must be an object')
     r, alpha = acfg.get('r'), acfg.get('lora_alpha')
     if isinstance(r, bool) or not isinstance(r, int) or r <= 0: raise ManifestError(f'{cp}: r must be a positive integer, got {r!r}')
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha): raise ManifestError(f'{cp}: lora_alpha '
-                                                                                                                       f'must be a number, got {alpha!r}')
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha):
+        raise ManifestError(f'{cp}: lora_alpha must be a number, got {alpha!r}')
     for k in ('rank_pattern', 'alpha_pattern'):
         if acfg.get(k): raise ManifestError(f'{cp}: {k} is not supported (one LoRA scale per adapter in protocol v1)')
     if acfg.get('use_dora'): raise ManifestError(f'{cp}: DoRA adapters are not supported')
