@@ -89,28 +89,10 @@ def _check_emittable(ir):
     by = {b['name']: b for b in ir['buffers']}
     if 'logits' not in by or 'token_ids' not in by: raise CodegenError('the IR has no "token_ids" or "logits" buffer: the C API needs both')
 
-def _locations(ir, plan):
-    "C pointer expression of every buffer (in `A`/`W` for globals, `AL`/`WL` for per-layer buffers)."
-    W, A, loc = plan['weights'], plan['activations'], {}
-    for e in W['global']: loc[e['buffer']] = f'(W + {e["offset"] // 4})'
-    for e in W['layer']: loc[e['buffer']] = f'(WL + {e["offset"] // 4})'
-    for e in A['global']: loc[e['buffer']] = f'(A + {e["offset"] // 4})'
-    for e in A['layer']: loc[e['buffer']] = f'(AL + {e["offset"] // 4})'
-    for e in A['scratch']: loc[e['buffer']] = f'(A + {(A["scratch_base"] + e["offset"]) // 4})'
-    for b in ir['buffers']:
-        if b['alias_of']: loc[b['name']] = loc[b['alias_of']]
-    return loc
-
 def _forward_c(ir, loc):
     "The C function `forward(m, n)`: the IR's nodes for the n rows of a step."
     pro, body, epi = codegen._split_nodes(ir)
     ctx = codegen._Ctx(slot_view(ir), lambda b: loc[b])
-    def calls(nodes, ind):
-        out = []
-        for n in nodes:
-            ctx.node = n
-            out += [f'{ind}/* {codegen.c_comment(n["op"])} (flags {int(n["flags"])}) */', ind + row_call(ctx)]
-        return '\n'.join(out)
     m = lambda b: loc[b].replace('A +', 'm->a +')
     return f'''/* Run the IR's nodes for the n rows of a step (token_ids, row_pos, row_slot already filled). */
 static int forward(nac_model *m, int n) {{
@@ -118,16 +100,7 @@ static int forward(nac_model *m, int n) {{
     const int32_t *row_pos = (const int32_t *){m("row_pos")}, *row_slot = (const int32_t *){m("row_slot")};
     int rc = NAC_OK;
     (void)W; (void)A; (void)row_pos; (void)row_slot;
-{calls(pro, "    ")}
-    for (int l = 0; l < NAC_LAYERS; l++) {{
-        float *WL = W + NAC_W_LAYER_BASE + (size_t)l * NAC_W_LAYER_STRIDE;
-        float *AL = A + NAC_A_LAYER_BASE + (size_t)l * NAC_A_LAYER_STRIDE;
-        (void)WL; (void)AL;
-{calls(body, "        ")}
-    }}
-{calls(epi, "    ")}
-    return rc;
-}}
+{codegen.layer_loop_c(ctx, pro, body, epi, row_call)}
 '''
 
 # %% ../../nbs/53b_irv2_batch.ipynb #f15a0cd6
@@ -292,19 +265,7 @@ NAC_API const float *nac_logits(const nac_model *m, int row) {{
 
 NAC_API int nac_position(const nac_model *m) {{ return m ? m->pos[0] : 0; }}
 
-NAC_API const char *nac_strerror(int code) {{
-    switch (code) {{
-    case NAC_OK: return "ok";
-    case NAC_E_TOKEN: return "token id out of range";
-    case NAC_E_CONTEXT: return "context length exceeded";
-    case NAC_E_WEIGHTS_SIZE: return "weights buffer has the wrong size";
-    case NAC_E_ARG: return "invalid argument";
-    case NAC_E_NO_WEIGHTS: return "weights not loaded";
-    case NAC_E_SLOT: return "slot out of range";
-    default: return "unknown error";
-    }}
-}}
-'''
+{codegen.c_strerror([('NAC_E_SLOT', 'slot out of range')])}'''
 
 def emit_batch_c(ir:dict, name:str='model', maps:KernelMaps|None=None) -> str:
     "Generate the complete C runtime of a batch IR (see above); `maps` adds the ops of custom kernel maps."
@@ -313,7 +274,7 @@ def emit_batch_c(ir:dict, name:str='model', maps:KernelMaps|None=None) -> str:
         raise CodegenError('the IR has no batch field (one sequence): its C runtime comes from nac_lab.irv2.codegen.emit_c')
     _check_emittable(ir)
     plan = plan_memory(ir)
-    loc = _locations(ir, plan)
+    loc = codegen.buffer_locations(ir, plan)
     return _header_c(ir, plan, name) + '\n' + _forward_c(ir, loc) + _api_c(ir, loc)
 
 # %% ../../nbs/53b_irv2_batch.ipynb #15b88c1f

@@ -15,8 +15,9 @@ from .families import GELU_TANH, register as register_families
 from .kernels_c import C_KERNELS
 
 # %% auto #0
-__all__ = ['EMITTERS', 'WEIGHT_DTYPE_ARGS', 'C_EXTRA', 'C_API_DECLS', 'CFLAGS', 'c_float', 'c_comment', 'c_api_lifecycle',
-           'emit_c', 'cc_command', 'compile_c', 'emit_file']
+__all__ = ['EMITTERS', 'WEIGHT_DTYPE_ARGS', 'C_EXTRA', 'C_API_DECLS', 'C_ERRORS', 'CFLAGS', 'c_float', 'c_comment',
+           'c_api_lifecycle', 'buffer_locations', 'node_calls', 'layer_loop_c', 'c_strerror', 'emit_c', 'cc_command',
+           'compile_c', 'emit_file']
 
 # %% ../../nbs/52_irv2_codegen.ipynb #aacc951d
 class _Ctx:
@@ -225,6 +226,54 @@ NAC_API int nac_load_weights(nac_model *m, const void *buf, size_t nbytes) {
 }
 '''
 
+# %% ../../nbs/52_irv2_codegen.ipynb #b1c375f3
+def buffer_locations(ir:dict, plan:dict, scopes=(('global', 'W', 'A'), ('layer', 'WL', 'AL')), scratch=('scratch',)) -> dict:
+    "`{buffer: C pointer expression}`: `(BASE + offset/4)` per `(scope, weights base, activations base)`; aliases at their target."
+    W, A, loc = plan['weights'], plan['activations'], {}
+    for scope, wb, ab in scopes:
+        for e in W[scope]: loc[e['buffer']] = f'({wb} + {e["offset"] // 4})'
+        for e in A[scope]: loc[e['buffer']] = f'({ab} + {e["offset"] // 4})'
+    for s in scratch:
+        for e in A[s]: loc[e['buffer']] = f'(A + {(A["scratch_base"] + e["offset"]) // 4})'
+    for b in ir['buffers']:
+        if b['alias_of']: loc[b['name']] = loc[b['alias_of']]
+    return loc
+
+# %% ../../nbs/52_irv2_codegen.ipynb #2aa4b25c
+def node_calls(ctx, nodes, indent:str, emit=None) -> str:
+    "The C of `nodes`: per node a comment (op, flags, condition), then its call, `emit(ctx)` (default: `EMITTERS` by kernel)."
+    out = []
+    for n in nodes:
+        ctx.node = n
+        cond = f' when {c_comment(n["condition"])}' if n['condition'] else ''
+        out.append(f'{indent}/* {c_comment(n["op"])} (flags {int(n["flags"])}){cond} */')
+        out.append(indent + (emit(ctx) if emit else EMITTERS[n['kernel']](ctx)))
+    return '\n'.join(out)
+
+def layer_loop_c(ctx, pro, body, epi, emit=None) -> str:
+    "The end of a forward function: the prologue's calls, the loop over layers (`WL`/`AL` at layer `l`), the epilogue, `return rc`."
+    return f'''{node_calls(ctx, pro, "    ", emit)}
+    for (int l = 0; l < NAC_LAYERS; l++) {{
+        float *WL = W + NAC_W_LAYER_BASE + (size_t)l * NAC_W_LAYER_STRIDE;
+        float *AL = A + NAC_A_LAYER_BASE + (size_t)l * NAC_A_LAYER_STRIDE;
+        (void)WL; (void)AL;
+{node_calls(ctx, body, "        ", emit)}
+    }}
+{node_calls(ctx, epi, "    ", emit)}
+    return rc;
+}}'''
+
+C_ERRORS = (('NAC_OK', 'ok'), ('NAC_E_TOKEN', 'token id out of range'), ('NAC_E_CONTEXT', 'context length exceeded'),
+            ('NAC_E_WEIGHTS_SIZE', 'weights buffer has the wrong size'), ('NAC_E_ARG', 'invalid argument'),
+            ('NAC_E_NO_WEIGHTS', 'weights not loaded'))
+"The error codes every runtime returns, with their `nac_strerror` text."
+
+def c_strerror(extra=()) -> str:
+    "The C function `nac_strerror`: the messages of `C_ERRORS` and of the runtime's own `extra` (code, message) pairs."
+    cases = ''.join(f'    case {code}: return "{msg}";\n' for code, msg in C_ERRORS + tuple(extra))
+    return f'NAC_API const char *nac_strerror(int code) {{\n    switch (code) {{\n{cases}    default: return "unknown error";\n    }}\n}}\n'
+
+
 # %% ../../nbs/52_irv2_codegen.ipynb #76288c5b
 def _split_nodes(ir):
     nodes, L = ir['nodes'], ir['config']['num_hidden_layers']
@@ -260,25 +309,9 @@ def emit_c(ir:dict, name:str='model', maps:KernelMaps|None=None) -> str:
     cfg, L = ir['config'], ir['config']['num_hidden_layers']
     by = {b['name']: b for b in ir['buffers']}
     W, A = plan['weights'], plan['activations']
-    loc = {}
-    for e in W['global']: loc[e['buffer']] = f'(W + {e["offset"] // 4})'
-    for e in W['layer']: loc[e['buffer']] = f'(WL + {e["offset"] // 4})'
-    for e in A['global']: loc[e['buffer']] = f'(A + {e["offset"] // 4})'
-    for e in A['layer']: loc[e['buffer']] = f'(AL + {e["offset"] // 4})'
-    for e in A['scratch']: loc[e['buffer']] = f'(A + {(A["scratch_base"] + e["offset"]) // 4})'
-    def ptr(buf):
-        b = by[buf]
-        return loc[b['alias_of'] or buf]
+    loc = buffer_locations(ir, plan)
     pro, body, epi = _split_nodes(ir)
-    ctx = _Ctx(ir, ptr)
-    def calls(nodes, indent):
-        out = []
-        for n in nodes:
-            ctx.node = n
-            out.append(f'{indent}/* {c_comment(n["op"])} (flags '
-                       f'{int(n["flags"])}){" when " + c_comment(n["condition"]) if n["condition"] else ""} */')
-            out.append(indent + EMITTERS[n['kernel']](ctx))
-        return '\n'.join(out)
+    ctx = _Ctx(ir, loc.__getitem__)
     dims = '\n'.join(f'#define NAC_DIM_{d["name"].upper():<22} {d["value"]}  /* id {d["id"]} */' for d in ir['dimensions'])
     lay = lambda arena, es, base: '\n'.join(f'   {base:<8}{c_comment(e["buffer"]):<12} byte offset {e["offset"]:>12}  size '
                                             f'{e["bytes"]:>12}' for e in es)
@@ -359,16 +392,7 @@ NAC_API const char *nac_strerror(int code);
 static int forward(nac_model *m, int pos0, int n) {{
     float *W = m->w, *A = m->a;
     int rc = NAC_OK;
-{calls(pro, "    ")}
-    for (int l = 0; l < NAC_LAYERS; l++) {{
-        float *WL = W + NAC_W_LAYER_BASE + (size_t)l * NAC_W_LAYER_STRIDE;
-        float *AL = A + NAC_A_LAYER_BASE + (size_t)l * NAC_A_LAYER_STRIDE;
-        (void)WL; (void)AL;
-{calls(body, "        ")}
-    }}
-{calls(epi, "    ")}
-    return rc;
-}}
+{layer_loop_c(ctx, pro, body, epi)}
 
 {c_api_lifecycle(rope)}
 NAC_API int nac_prefill(nac_model *m, const int32_t *tokens, int n) {{
@@ -409,18 +433,7 @@ NAC_API const float *nac_logits(const nac_model *m, int row) {{
 
 NAC_API int nac_position(const nac_model *m) {{ return m ? m->pos : 0; }}
 
-NAC_API const char *nac_strerror(int code) {{
-    switch (code) {{
-    case NAC_OK: return "ok";
-    case NAC_E_TOKEN: return "token id out of range";
-    case NAC_E_CONTEXT: return "context length exceeded";
-    case NAC_E_WEIGHTS_SIZE: return "weights buffer has the wrong size";
-    case NAC_E_ARG: return "invalid argument";
-    case NAC_E_NO_WEIGHTS: return "weights not loaded";
-    default: return "unknown error";
-    }}
-}}
-'''
+{c_strerror()}'''
     return src
 
 # %% ../../nbs/52_irv2_codegen.ipynb #7c0dcaa6

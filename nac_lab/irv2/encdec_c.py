@@ -4,14 +4,14 @@
 
 # %% ../../nbs/58d_irv2_encdec_c.ipynb #bcfc3f50
 from __future__ import annotations
-import ctypes, hashlib, math, os, tempfile
+import ctypes, math
 from pathlib import Path
 import numpy as np
 from ..fileio import atomic_write
 from .maps import CodegenError, RuntimeFailure, WeightError
 from . import codegen
-from .codegen import C_KERNELS, EMITTERS, c_comment, c_float, cc_command, compile_c
-from .run import cache_dir, _cc_version
+from .codegen import C_KERNELS, EMITTERS, c_comment, c_float
+from .run import LibModel, compile_ir
 from .weights import SafeTensors, merged_shapes
 from .encdec import (ENCDEC_KERNELS, FLAG_CAUSAL, FLAG_CROSS, STAGES, validate_encdec_ir, plan_encdec_memory,
                                  load_encdec_ir, build_encdec_ir)
@@ -201,27 +201,14 @@ def _stage_nodes(ir, stage):
     return pro, body.get(0, []), epi
 
 def _locations(ir, plan):
-    W, A = plan['weights'], plan['activations']
-    loc = {}
-    for e in W['global']: loc[e['buffer']] = f'(W + {e["offset"] // 4})'
-    for e in W['encoder']: loc[e['buffer']] = f'(WE + {e["offset"] // 4})'
-    for e in W['decoder']: loc[e['buffer']] = f'(WD + {e["offset"] // 4})'
-    for e in A['global']: loc[e['buffer']] = f'(A + {e["offset"] // 4})'
-    for e in A['encoder']: loc[e['buffer']] = f'(AE + {e["offset"] // 4})'
-    for e in A['decoder']: loc[e['buffer']] = f'(AD + {e["offset"] // 4})'
-    for e in A['scratch_encoder'] + A['scratch_decoder']: loc[e['buffer']] = f'(A + {(A["scratch_base"] + e["offset"]) // 4})'
-    by = {b['name']: b for b in ir['buffers']}
-    return lambda buf: loc[by[buf]['alias_of'] or buf]
+    "The C pointer of each buffer (`irv2.codegen.buffer_locations`): encoder layers in `WE`/`AE`, decoder layers in `WD`/`AD`."
+    loc = codegen.buffer_locations(ir, plan, (('global', 'W', 'A'), ('encoder', 'WE', 'AE'), ('decoder', 'WD', 'AD')),
+                                   ('scratch_encoder', 'scratch_decoder'))
+    return loc.__getitem__
 
 def _c_body(ir, ptr):
     ctx = _EncDecCtx(ir, ptr)
-    def calls(nodes, indent):
-        out = []
-        for n in nodes:
-            ctx.node = n
-            out.append(f'{indent}/* {c_comment(n["op"])} (flags {int(n["flags"])}) */')
-            out.append(indent + ENCDEC_EMITTERS[n['kernel']](ctx))
-        return '\n'.join(out)
+    def calls(nodes, indent): return codegen.node_calls(ctx, nodes, indent, lambda c: ENCDEC_EMITTERS[c.node['kernel']](c))
     (ep, eb, ee), (_, cb, _), (dp, db, de) = (_stage_nodes(ir, s) for s in STAGES)
     return f'''static int encode_forward(nac_model *m, int n) {{
     float *W = m->w, *A = m->a;
@@ -313,20 +300,7 @@ NAC_API const float *nac_encoder_output(const nac_model *m) { return m && m->enc
 NAC_API int nac_encoded_length(const nac_model *m) { return m ? m->enc_len : 0; }
 NAC_API int nac_position(const nac_model *m) { return m ? m->pos : 0; }
 
-NAC_API const char *nac_strerror(int code) {
-    switch (code) {
-    case NAC_OK: return "ok";
-    case NAC_E_TOKEN: return "token id out of range";
-    case NAC_E_CONTEXT: return "context length exceeded";
-    case NAC_E_WEIGHTS_SIZE: return "weights buffer has the wrong size";
-    case NAC_E_ARG: return "invalid argument";
-    case NAC_E_NO_WEIGHTS: return "weights not loaded";
-    case NAC_E_NOT_ENCODED: return "decode before encode";
-    case NAC_E_NO_DECODER: return "the model has no decoder";
-    default: return "unknown error";
-    }
-}
-'''
+''' + codegen.c_strerror([('NAC_E_NOT_ENCODED', 'decode before encode'), ('NAC_E_NO_DECODER', 'the model has no decoder')])
 
 def emit_encdec_c(ir:dict, name:str='model') -> str:
     "Generate the complete C runtime of an encoder(-decoder) IR (see above)."
@@ -413,18 +387,8 @@ NAC_API const char *nac_strerror(int code);
 
 # %% ../../nbs/58d_irv2_encdec_c.ipynb #8c9bc642
 def compile_encdec(ir:dict, cache=None, openmp:bool=False, extra=()) -> Path:
-    "Generate, compile (unless cached) and return the shared library of an encoder-decoder IR."
-    src = emit_encdec_c(ir)
-    cmd = cc_command('model.c', 'libmodel.so', openmp, extra)
-    d = cache_dir(cache)/hashlib.sha256('\0'.join([src, ' '.join(cmd), _cc_version(cmd[0])]).encode()).hexdigest()[:24]
-    lib = d/'libmodel.so'
-    if lib.exists(): return lib
-    d.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=d) as tmp:
-        (Path(tmp)/'model.c').write_text(src)
-        compile_c(Path(tmp)/'model.c', Path(tmp)/'libmodel.so', openmp, extra)
-        os.replace(Path(tmp)/'model.c', d/'model.c'); os.replace(Path(tmp)/'libmodel.so', lib)
-    return lib
+    "Generate, compile (unless cached: `irv2.run.compile_ir`) and return the shared library of an encoder-decoder IR."
+    return compile_ir(ir, cache, openmp, extra, emit=lambda ir, name, maps: emit_encdec_c(ir, name))
 
 def encdec_weights_image(ir:dict, st) -> np.ndarray:
     "The fp32 weights arena of an encoder-decoder IR filled from safetensors `st` (path or `SafeTensors`) by tensor name."
@@ -453,7 +417,7 @@ _API = [('nac_init', 'vp', []), ('nac_free', None, ['vp']), ('nac_weights_bytes'
         ('nac_decode_tokens', 'int', ['vp', 'i32p', 'int']), ('nac_logits', 'f32p', ['vp', 'int']), ('nac_encoder_output', 'f32p', ['vp']),
         ('nac_encoded_length', 'int', ['vp']), ('nac_position', 'int', ['vp']), ('nac_strerror', 'str', ['int'])]
 
-class EncDecRuntime:
+class EncDecRuntime(LibModel):
     "A compiled encoder-decoder IR loaded through ctypes: `encode`, then `decode` step by step (see above)."
     def __init__(self, ir, weights, cache=None, openmp:bool=False, extra=()):
         self.ir = ir if isinstance(ir, dict) else load_encdec_ir(ir)
@@ -522,11 +486,6 @@ class EncDecRuntime:
             tok = int(np.argmax(self.decode([tok])[0])); out.append(tok)
         return out
 
-    def close(self):
-        if getattr(self, 'm', None): self.lib.nac_free(self.m); self.m = None
-    def __del__(self):
-        try: self.close()
-        except Exception: pass
 
 def emit_encdec_file(ir_path, out_path, name:str|None=None) -> Path:
     "Read the encoder-decoder IR at `ir_path` and write its C runtime to `out_path` (never over the IR)."

@@ -16,7 +16,8 @@ from ..fileio import atomic_write
 from .weights import ST_DTYPES, SafeTensors, merged_shapes, weights_image  # noqa: F401 (re-exported: weight files have their own module)
 
 # %% auto #0
-__all__ = ['cache_dir', 'compile_ir', 'physical_memory', 'Runtime', 'TorchReference', 'random_weights', 'save_weights']
+__all__ = ['cache_dir', 'compile_ir', 'physical_memory', 'LibModel', 'Runtime', 'TorchReference', 'random_weights',
+           'save_weights']
 
 # %% ../../nbs/53_irv2_run.ipynb #3464327f
 def cache_dir(path=None) -> Path:
@@ -56,7 +57,15 @@ def physical_memory() -> int|None:
     try: return os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE')
     except (ValueError, OSError, AttributeError): return None
 
-class Runtime:
+class LibModel:
+    "A model held by a compiled library through ctypes (`lib`, handle `m`): `close()` frees it once; garbage collection closes it."
+    def close(self):
+        if getattr(self, 'm', None): self.lib.nac_free(self.m); self.m = None
+    def __del__(self):
+        try: self.close()
+        except Exception: pass
+
+class Runtime(LibModel):
     "A compiled IR v2 model loaded through ctypes (see above)."
     emitter = None   # the C generator (None: codegen.emit_c); irv2.batch.BatchRuntime sets emit_batch_c
     def __init__(self, ir, weights, cache=None, openmp:bool=False, extra=(), maps=None):
@@ -135,12 +144,6 @@ class Runtime:
             nxt = int(np.argmax(logits)); out.append(nxt)
             if i + 1 < steps: logits = self.decode(nxt)
         return out
-
-    def close(self):
-        if getattr(self, 'm', None): self.lib.nac_free(self.m); self.m = None
-    def __del__(self):
-        try: self.close()
-        except Exception: pass
 
 # %% ../../nbs/53_irv2_run.ipynb #82965192
 class TorchReference:
