@@ -325,7 +325,7 @@ class BatchRuntime(Runtime):
     def reset(self, slot:int|None=None):
         "Empty slot `slot` (every slot when None) so that it can take a new sequence."
         if slot is not None: self._check_slot(slot, 'reset')
-        self._check(self.lib.nac_reset(self.m, -1 if slot is None else int(slot)), 'nac_reset')
+        self._check_rc(self.lib.nac_reset(self.m, -1 if slot is None else int(slot)), 'nac_reset')
 
 # %% ../../nbs/53b_irv2_batch.ipynb #7d598ec4
 @patch
@@ -342,7 +342,7 @@ def step(self:BatchRuntime, tokens, slots) -> np.ndarray:
             raise RuntimeFailure(f'row {r}: slot {sl} is full ({self.context} positions): reset it, or build the IR with a larger --ctx')
         nxt[sl] += 1
     ta, sa, p = np.ascontiguousarray(t, dtype=np.int32), np.ascontiguousarray(s, dtype=np.int32), ctypes.POINTER(ctypes.c_int32)
-    self._check(self.lib.nac_step(self.m, ta.ctypes.data_as(p), sa.ctypes.data_as(p), len(t)), 'nac_step')
+    self._check_rc(self.lib.nac_step(self.m, ta.ctypes.data_as(p), sa.ctypes.data_as(p), len(t)), 'nac_step')
     return self._rows(len(t))
 
 @patch

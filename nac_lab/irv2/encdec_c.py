@@ -434,10 +434,7 @@ class EncDecRuntime(LibModel):
         if not self.m: raise RuntimeFailure('nac_init could not allocate the arenas; build the IR with a smaller --ctx')
         img = weights if isinstance(weights, np.ndarray) else encdec_weights_image(self.ir, weights)
         img = np.ascontiguousarray(img, dtype=np.float32)
-        self._check(L.nac_load_weights(self.m, img.ctypes.data, img.nbytes), 'nac_load_weights')
-
-    def _check(self, rc, what):
-        if rc: raise RuntimeFailure(f'{what}: {self.lib.nac_strerror(rc).decode()} (code {rc})')
+        self._check_rc(L.nac_load_weights(self.m, img.ctypes.data, img.nbytes), 'nac_load_weights')
 
     def _ids(self, tokens, what, limit):
         t = np.asarray(tokens)
@@ -458,7 +455,7 @@ class EncDecRuntime(LibModel):
             ntypes = self.ir['config']['type_vocab_size']
             if t.shape != (n,) or not ((0 <= t) & (t < ntypes)).all(): raise RuntimeFailure(f'types must be {n} ids in [0, {ntypes})')
             tp = t.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
-        self._check(self.lib.nac_encode_types(self.m, p, tp, n), 'nac_encode')
+        self._check_rc(self.lib.nac_encode_types(self.m, p, tp, n), 'nac_encode')
         row = self.lib.nac_encoder_row()
         return np.ctypeslib.as_array(self.lib.nac_encoder_output(self.m), (n * row,)).reshape(n, row)[:, :self.hidden].copy()
 
@@ -468,7 +465,7 @@ class EncDecRuntime(LibModel):
             raise RuntimeFailure(f'a {self.ir["config"]["model_type"]} model has no decoder: use encode()')
         if not self.lib.nac_encoded_length(self.m): raise RuntimeFailure('decode before encode: call encode(ids) first')
         p, keep, n = self._ids(tokens, 'decode', self.context - self.position)
-        self._check(self.lib.nac_decode_tokens(self.m, p, n), 'nac_decode_tokens')
+        self._check_rc(self.lib.nac_decode_tokens(self.m, p, n), 'nac_decode_tokens')
         return np.stack([np.ctypeslib.as_array(self.lib.nac_logits(self.m, i), (self.vocab,)).copy() for i in range(n)])
 
     @property

@@ -59,6 +59,9 @@ def physical_memory() -> int|None:
 
 class LibModel:
     "A model held by a compiled library through ctypes (`lib`, handle `m`): `close()` frees it once; garbage collection closes it."
+    def _check_rc(self, rc, what):
+        "Raise `RuntimeFailure` naming the C call `what` unless it returned `NAC_OK`."
+        if rc: raise RuntimeFailure(f'{what}: {self.lib.nac_strerror(rc).decode()} (code {rc})')
     def close(self):
         if getattr(self, 'm', None): self.lib.nac_free(self.m); self.m = None
     def __del__(self):
@@ -94,10 +97,7 @@ class Runtime(LibModel):
                                  f'{plan["activations"]["total"]:,} bytes); build the IR with a smaller --ctx')
         img = weights if isinstance(weights, np.ndarray) else weights_image(self.ir, weights)
         img = np.ascontiguousarray(img) if img.dtype == np.uint8 else np.ascontiguousarray(img, dtype=np.float32)
-        self._check(L.nac_load_weights(self.m, img.ctypes.data, img.nbytes), 'nac_load_weights')
-
-    def _check(self, rc, what):
-        if rc: raise RuntimeFailure(f'{what}: {self.lib.nac_strerror(rc).decode()} (code {rc})')
+        self._check_rc(L.nac_load_weights(self.m, img.ctypes.data, img.nbytes), 'nac_load_weights')
 
     def _check_token(self, v, what):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 0 <= v < self.vocab:
@@ -118,7 +118,7 @@ class Runtime(LibModel):
         if t.size > self.context: raise RuntimeFailure(f'prefill of {t.size} tokens exceeds the context of {self.context} this IR was '
                                                        f'built for')
         t = np.ascontiguousarray(t, dtype=np.int32)
-        self._check(self.lib.nac_prefill(self.m, t.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)), int(t.size)), 'nac_prefill')
+        self._check_rc(self.lib.nac_prefill(self.m, t.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)), int(t.size)), 'nac_prefill')
         return self._rows(t.size)
 
     def decode(self, token:int) -> np.ndarray:
@@ -127,7 +127,7 @@ class Runtime(LibModel):
         if self.position >= self.context:
             raise RuntimeFailure(f'decode at position {self.position}: the context of {self.context} tokens this IR was built for is full '
                                  f'(build with a larger --ctx)')
-        self._check(self.lib.nac_decode(self.m, int(token)), 'nac_decode')
+        self._check_rc(self.lib.nac_decode(self.m, int(token)), 'nac_decode')
         return self._rows(1)[0]
 
     @property

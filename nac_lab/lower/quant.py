@@ -146,7 +146,7 @@ def pool_attrs(l, in_shape) -> dict:
     return dict(kernel_shape=[H // oh, W // ow], strides=[H // oh, W // ow], pads=[0, 0, 0, 0])
 
 # %% ../../nbs/67_lower_quant.ipynb #3c53e6d5
-def _ev(l, xs, shapes):
+def _layer_value(l, xs, shapes):
     "The float64 value of layer `l` from its input values `xs`."
     import torch.nn.functional as F
     T = lambda a: torch.from_numpy(np.ascontiguousarray(a, np.float64))
@@ -183,7 +183,7 @@ def eval_float(g, *inputs) -> dict:
     "Every value of layer graph `g` (inputs and layer outputs, PyTorch layout) in float64."
     v = {n: np.asarray(x, np.float64) for n, x in zip(g.inputs, inputs)}
     shapes = dict(g.inputs) | {l.name: l.shape for l in g.layers}
-    for l in g.layers: v[l.name] = np.asarray(_ev(l, [v[n] for n in l.inputs], shapes), np.float64)
+    for l in g.layers: v[l.name] = np.asarray(_layer_value(l, [v[n] for n in l.inputs], shapes), np.float64)
     return v
 
 # %% ../../nbs/67_lower_quant.ipynb #11298879

@@ -110,7 +110,7 @@ def _place(el, inst, node):
 # %% ../../nbs/38b_nem_elab.ipynb #7c92945e
 MAX_INSTANCES = 2_000_000    # task instances (and gates) the functional executor unrolls before refusing
 
-class _Walk:
+class _Unroller:
     def __init__(self, el, limit):
         self.el, self.insts, self.tok, self.gate = el, el.insts, {}, None
         self.marked, self.n_marked, self.n_tasks, self.limit = bytearray(), 0, 0, limit
@@ -144,7 +144,7 @@ class _Walk:
             st.extend(ins[x].deps)
 
 # %% ../../nbs/38b_nem_elab.ipynb #9dcc6dc0
-def _walk(w:_Walk, body, env, regions, it):
+def _unroll(w:_Unroller, body, env, regions, it):
     el = w.el
     for s in body:
         t = type(s)
@@ -191,7 +191,7 @@ def _walk(w:_Walk, body, env, regions, it):
                         w.set_gate(g)
                 e2 = dict(env); e2[s.var] = v
                 a = len(w.insts)
-                _walk(w, s.body, e2, dict(regions), it + ((s.var, v),))
+                _unroll(w, s.body, e2, dict(regions), it + ((s.var, v),))
                 spans.append((a, len(w.insts)))
             continue
 
@@ -208,7 +208,7 @@ def elaborate(cr:CheckResult, token_limit:bool=True) -> Elab:
     check_consts(ctx)
     el = Elab([], {}, cr.device, file, ctx, dict(cr.ws.sources))
     lim = cr.device.unit_chars.get('SEQ', {}).get('max_active_tokens') if (cr.device is not None and token_limit) else None
-    _walk(_Walk(el, lim), cr.program.body, dict(ctx.consts), {}, ())
+    _unroll(_Unroller(el, lim), cr.program.body, dict(ctx.consts), {}, ())
     return el
 
 def load_program(program, device=None) -> CheckResult:

@@ -314,7 +314,7 @@ def _operand(b, op, env, regions, node, it):
     if bi is not None: return RegionVal(ref.id, ref.id, 0, bi.size, None, None, None, None, None, [], op)
     raise b.err(node, it, f'operand {ref.id!r} is not a region or buffer here', 'exec.operand')
 
-def _walk(b, body, env, regions, it):
+def _unroll_rows(b, body, env, regions, it):
     for s in body:
         t = type(s)
         if t is Const: continue
@@ -344,7 +344,7 @@ def _walk(b, body, env, regions, it):
                 it2 = it + ((s.var, v),)
                 if k >= nif and spans[k - nif][1] > spans[k - nif][0]: _join(b, s, list(range(*spans[k - nif])), it2)
                 e2 = dict(env); e2[s.var] = v
-                a = b.n; _walk(b, s.body, e2, dict(regions), it2); spans.append((a, b.n))
+                a = b.n; _unroll_rows(b, s.body, e2, dict(regions), it2); spans.append((a, b.n))
 
 # %% ../../nbs/38e_nem_table.ipynb #0af10521
 _DT = dict(kind=np.int8, pool=np.int32, pin=np.int32, fixed=np.float64, nbytes=np.int64, macs=np.int64, work=np.int64, touch=np.int64,
@@ -568,7 +568,7 @@ def build_table(cr:CheckResult, uc:dict|None=None, token_limit:bool=True) -> Tab
     uc = uc or characteristics(cr.device)
     lim = cr.device.unit_chars.get('SEQ', {}).get('max_active_tokens') if (cr.device is not None and token_limit) else None
     b = _Build(cr, uc, lim)
-    _walk(b, cr.program.body, dict(b.ctx.consts), {}, ())
+    _unroll_rows(b, cr.program.body, dict(b.ctx.consts), {}, ())
     _flush(b)
     cols = {c: (np.concatenate(b.chunks[c]).astype(_DT[c], copy=False) if b.chunks[c] else np.zeros(0, _DT[c])) for c in COLS}
     n = b.n
