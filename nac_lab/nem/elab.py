@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['MAX_INSTANCES', 'Inst', 'Elab', 'unit_of', 'pin_of', 'elaborate', 'load_program']
+__all__ = ['MAX_INSTANCES', 'Inst', 'Elab', 'unit_of', 'pin_of', 'require_checked', 'live_token_limit', 'elaborate',
+           'load_program']
 
 # %% ../../nbs/38b_nem_elab.ipynb #39fca546
 # The NEM front end, imported in one place (public names only).
@@ -196,18 +197,26 @@ def _unroll(w:_Unroller, body, env, regions, it):
             continue
 
 # %% ../../nbs/38b_nem_elab.ipynb #c034e650
-def elaborate(cr:CheckResult, token_limit:bool=True) -> Elab:
-    "Unroll checked program `cr` (it must have no errors) into an `Elab`."
+def require_checked(cr:CheckResult) -> None:
+    "Raise `NemExecError` (the first check error, at its place) unless `cr` passed check and holds a program."
     if not cr.ok:
         e = cr.errors[0]
         raise NemExecError(f'the program does not pass check ({len(cr.errors)} error(s)); first: {e.message}', e.file, e.line, e.col,
                            e.rule)
     if cr.program is None: raise NemExecError('the file has no program to run', cr.ws.root.file if cr.ws.root else '<string>')
+
+def live_token_limit(cr:CheckResult, token_limit:bool=True) -> int|None:
+    "The live-token limit of the sequencer of `cr`'s device (`SEQ.max_active_tokens`); None without a device or `token_limit`."
+    return cr.device.unit_chars.get('SEQ', {}).get('max_active_tokens') if (cr.device is not None and token_limit) else None
+
+def elaborate(cr:CheckResult, token_limit:bool=True) -> Elab:
+    "Unroll checked program `cr` (it must have no errors) into an `Elab`."
+    require_checked(cr)
     file = cr.ws.root.file
     ctx = Ctx(cr.ws, cr.program, cr.device, file)
     check_consts(ctx)
     el = Elab([], {}, cr.device, file, ctx, dict(cr.ws.sources))
-    lim = cr.device.unit_chars.get('SEQ', {}).get('max_active_tokens') if (cr.device is not None and token_limit) else None
+    lim = live_token_limit(cr, token_limit)
     _unroll(_Unroller(el, lim), cr.program.body, dict(ctx.consts), {}, ())
     return el
 

@@ -19,7 +19,7 @@ from .evaluate import eval_int, names_in
 from .types import BITWIDTH, INT_TYPES
 from .check_ctx import CheckResult, Ctx, RegionVal, check_consts, check_buffer, eval_region
 from .memory import NemExecError
-from .elab import unit_of, pin_of
+from .elab import unit_of, pin_of, require_checked, live_token_limit
 
 # %% ../../nbs/38e_nem_table.ipynb #bdd9db18
 DEFAULTS = dict(SEQ=dict(clock_mhz=1000, dispatch_cycles=0),
@@ -560,13 +560,9 @@ def _weights(b, nbytes):
 # %% ../../nbs/38e_nem_table.ipynb #0997bea9
 def build_table(cr:CheckResult, uc:dict|None=None, token_limit:bool=True) -> Table:
     "The timing table of checked program `cr` (it must have no errors), with characteristics `uc` (default: its device's)."
-    if not cr.ok:
-        e = cr.errors[0]
-        raise NemExecError(f'the program does not pass check ({len(cr.errors)} error(s)); first: {e.message}', e.file, e.line, e.col,
-                           e.rule)
-    if cr.program is None: raise NemExecError('the file has no program to run', cr.ws.root.file if cr.ws.root else '<string>')
+    require_checked(cr)
     uc = uc or characteristics(cr.device)
-    lim = cr.device.unit_chars.get('SEQ', {}).get('max_active_tokens') if (cr.device is not None and token_limit) else None
+    lim = live_token_limit(cr, token_limit)
     b = _Build(cr, uc, lim)
     _unroll_rows(b, cr.program.body, dict(b.ctx.consts), {}, ())
     _flush(b)
