@@ -9,7 +9,7 @@ from nac_lab.core import data_path
 from nac_lab.cli import run_cli
 from nac_lab.ark.format import read_ark, ark_text
 from nac_lab.ark.check import ArkBuilder, tp_mlp
-from nac_lab.ark.exec import ArkExecutor, ArkExecError, resize, tensor_view
+from nac_lab.ark.exec import ArkExecutor, ArkExecError, resize
 
 
 def _flat_index(idx, offsets, strides):

@@ -1,7 +1,6 @@
 """ARK model files: byte-identical rewrite of every real file, era conversion, the fast and general readers
 agree, typed errors with JSON paths under seeded fuzzing, nlohmann's number format."""
-import json, math, random, re
-from pathlib import Path
+import json, random, re
 import numpy as np
 import pytest
 from nac_lab.binio import NacLabError

@@ -1,16 +1,15 @@
 """ARK <-> NAC through files and the CLI: round trips on the zoo MLP and transformer blocks, the weights file
 ruling, and clear refusals."""
 import json
-from pathlib import Path
 import numpy as np
 import pytest
 import torch, torch.nn as nn, torch.nn.functional as F
 from nac_lab.cli import run_cli
 from nac_lab.nac.zoo import build_model, example_inputs
 from nac_lab.nac.compile import compile as nac_compile, load as nac_load
-from nac_lab.ark.format import read_ark, ark_text
+from nac_lab.ark.format import ark_text
 from nac_lab.ark.check import ArkBuilder
-from nac_lab.ark.nac import from_nac, to_nac, load_weights, ArkNacError, WEIGHTS_KEY
+from nac_lab.ark.nac import from_nac, to_nac, ArkNacError, WEIGHTS_KEY
 
 
 class RmsSwiGlu(nn.Module):

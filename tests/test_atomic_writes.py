@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
-from nac_lab.binio import NacLabError, WriteError
+from nac_lab.binio import WriteError
 from nac_lab.cli import run_cli
 from nac_lab.core import data_path
 import nac_lab.fileio as fileio
@@ -19,7 +19,7 @@ from nac_lab.irv2.codegen import emit_file
 from nac_lab.irv2.maps import copy_maps
 from nac_lab.irv2.run import random_weights, save_weights
 from nac_lab.trillim.config import load_hf_config
-from nac_lab.trillim.manifest import tiny_checkpoint, tiny_adapter, build_manifest, write_manifest
+from nac_lab.trillim.manifest import tiny_checkpoint, tiny_adapter, build_manifest
 import nac_lab.trillim.files as tfiles
 from nac_lab.trillim.files import quantize, TrillimFileError
 

@@ -4,7 +4,7 @@ import os, re, shutil, subprocess, sys
 from pathlib import Path
 import pytest
 from nac_lab.core import repo_root
-from nac_lab.docs import build_docs, readme_text
+from nac_lab.docs import readme_text
 
 ROOT = repo_root()
 CHROMIUM = shutil.which('chromium') or shutil.which('chromium-browser') or shutil.which('google-chrome')

@@ -6,7 +6,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 from nac_lab.fxp.types import QFormat, FxpError, RawRangeError
-from nac_lab.fxp.requant import quantize_multiplier, requantize, srdhm, rdbpot, mbqm_double, mbqm_single
+from nac_lab.fxp.requant import quantize_multiplier, requantize, srdhm, rdbpot, mbqm_double
 
 I32MIN, I32MAX = -2**31, 2**31 - 1
 

@@ -1,11 +1,9 @@
 """Each hostile input of issue #13 items 3-6 (IR v2 and Trillim) as a test: a typed error (a `NacLabError`
 subclass) whose message names the place, in bounded time and memory -- never a bare exception, a hang, an
 allocation a header asked for, or a silently wrong result."""
-import io, json, math, os, signal, struct
+import io, json, os, signal, struct
 from pathlib import Path
-import numpy as np
 import pytest
-import torch
 from safetensors.torch import load_file, save_file
 from nac_lab.binio import NacLabError, FormatError
 from nac_lab.cli import run_cli
@@ -13,7 +11,7 @@ from nac_lab.core import data_path
 from nac_lab.trillim.config import ConfigError, arch_from_hf, load_hf_config, config_args
 from nac_lab.trillim.manifest import tiny_checkpoint, tiny_adapter, build_manifest, ManifestError
 from nac_lab.trillim.files import quantize, read_tensors, read_lora, TrillimFileError
-from nac_lab.trillim.engine import load_model, serve, sample, env_seed, engine_main, EngineError
+from nac_lab.trillim.engine import load_model, serve, env_seed, engine_main
 from nac_lab.irv2.build import build_ir, read_config, load_ir, save_ir
 from nac_lab.irv2.maps import IrError, ConfigError as IrConfigError, MapError, load_maps, copy_maps
 

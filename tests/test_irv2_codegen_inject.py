@@ -12,11 +12,10 @@ with -std=c11), line splices, then comments and string/char literals -- and chec
 The strings are built from pieces designed to leave a C comment or literal, combined by a seeded RNG.
 The reproducer of the issue runs through the real CLI and must not create its marker file."""
 import copy, json, os, random, re, subprocess, sys
-from pathlib import Path
 import pytest
 from nac_lab.binio import NacLabError
 from nac_lab.core import data_path
-from nac_lab.irv2.build import build_ir, save_ir, validate_ir, load_ir
+from nac_lab.irv2.build import build_ir, save_ir, validate_ir
 from nac_lab.irv2.codegen import emit_c, c_comment, emit_file
 from nac_lab.irv2.maps import IrError
 from nac_lab.irv2.run import random_weights, save_weights

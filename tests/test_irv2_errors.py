@@ -1,7 +1,6 @@
 """IR v2: the builder on real configs, the strict compile, and the typed errors of every input
 (config, kernel maps, IR, weights, command line)."""
 import copy, json
-from pathlib import Path
 import numpy as np
 import pytest
 import torch

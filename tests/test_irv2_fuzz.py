@@ -12,13 +12,13 @@ anywhere in the tree replaced by a hostile one) and raw IR text (byte-level edit
 * `irv2 build` / `irv2 emit` on mutated inputs write nothing but the requested output.
 
 Everything is built in memory or with relative paths, so the cases do not depend on the temporary path."""
-import copy, json, os, random, re, signal, tracemalloc
+import copy, json, os, random, re
 from pathlib import Path
 import pytest
 from nac_lab.binio import NacLabError
 from nac_lab.cli import run_cli
 from nac_lab.core import data_path
-from nac_lab.irv2.build import build_ir, read_config, validate_ir, load_ir
+from nac_lab.irv2.build import build_ir, validate_ir, load_ir
 from nac_lab.irv2.codegen import emit_c
 from nac_lab.irv2.maps import Irv2Error
 

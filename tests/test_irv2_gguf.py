@@ -6,7 +6,7 @@ import numpy as np, pytest, torch
 import gguf, gguf.quants as gq
 from nac_lab.binio import NacLabError, TruncatedError, LimitError
 from nac_lab.irv2.gguf import (read_gguf, write_gguf, tiny_llama, open_gguf, gguf_config, gguf_tensor, gguf_to_safetensors,
-                               permute_qk, unpermute_qk, GGUFError, hf_name)
+                               permute_qk, unpermute_qk, GGUFError)
 from nac_lab.irv2.quant import quantize, dequantize
 from nac_lab.torchref import rope_angles, rope_rotate, rope_rotate_adjacent
 

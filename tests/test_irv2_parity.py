@@ -1,13 +1,12 @@
 """IR v2 end to end: the generated C runtime against an independent PyTorch implementation (and against
 `transformers`, where installed) on the tiny Llama-style and Qwen2-style configs: prefill 16 tokens, decode 8,
 logits within 1e-4 max abs, greedy tokens identical."""
-import json, math
-from pathlib import Path
+import json
 import numpy as np
 import pytest
 import torch
 from nac_lab.core import data_path
-from nac_lab.irv2.build import build_ir, save_ir
+from nac_lab.irv2.build import build_ir
 from nac_lab.irv2.run import Runtime, TorchReference, random_weights, save_weights
 
 CONFIGS = ['tiny-llama.json', 'tiny-qwen2.json']

@@ -3,7 +3,7 @@ the C decoders against the `gguf` package's own decoder, bit for bit; typed mode
 `transformers` on the same weights decoded to fp32 (greedy tokens identical, logits within a tolerance per dtype);
 GGUF files built with `gguf.GGUFWriter` (Llama with permuted Q/K and a tied embedding, Qwen2 with biases) run from
 the mapped file; the CLI; the kernels under AddressSanitizer + UBSan."""
-import json, os, subprocess, sys
+import os, subprocess, sys
 import numpy as np, pytest, torch
 import gguf.quants as gq
 from gguf import GGMLQuantizationType

@@ -2,7 +2,7 @@
 and against a scalar, loop-by-loop float32 transcription of GGML's reference quantizers (Q4_K, Q6_K)."""
 import numpy as np, pytest
 import gguf, gguf.quants as gq
-from nac_lab.irv2.quant import quantize, dequantize, QuantError, BLOCKS, f32_to_bf16, bf16_to_f32
+from nac_lab.irv2.quant import quantize, dequantize, QuantError, BLOCKS
 from nac_lab.binio import NacLabError
 
 F = np.float32

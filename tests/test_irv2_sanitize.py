@@ -4,7 +4,6 @@ Python with the sanitizer runtimes preloaded, prefill + decode up to the last po
 Any sanitizer report aborts the child (non-zero exit, report on stderr); the tokens are compared with the
 independent PyTorch reference in the parent."""
 import json, os, subprocess, sys
-from pathlib import Path
 import pytest
 from nac_lab.core import data_path
 from nac_lab.irv2.build import build_ir

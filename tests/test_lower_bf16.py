@@ -1,6 +1,6 @@
 "bf16 float lowering (a device with bf16 but not f32 variants for every layer): bit-exact against the numpy bf16 reference (RULINGS E5)."
 import warnings
-import numpy as np, pytest, torch
+import numpy as np, pytest
 from nac_lab.nac.zoo import build_model, example_inputs
 from nac_lab.nac.compile import compile as nac_compile
 from nac_lab.lower.api import lower

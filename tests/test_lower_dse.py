@@ -1,6 +1,6 @@
 "`nac-lab nem sweep` on a local Dask cluster of 2 workers, and `nac-lab nem lower` end to end."
 import contextlib, csv, io, json, re
-import numpy as np, pytest, torch
+import numpy as np, pytest
 from nac_lab.cli import main
 from nac_lab.nac.compile import compile as nac_compile
 from nac_lab.nac import zoo

@@ -5,7 +5,6 @@ import numpy as np, pytest, torch, torch.nn as nn
 from nac_lab.core import data_path
 from nac_lab.nac.compile import compile as nac_compile
 from nac_lab.lower.api import lower
-from nac_lab.lower.layers import LowerError
 from nac_lab.lower.quant import reference_int8
 
 @pytest.fixture(scope='module')

@@ -2,7 +2,6 @@
 place; `<OUTPUT B=2>` state write-back vs eager over several calls, pre-ruling `<OUTPUT B=1>` files still read the
 same way, and `<OUTPUT B=1>` intermediate outputs compiled from module paths."""
 import json
-import numpy as np
 import pytest
 import torch
 import nac_lab
@@ -69,7 +68,6 @@ def test_zoo_files_check_clean(name, tmp_path):
     assert {'container', 'references', 'weights', 'runtime', 'MMAP', 'signature', 'MMAP run'} <= set(rep.checks)
 
 def test_external_weights_defects(tmp_path):
-    from nac_lab.nac.weights import safetensors_bytes
     m = nac_lab.compile(Acc().eval(), (XS[0],), weights='external')
     p = m.save(tmp_path / 'acc.nac'); st = p.with_suffix('.safetensors')
     nac = read_nac(p)

@@ -4,7 +4,7 @@ NAC instruction streams and, independently, as a Python tree evaluated with plai
 fast-memory run must all agree with the tree."""
 from nac_lab.nac.mmap import read_checked
 import numpy as np, pytest, torch
-from nac_lab.nac.format import NacFile, Instruction, read_nac, write_nac
+from nac_lab.nac.format import NacFile, Instruction, write_nac
 from nac_lab.nac.run import Interpreter
 from nac_lab.nac.control import control_map
 from nac_lab.nac.mmap_sim import check_paths

@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 
 from nac_lab.binio import FormatError
-from nac_lab.nac.format import (NacFile, Instruction, MmapRecord, MmapCommand, MmapAction, DataTensor, DType, Orch, QuantMethod,
+from nac_lab.nac.format import (NacFile, Instruction, MmapRecord, MmapCommand, MmapAction, Orch, QuantMethod,
                                 F32List, WRITE_ORDER, read_nac, write_nac, iter_operands)
-from nac_lab.nac.weights import set_weights, load_weights, dequantize
+from nac_lab.nac.weights import set_weights, dequantize
 from nac_lab.nac.disasm import listing, summary, make_example
 from nac_lab.nac.format import load_canonical_ops
 

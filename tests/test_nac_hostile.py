@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from nac_lab.cli import run_cli
-from nac_lab.nac.format import NacFile, Instruction, DataTensor, DType, write_nac, read_nac
+from nac_lab.nac.format import NacFile, Instruction, DataTensor, DType, write_nac
 from nac_lab.nac.mmap_sim import demo_nac
 
 
@@ -122,7 +122,6 @@ def test_data_dependent_programs_are_checked_op_by_op(tmp_path, monkeypatch):
 
 
 def test_outputs_never_overwrite_inputs_or_their_weights(tmp_path):
-    import shutil
     nac, sizes = demo_nac()
     nac.weights_internal = False
     m = tmp_path / 'm.nac'; nac.save(m)

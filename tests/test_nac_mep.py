@@ -1,15 +1,14 @@
 """MEP: byte round trips of random plans, fuzzed bytecode and pools (typed errors only, bounded runs), every opcode
 executed with independently computed expectations, the reference's mlp_mep plan through the CLI."""
 import io, json, random
-from pathlib import Path
 import numpy as np
 import pytest
 from nac_lab.binio import NacLabError
 from nac_lab.cli import run_cli
 from nac_lab.nac.format import NacFile, Orch, read_nac
-from nac_lab.nac.mep import (MEP_OPCODES, MEP_NAMES, MepIns, MepProgram, MepFormatError, Plan, decode_bytecode, encode_bytecode,
-                             decode_pool, encode_pool, listing, REF_CODE, REF_POOL, _fields)
-from nac_lab.nac.mep_vm import MepVM, MepRunError, MepLimitError, MepPathError
+from nac_lab.nac.mep import (MEP_OPCODES, MEP_NAMES, MepIns, MepProgram, MepFormatError, Plan, decode_bytecode, decode_pool, encode_pool,
+                             listing, REF_CODE, REF_POOL)
+from nac_lab.nac.mep_vm import MepVM, MepLimitError
 
 def random_ins(rng, op):
     args = {}

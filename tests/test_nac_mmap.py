@@ -6,14 +6,13 @@ code under test: the readers of a value are found by scanning every instruction,
 """
 from nac_lab.nac.mmap import read_checked
 import random
-import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st, HealthCheck
 
 from nac_lab.nac.format import Instruction, MmapAction as A, NacFile, read_nac, write_nac, FormatError
-from nac_lab.nac.mmap import (build_schedule, schedule_commands, commands_of, to_records, mmap_violations, check_mmap,
-                              lower_bound, reorder, liveness, Command, ScheduleError, MmapError, make_record)
-from nac_lab.nac.mmap_sim import simulate, without_frees, demo_nac
+from nac_lab.nac.mmap import (build_schedule, commands_of, to_records, mmap_violations, check_mmap,
+                              lower_bound, reorder, Command, ScheduleError, MmapError, make_record)
+from nac_lab.nac.mmap_sim import simulate, demo_nac
 
 
 def random_graph(seed, n_max=80):

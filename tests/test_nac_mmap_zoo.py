@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip('torch')
 from nac_lab.nac.zoo import zoo_names, build_model, example_inputs
 from nac_lab.nac.compile import compile as nac_compile
-from nac_lab.nac.format import read_nac, write_nac, MmapAction as A
+from nac_lab.nac.format import read_nac, MmapAction as A
 from nac_lab.nac.mmap import build_schedule, mmap_violations, commands_of, reorder, lower_bound, Command, to_records
 from nac_lab.nac.mmap_sim import simulate, sizes_from_run, coupled_check, without_frees
 from nac_lab.cli import run_cli

@@ -14,10 +14,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from nac_lab.nac.format import NacFile, Instruction, DataTensor, DType, QuantMethod, read_nac, write_nac
-from nac_lab.nac.weights import safetensors_bytes, read_safetensors, quantize, save_external
+from nac_lab.nac.format import NacFile, Instruction, DataTensor, DType, QuantMethod, read_nac
+from nac_lab.nac.weights import safetensors_bytes, read_safetensors, quantize
 from nac_lab.nac.compile import load
-from nac_lab.nac.run import Interpreter, NacRunError
+from nac_lab.nac.run import NacRunError
 
 
 class RefBuilder:

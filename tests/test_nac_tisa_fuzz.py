@@ -2,7 +2,6 @@
 never another exception, and a tokenizer that loads encodes and decodes random text without crashing."""
 import random
 import pytest
-from nac_lab.binio import NacLabError
 from nac_lab.nac.tisa import compile as tisa_compile
 from nac_lab.nac.tisa_vm import Tisa, TisaError, TisaFormatError, decode_manifest, read_vocab, read_pairs
 

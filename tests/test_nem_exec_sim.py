@@ -8,7 +8,7 @@ from nac_lab.core import data_path
 from nac_lab.nem.check import check
 from nac_lab.nem.elab import elaborate, load_program
 from nac_lab.nem.table import build_table
-from nac_lab.nem.sim import simulate, simulate_table, summary, to_json, chrome_trace
+from nac_lab.nem.sim import simulate, summary, to_json, chrome_trace
 from nac_lab.nem.exec import run
 from nac_lab.nem.memory import NemExecError
 

@@ -1,6 +1,6 @@
 """End-to-end Trillim tests: checkpoints written here -> manifest -> quantizer -> engine (subprocess, via the client)
 -> greedy tokens compared with an independent float64 torch implementation of the same quantized model."""
-import json, math, os, struct, sys
+import json, math
 from pathlib import Path
 import pytest
 import torch

@@ -7,12 +7,12 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from nac_lab.binio import FormatError, NacLabError
+from nac_lab.binio import FormatError
 from nac_lab.trillim.config import load_hf_config
 from nac_lab.trillim.manifest import (build_manifest, write_manifest, read_manifest, read_safetensors_header, tiny_checkpoint,
                                       tiny_adapter, ManifestError)
 from trillim_blobs import tiny_trillim_blobs
-from nac_lab.trillim.files import quantize, read_tensors, read_rope, read_lora, TrillimFileError
+from nac_lab.trillim.files import quantize, read_tensors, read_rope, read_lora
 
 # ----------------------------------------------------------------------------------------------------------------
 # independent manifest writer, straight from RULINGS Trillim 1-2 (own header parser, own order, own packing)

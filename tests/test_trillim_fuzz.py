@@ -12,16 +12,16 @@ and, for each case:
 
 All inputs are built with relative paths inside a temporary folder, so the cases are the same whatever the
 temporary path (tools/test.sh re-runs this file under a long --basetemp)."""
-import io, json, os, random, signal, struct, tracemalloc
+import io, json, os, random
 from pathlib import Path
 import numpy as np
 import pytest
 from nac_lab.binio import NacLabError, FormatError
 from nac_lab.cli import run_cli
 from nac_lab.trillim.config import ArchConfigError, arch_from_hf, config_args, parse_config_args, load_hf_config
-from nac_lab.trillim.manifest import tiny_checkpoint, tiny_adapter, build_manifest, write_manifest, read_manifest
+from nac_lab.trillim.manifest import tiny_checkpoint, build_manifest, write_manifest, read_manifest
 from nac_lab.trillim.files import quantize, read_tensors, read_rope, read_lora
-from nac_lab.trillim.engine import load_model, serve, read_request, _Lines, RequestError
+from nac_lab.trillim.engine import load_model, serve
 
 from trillim_blobs import tiny_trillim_blobs
 from fuzzguard import Hang, alarm_handler, guarded as _guarded  # noqa: F401 (alarm_handler: an autouse fixture)

@@ -1,7 +1,6 @@
 """Protocol v1 golden tests: the exact --config vector (§2), argv (§1), request bytes and response handling (§3),
 and the real engine's behaviour on malformed input (never a hang)."""
 import io, json, subprocess, sys, textwrap
-from pathlib import Path
 import pytest
 
 from nac_lab.trillim.config import arch_from_hf, config_args, parse_config_args, ArchConfigError, eos_from_tokenizer, load_hf_config

@@ -44,7 +44,7 @@ def run_quant_bench(config:str='bench-100m.json', dtypes=('q8_0', 'q4_k'), promp
     import torch
     from nac_lab.core import data_path
     from nac_lab.irv2.build import build_ir
-    from nac_lab.irv2.run import Runtime, TorchReference, random_weights, weights_image
+    from nac_lab.irv2.run import Runtime, TorchReference, random_weights
     from nac_lab.bench.timing import compare_many, pin_threads
     pin_threads(1, torch=True)
     extra = ('-march=native',) if native else ()

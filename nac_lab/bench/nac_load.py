@@ -4,7 +4,7 @@
 
 # %% ../../nbs/14_nac_bench_load.ipynb #8afaf4e9
 from __future__ import annotations
-import argparse, gc, statistics, tempfile, time
+import argparse, gc, tempfile
 from pathlib import Path
 import numpy as np
 

@@ -4,10 +4,10 @@
 
 # %% ../../nbs/28_nac_bench_mmap.ipynb #bdd52f91
 from __future__ import annotations
-import argparse, time
+import argparse
 import numpy as np
 from ..nac.format import NacFile, Instruction, write_nac, read_nac
-from ..nac.mmap import build_schedule, liveness, mmap_violations, lower_bound
+from ..nac.mmap import build_schedule
 from ..nac.mmap_sim import simulate
 
 # %% auto #0

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/46_trillim_bench.ipynb #9b199774
 from __future__ import annotations
-import argparse, json, os, shutil, struct, sys, tempfile, time
+import argparse, json, shutil, struct, tempfile
 from pathlib import Path
 from fastcore.imports import in_notebook
 

@@ -10,8 +10,8 @@ from ..core import data_path
 from .rope import rope_scaling
 from .families import family_of, prepare_config, finish_config
 GATED_ACTS = ('silu', 'swish', 'gelu', 'gelu_pytorch_tanh', 'gelu_new', 'gelu_fast')
-from .maps import (DIM_NAMES, DIM_IDS, KernelMaps, load_maps, load_json, check_schema, eval_condition,
-                               ConfigError, IrError, MapError, known_ops, show)
+from .maps import (DIM_NAMES, DIM_IDS, KernelMaps, load_maps, load_json, check_schema, eval_condition, ConfigError,
+                               IrError, known_ops, show)
 from ..binio import align_up
 from ..fileio import atomic_write
 from ..config import config_field, read_hf_config

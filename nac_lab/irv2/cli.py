@@ -179,7 +179,6 @@ TOUR_RANK = 60
 
 def tour(out:Path):
     "IR v2: Qwen2-0.5B's dimension table, then a tiny model from config to running C."
-    import numpy as np
     from nac_lab.core import data_path
     from nac_lab.irv2.build import build_ir, save_ir, dimension_rows
     from nac_lab.irv2.codegen import emit_c

@@ -4,8 +4,7 @@
 
 # %% ../../nbs/58_irv2_cli_gguf.ipynb #c5efd348
 from __future__ import annotations
-import argparse, json
-from pathlib import Path
+import json
 from ..cli import command_group
 
 # %% auto #0

@@ -6,7 +6,7 @@
 from __future__ import annotations
 import math
 from pathlib import Path
-from .maps import CodegenError, IrError, KernelMaps, show, maps_files
+from .maps import CodegenError, KernelMaps, show, maps_files
 from ..fileio import atomic_write, check_output
 from .build import validate_ir, plan_memory, load_ir
 from .qkernels_c import register as register_typed_weights

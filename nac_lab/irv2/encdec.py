@@ -11,7 +11,6 @@ from ..config import config_field
 from ..fileio import atomic_write
 from .maps import DIM_NAMES, ConfigError, IrError, MapError, load_json, check_schema, eval_condition, show
 from .build import C_INT_MAX, MAX_LAYERS, aligned, ALIGN, _lay
-from ..binio import align_up
 
 # %% auto #0
 __all__ = ['ENCDEC_DIM_NAMES', 'ENCDEC_DIM_IDS', 'ACTIVATIONS', 'STAGES', 'FLAG_CAUSAL', 'FLAG_CROSS', 'ENCDEC_KERNELS',

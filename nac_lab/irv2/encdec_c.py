@@ -14,7 +14,7 @@ from .codegen import C_KERNELS, EMITTERS, c_comment, c_float
 from .run import LibModel, compile_ir
 from .weights import SafeTensors, merged_shapes
 from .encdec import (ENCDEC_KERNELS, FLAG_CAUSAL, FLAG_CROSS, STAGES, validate_encdec_ir, plan_encdec_memory,
-                                 load_encdec_ir, build_encdec_ir)
+                                 load_encdec_ir)
 
 # %% auto #0
 __all__ = ['ENCDEC_C_KERNELS', 'ENCDEC_EMITTERS', 'emit_encdec_c', 'compile_encdec', 'encdec_weights_image', 'EncDecRuntime',

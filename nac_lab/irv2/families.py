@@ -4,8 +4,7 @@
 
 # %% ../../nbs/51d_irv2_families.ipynb #f99f76b8
 from __future__ import annotations
-import math
-from .maps import ConfigError, CodegenError, DECODER_FAMILIES
+from .maps import ConfigError, CodegenError
 from ..config import config_field
 import numpy as np
 

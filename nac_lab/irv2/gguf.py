@@ -8,10 +8,10 @@ __all__ = ['ARCHS', 'GGUF_NAMES', 'GGUFError', 'hf_name', 'gguf_name', 'permute_
            'gguf_to_safetensors']
 
 # %% ../../nbs/57_irv2_gguf.ipynb #1222eeef
-import json, os, shutil, struct, tempfile
+import json, shutil, struct, tempfile
 from pathlib import Path
 import numpy as np
-from ..binio import NacLabError, FormatError, TruncatedError, BadMagicError, BadValueError, LimitError
+from ..binio import FormatError, TruncatedError, BadMagicError, BadValueError
 from ..fileio import atomic_write
 from .quant import dequantize, quantize, QuantError, BLOCKS
 

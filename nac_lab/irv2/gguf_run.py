@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 import numpy as np
-from .maps import WeightError
 from .build import build_ir
 from .gguf import open_gguf, gguf_config, gguf_tensor, hf_name, unpermute_qk, ARCHS, GGUFError
 from .quant import quantize

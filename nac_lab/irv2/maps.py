@@ -4,8 +4,8 @@
 
 # %% ../../nbs/50_irv2_maps.ipynb #594ed0c4
 from __future__ import annotations
-import copy, json, os, re
-from dataclasses import dataclass, field
+import json, os, re
+from dataclasses import dataclass
 from pathlib import Path
 import jsonschema
 from ..binio import NacLabError, FormatError

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/51c_irv2_rope.ipynb #7f81b67f
 from __future__ import annotations
-import json, math
+import math
 import numpy as np
 from .maps import ConfigError, CodegenError
 

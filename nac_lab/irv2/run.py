@@ -8,11 +8,10 @@ import ctypes, hashlib, math, os, subprocess, tempfile
 from pathlib import Path
 import numpy as np
 from ..safetensors import write_safetensors
-from .maps import WeightError, RuntimeFailure, CodegenError, IrError, ConfigError
-from .build import build_ir, load_ir, plan_memory, validate_ir
+from .maps import RuntimeFailure, CodegenError, ConfigError
+from .build import load_ir, plan_memory, validate_ir
 from .codegen import emit_c, compile_c, cc_command
 from .rope import inv_freq
-from ..fileio import atomic_write
 from .weights import ST_DTYPES, SafeTensors, merged_shapes, weights_image  # noqa: F401 (re-exported: weight files have their own module)
 
 # %% auto #0

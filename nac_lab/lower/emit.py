@@ -5,7 +5,7 @@
 # %% ../../nbs/68_lower_emit.ipynb #16134be3
 from __future__ import annotations
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 import numpy as np
 from .layers import LowerError
 from .quant import pool_attrs, const_q

@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 import numpy as np
 from .layers import LowerError
-from .emit import ESIZE, LAYER_EMITTERS, fnum, qdesc, qchan, to_elem, arena_name
+from .emit import ESIZE, LAYER_EMITTERS, qdesc, qchan, to_elem, arena_name
 
 # %% auto #0
 __all__ = ['GemmTiling', 'gemm_dims', 'gemm_layout', 'gemm_candidates', 'naive_gemm', 'emit_linear', 'emit_linear_engines']

@@ -5,7 +5,7 @@
 # %% ../../nbs/67_lower_quant.ipynb #682e3786
 from __future__ import annotations
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 import numpy as np
 import torch
 from numpy.lib.stride_tricks import sliding_window_view

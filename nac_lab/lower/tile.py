@@ -5,7 +5,7 @@
 # %% ../../nbs/69_lower_tile.ipynb #23921e48
 from __future__ import annotations
 import math, re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
 from ..core import data_path
@@ -14,7 +14,7 @@ from ..nem.memory import NemExecError
 from .emit import Emitter, Tiling, Val, conv_l1, nem_shape, stored_nhwc, emit_program, conv_rows, _uniform_run
 from .gemm import GemmTiling, gemm_dims, gemm_candidates, naive_gemm
 from ..progress import track
-import nac_lab.lower.ops            # registers the emitters of matmul, transpose, concat, softmax, layernorm, rmsnorm
+import nac_lab.lower.ops  # noqa: F401 -- registers the emitters of matmul, transpose, concat, softmax, layernorm, rmsnorm
 
 # %% auto #0
 __all__ = ['Device', 'resolve_device', 'check_legal', 'layer_program', 'simulate_text', 'choose_tilings', 'layer_report',

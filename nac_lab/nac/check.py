@@ -4,7 +4,7 @@
 
 # %% ../../nbs/24d_nac_check.ipynb #8b99ea93
 from __future__ import annotations
-import json, os
+import os
 import numpy as np
 from dataclasses import dataclass, field
 from pathlib import Path

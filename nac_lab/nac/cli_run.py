@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 from ..binio import NacLabError
 from ..fileio import atomic_write
-from ..progress import stage, with_steps
 
 # %% auto #0
 __all__ = ['TOUR_RANK', 'CliInputError', 'parse_inputs', 'positional', 'cmd_run', 'register', 'tour']

@@ -175,7 +175,6 @@ def _plot(args):
 
 def _build(args):
     from nac_lab.nac.mmap import build_schedule
-    from nac_lab.nac.mmap_sim import simulate
     from nac_lab.nac.mmap import reorder_nac
     nac = _read(args.file)
     sizes = resolve_sizes(nac, args.sizes, args.inputs)[0] if (args.sizes or args.inputs) else None
@@ -195,7 +194,7 @@ def _build(args):
 def tour(out:Path):
     "The MMAP part of `nac-lab tour`: schedule the demo model, check it, show it, break it, plot it."
     from nac_lab.nac.mmap_sim import demo_nac, simulate, plot_timeline
-    from nac_lab.nac.mmap import commands_of, to_records, Command, lower_bound
+    from nac_lab.nac.mmap import commands_of, to_records, Command
     from nac_lab.nac.format import MmapAction as A, read_nac
     out = Path(out); out.mkdir(parents=True, exist_ok=True)
     nac, sizes = demo_nac()

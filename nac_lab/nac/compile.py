@@ -4,16 +4,14 @@
 
 # %% ../../nbs/18_nac_compile.ipynb #218bc43c
 from __future__ import annotations
-import builtins, time
-from pathlib import Path
+import time
 import numpy as np
 import torch, torch.fx as fx
-from ..binio import NacLabError
-from .format import NacFile, Instruction, QuantMethod, read_nac, load_canonical_ops, op_name
-from .weights import quantize, load_weights
+from .format import NacFile, Instruction, QuantMethod, load_canonical_ops
+from .weights import quantize
 from .ops import (canonical_for, FIRST_CUSTOM_ID, Param, bind, aten_name, params_of, tensor_code, const_code,
                              encode_value, NacOpError)
-from .optimize import NacGraph, NacCompileError, export_graph, optimize as optimize_graph, _flat_args, _where
+from .optimize import NacGraph, NacCompileError, export_graph, optimize as optimize_graph, _where
 from ..progress import stage, with_steps
 from .run import NacModel, load  # noqa: F401 (re-exported: the runnable model lives with the interpreter)
 

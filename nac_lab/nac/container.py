@@ -4,14 +4,12 @@
 
 # %% ../../nbs/10b_nac_container.ipynb #f5027fc8
 from __future__ import annotations
-import os, struct, tempfile
 from dataclasses import dataclass, field
 from enum import IntEnum
 from pathlib import Path
 from typing import NamedTuple
 import numpy as np
-from ..binio import (NacLabError, FormatError, TruncatedError, BadMagicError, BadValueError, LimitError,
-                           WriteError, Reader, Writer, map_file, hexdump)
+from ..binio import BadValueError, WriteError
 from .optable import (op_name, UnknownOpError)  # noqa: F401
 
 # %% auto #0

@@ -4,9 +4,8 @@
 
 # %% ../../nbs/24c_nac_control.ipynb #6aa19c9d
 from __future__ import annotations
-import dataclasses
 from dataclasses import dataclass, field
-from ..binio import NacLabError, BadValueError
+from ..binio import BadValueError
 from .format import Instruction, SysOp
 from ..errors import NacRunError
 

@@ -4,14 +4,11 @@
 
 # %% ../../nbs/12_nac_disasm.ipynb #e89519a0
 from __future__ import annotations
-import json
 from collections import Counter
-from pathlib import Path
 import numpy as np
 from ..binio import NacLabError
 from .guard import escape
-from .format import (NacFile, Instruction, QuantMethod, DType, DTYPE_NAMES, SysOp, HEADER_ORDER, decode_operands,
-                                op_name, read_nac, state_writes)
+from .format import NacFile, Instruction, QuantMethod, DTYPE_NAMES, SysOp, decode_operands, op_name, state_writes
 
 # %% auto #0
 __all__ = ['mmap_by_tick', 'format_instruction', 'listing', 'make_example', 'input_shapes', 'summary', 'summary_text',

@@ -4,11 +4,10 @@
 
 # %% ../../nbs/24_nac_guard.ipynb #84076ea0
 from __future__ import annotations
-import os, re
+import os
 from pathlib import Path
-import numpy as np
 from ..binio import NacLabError, LimitError, WriteError, printable
-from ..fileio import atomic_write, check_output, same_file
+from ..fileio import check_output, same_file
 
 # %% auto #0
 __all__ = ['escape', 'MAX_RANK', 'MAX_BYTES_ENV', 'in_file', 'shape_problem', 'MemoryLimitError', 'physical_memory', 'max_bytes',

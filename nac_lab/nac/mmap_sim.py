@@ -4,14 +4,14 @@
 
 # %% ../../nbs/26_nac_mmap_sim.ipynb #eb8756f3
 from __future__ import annotations
-import dataclasses, json
+import dataclasses
 from dataclasses import dataclass, field
 from collections import defaultdict
 import numpy as np
 from ..binio import NacLabError
 from .format import MmapAction, Instruction
-from .mmap import (liveness, ops_of, as_sizes, live_bytes, commands_of, mmap_violations, build_schedule,
-                              make_record, Violation, Liveness, PARAM, INPUT, OP, OUTPUT)
+from .mmap import (liveness, ops_of, as_sizes, live_bytes, commands_of, mmap_violations, build_schedule, Violation,
+                              PARAM, INPUT, OP, OUTPUT)
 
 # %% auto #0
 __all__ = ['Timeline', 'SimReport', 'simulate', 'without_frees', 'param_id', 'sizes_from_file', 'demo_nac', 'plot_timeline',
@@ -443,7 +443,7 @@ def zoo_row(name:str, bandwidths=(4096, 65536)) -> dict:
     "The zoo-table figures of zoo model `name` (compiles it; see the notebook)."
     from nac_lab.nac.compile import compile as nac_compile
     from nac_lab.nac.zoo import build_model, example_inputs
-    from nac_lab.nac.mmap import reorder, lower_bound
+    from nac_lab.nac.mmap import reorder
     m = nac_compile(build_model(name), example_inputs(name)); xs = example_inputs(name)
     sz = sizes_from_run(m, *xs)
     default = simulate(m.nac, sizes=sz)

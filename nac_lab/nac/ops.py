@@ -4,7 +4,7 @@
 
 # %% ../../nbs/15_nac_ops.ipynb #12029b5f
 from __future__ import annotations
-import operator, math
+import operator
 from dataclasses import dataclass, field
 import torch
 from ..binio import NacLabError

@@ -4,14 +4,10 @@
 
 # %% ../../nbs/10c_nac_reader.ipynb #fd95a94e
 from __future__ import annotations
-import os, struct, tempfile
-from dataclasses import dataclass, field
-from enum import IntEnum
+import os
 from pathlib import Path
-from typing import NamedTuple
 import numpy as np
-from ..binio import (NacLabError, FormatError, TruncatedError, BadMagicError, BadValueError, LimitError,
-                           WriteError, Reader, Writer, map_file, hexdump)
+from ..binio import FormatError, TruncatedError, BadMagicError, BadValueError, LimitError, Reader, map_file
 from ..binio import _st as _sc       # binio's cache of compiled `struct.Struct`s, shared by the OPS fast paths
 from .guard import shape_problem, in_file
 from .optable import (op_name, UnknownOpError)

@@ -11,8 +11,8 @@ import torch
 from ..binio import NacLabError
 from pathlib import Path
 from .format import NacFile, F32List, decode_operands, op_name, load_canonical_ops, SysOp, read_nac, write_nac
-from .weights import load_weights, torch_weights
-from .ops import OPS_BY_ID, op_by_name, decode_value, NacOpError
+from .weights import torch_weights
+from .ops import op_by_name, decode_value, NacOpError
 from .guard import escape
 
 # %% auto #0

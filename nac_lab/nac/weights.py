@@ -4,14 +4,13 @@
 
 # %% ../../nbs/11_nac_weights.ipynb #1d495e13
 from __future__ import annotations
-import json
 from pathlib import Path
 import numpy as np
 from ..binio import FormatError, BadValueError, LimitError, WriteError
 from .format import NacFile, DataTensor, DType, DTYPE_NP, DTYPE_NAMES, QuantMethod
 from .writer import ST_DTYPES, ST_NAMES, _quant_meta, safetensors_bytes, save_external  # noqa: F401 (re-exported: the writer saves external weights)
-from ..fileio import atomic_write, parse_json
-from ..safetensors import ST_SIZES, SafetensorsFile, safetensors_bytes as st_bytes
+from ..fileio import parse_json
+from ..safetensors import ST_SIZES, SafetensorsFile
 from .guard import shape_problem, escape, in_file
 
 # %% auto #0

@@ -4,18 +4,14 @@
 
 # %% ../../nbs/10d_nac_writer.ipynb #b2360583
 from __future__ import annotations
-import os, struct, tempfile
-from dataclasses import dataclass, field
-from enum import IntEnum
+import struct
 from pathlib import Path
-from typing import NamedTuple
 import numpy as np
-from ..binio import (NacLabError, FormatError, TruncatedError, BadMagicError, BadValueError, LimitError,
-                           WriteError, Reader, Writer, map_file, hexdump)
+from ..binio import FormatError, WriteError, Reader, Writer
 import json
 from ..fileio import atomic_write
 from ..safetensors import safetensors_bytes as st_bytes
-from .guard import shape_problem, check_nac_outputs
+from .guard import check_nac_outputs
 from ..binio import _st as _sc       # binio's cache of compiled `struct.Struct`s
 from .optable import op_name
 from .reader import _read_meta, _input_name_problem   # the writer holds tensor metadata and input names to the reader's rules

@@ -4,7 +4,6 @@
 
 # %% ../../nbs/69b_lower_cli.ipynb #6c42102c
 from __future__ import annotations
-import argparse
 from pathlib import Path
 from ..binio import NacLabError
 from ..cli import command_group

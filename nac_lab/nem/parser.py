@@ -8,9 +8,9 @@ import gc
 from fastcore.basics import patch
 # Lexer and grammar names are re-exported on purpose: `nac_lab.nem.parser` is the one import for the front end
 # (nem.types takes opcode_table from here, the fuzz tests MAX_EXPR_OPS).
-from .lexer import NemError, NemSyntaxError, tokenize, caret_lines
 from .ast import *
-from .grammar import Parser, opcode_table, MAX_EXPR_OPS
+from .lexer import NemError, NemSyntaxError, tokenize, caret_lines  # noqa: F401 (re-exported)
+from .grammar import Parser, opcode_table, MAX_EXPR_OPS  # noqa: F401 (re-exported)
 
 # %% auto #0
 __all__ = ['no_gc', 'parse']

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/45_trillim_cli.ipynb #6482010c
 from __future__ import annotations
-import argparse, json, sys
+import argparse, json
 from pathlib import Path
 from ..binio import NacLabError, map_file
 from ..fileio import atomic_write, check_output, same_file

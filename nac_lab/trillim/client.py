@@ -4,9 +4,8 @@
 
 # %% ../../nbs/44_trillim_client.ipynb #61d394d3
 from __future__ import annotations
-import os, queue, subprocess, sys, threading, time
+import os, queue, subprocess, sys, threading
 from dataclasses import dataclass
-from pathlib import Path
 from .config import TrillimError, ArchConfig, config_args
 
 # %% auto #0

@@ -4,11 +4,11 @@
 
 # %% ../../nbs/40_trillim_config.ipynb #b07978fa
 from __future__ import annotations
-import json, math, os
-from dataclasses import dataclass, field, asdict
+import math, os
+from dataclasses import dataclass, field
 from enum import IntEnum
 from pathlib import Path
-from ..binio import NacLabError, FormatError, BadValueError, align_up
+from ..binio import NacLabError, FormatError, align_up
 from ..config import config_field, show_value, read_hf_config
 from ..fileio import read_json
 

@@ -10,12 +10,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from fastcore.imports import IN_NOTEBOOK
-from ..binio import NacLabError, FormatError
+from ..binio import NacLabError
 from .config import (TrillimError, ArchConfigError, ArchConfig, ArchType, ActivationType, parse_config_args)
 from ..config import show_value
 from ..torchref import rms_norm, rope_rotate
 from .manifest import LORA_TARGETS
-from .files import (read_tensors, read_rope, read_lora, Role, GLOBAL_LAYER, LORA_ROLE, TensorsFile)
+from .files import read_tensors, read_rope, read_lora, Role, LORA_ROLE, TensorsFile
 
 # %% auto #0
 __all__ = ['REQUEST_FIELDS', 'MAX_NEW_TOKENS', 'MAX_LINE_BYTES', 'EngineError', 'TrillimModel', 'check_files', 'load_model',

@@ -9,13 +9,11 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from pathlib import Path
 import numpy as np
-from ..binio import (Reader, Writer, map_file, FormatError, TruncatedError, BadMagicError, BadValueError, LimitError, hexdump,
-                           WriteError)
+from ..binio import Reader, Writer, map_file, BadMagicError, BadValueError, LimitError, WriteError
 from ..fileio import atomic_write, atomic_files, check_output
 from ..progress import track
-from .config import TrillimError, ArchConfig, ArchType, load_hf_config
-from .manifest import (Manifest, TensorEntry, Action, DType, LORA_TARGETS, tensor_order, read_manifest, shard_files,
-                                      write_manifest, build_manifest, ManifestError)
+from .config import TrillimError, ArchConfig, ArchType
+from .manifest import Manifest, TensorEntry, Action, DType, LORA_TARGETS, tensor_order, shard_files, ManifestError
 
 # %% auto #0
 __all__ = ['MAGIC_TENSORS', 'MAGIC_ROPE', 'MAGIC_LORA', 'VERSION', 'GLOBAL_LAYER', 'REC_FMT', 'REC_SIZE', 'REC_ALIGN',

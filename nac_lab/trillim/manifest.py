@@ -5,13 +5,12 @@
 # %% ../../nbs/41_trillim_manifest.ipynb #28140a43
 from __future__ import annotations
 import json, math, os, re, stat
-from dataclasses import dataclass, field, asdict
+from dataclasses import dataclass, field
 from enum import IntEnum
 from pathlib import Path
-from ..binio import (Reader, Writer, FormatError, TruncatedError, BadMagicError, BadValueError, LimitError, hexdump,
-                           ST_MAX_HEADER)
+from ..binio import Reader, Writer, FormatError, BadValueError, LimitError, ST_MAX_HEADER
 from ..safetensors import ST_SIZES, read_header
-from .config import TrillimError, ArchConfigError, ArchConfig, ArchType, arch_from_hf, load_hf_config
+from .config import TrillimError, ArchConfig, ArchType, load_hf_config
 from ..config import show_value
 from ..fileio import read_json, atomic_write
 
