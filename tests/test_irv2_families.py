@@ -169,4 +169,9 @@ def test_mlp_bias_matches_transformers(tmp_path, cache):
     assert {b['name']: b['dtype'] for b in q8['buffers']}['b_gate'] == 'fp32'     # vectors stay fp32
     diff = np.abs(Runtime(q8, w, cache=cache).prefill(prompt) - hf.numpy()).max()
     assert TOL < diff < 0.05 * np.abs(hf.numpy()).max()                 # quantized, yet the same model
+    import copy
+    from nac_lab.irv2.maps import IrError
+    lost = copy.deepcopy(ir); del lost['config']['mlp_bias']              # a hand-edited IR that lost its flag
+    with pytest.raises(IrError, match="'b_gate': condition 'mlp_bias' is false for this config"):
+        validate_ir(lost)
     rt.close(); two.close()

@@ -121,3 +121,36 @@ def test_config_defaults_when_optional_keys_are_absent(tmp_path):
     # vocab: the embedding's rows; kv heads: = heads; rope_theta: llama.cpp's default
     assert c['vocab_size'] == 8 and c['num_key_value_heads'] == 2 and c['rope_theta'] == 10000.0
     assert c['tie_word_embeddings'] is True and c['hidden_size'] == 32 and 'head_dim' not in c
+
+
+def test_bias_tensors_set_the_bias_flags_and_are_never_dropped(tmp_path):
+    """A Llama GGUF whose projections all carry biases: the config read from it asks for every one of them (the
+    tensors say which biases exist; llama.cpp's llama architecture allows q/k/v/o and MLP biases), and the C runtime
+    run on the GGUF equals the runtime run on the same weights from safetensors. An IR whose config leaves the biases
+    out is refused with the tensors it would drop, instead of running without them."""
+    from nac_lab.irv2.build import build_ir
+    from nac_lab.irv2.gguf_run import gguf_ir
+    from nac_lab.irv2.maps import WeightError
+    from nac_lab.irv2.run import Runtime, save_weights
+    cfg, src = tiny_llama(seed=4, layers=1)
+    rng = np.random.default_rng(5)
+    for n in [k for k in src if k.endswith('_proj.weight')]:
+        src[n[:-len('weight')] + 'bias'] = rng.normal(0, 0.1, src[n].shape[0]).astype(np.float32)
+    path = write_gguf(tmp_path / 'b.gguf', cfg, src)
+    c = gguf_config(open_gguf(path))
+    assert (c['qkv_bias'], c['attention_bias'], c['mlp_bias']) == (True, True, True)
+    ir = gguf_ir(path)
+    assert {'bq', 'bk', 'bv', 'bo', 'b_gate', 'b_up', 'b_down'} <= {b['name'] for b in ir['buffers']}
+    prompt = [1, 5, 9, 2, 33]
+    got = Runtime(ir, path, cache=tmp_path).prefill(prompt)
+    st = save_weights(src, tmp_path / 'b.safetensors')
+    want = Runtime(build_ir({**cfg, 'attention_bias': True, 'mlp_bias': True}), st, cache=tmp_path).prefill(prompt)
+    plain = {k: v for k, v in src.items() if not k.endswith('.bias')}
+    unbiased = Runtime(build_ir(cfg), save_weights(plain, tmp_path / 'p.safetensors'), cache=tmp_path).prefill(prompt)
+    assert np.abs(got - want).max() < 1e-5 < np.abs(got - unbiased).max()
+    with pytest.raises(WeightError, match=r'7 tensor\(s\) of the file are not used by the IR'):
+        Runtime(build_ir(cfg), path, cache=tmp_path)
+    cfg2, src2 = tiny_llama(seed=6, layers=1)
+    src2['model.layers.0.self_attn.o_proj.bias'] = np.zeros(cfg2['hidden_size'], np.float32)
+    with pytest.raises(GGUFError, match='qwen2 has no attn_output bias'):
+        gguf_config(open_gguf(write_gguf(tmp_path / 'q.gguf', {**cfg2, 'model_type': 'qwen2'}, src2)))

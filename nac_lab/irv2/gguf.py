@@ -175,7 +175,10 @@ def gguf_config(reader) -> dict:
                                                                                                           f'finite number, got {v!r}',
                                                                                                               fmt='GGUF')
     cfg.update(rms_norm_eps=float(eps), rope_theta=float(theta), tie_word_embeddings='output.weight' not in names)
-    if arch == 'qwen2': cfg['qkv_bias'] = 'blk.0.attn_q.bias' in names
+    cfg['qkv_bias'] = 'blk.0.attn_q.bias' in names                   # biases are present or not: the tensors say which
+    cfg['attention_bias'] = 'blk.0.attn_output.bias' in names
+    cfg['mlp_bias'] = 'blk.0.ffn_up.bias' in names
+    if arch == 'qwen2' and cfg['attention_bias']: raise GGUFError('qwen2 has no attn_output bias, but the file holds one', fmt='GGUF')
     return cfg
 
 # %% ../../nbs/57_irv2_gguf.ipynb #18e8b3af

@@ -21,6 +21,7 @@ GGML_TO_DTYPE = {v: k for k, v in WEIGHT_DTYPES.items()}
 
 class GGUFWeights:
     "Tensors of a GGUF file by HF name: `entries[name] = (GGML type, HF shape, offset, nbytes)`, `raw(name, dtype)` as bytes."
+    every_tensor_is_weight = True   # a GGUF file holds only model tensors: one the IR does not load is a weight dropped
     def __init__(self, path):
         self.path = Path(path); self.reader = r = open_gguf(path); self.cfg = gguf_config(r)
         self.tensors = {hf_name(t.name): t for t in r.tensors}

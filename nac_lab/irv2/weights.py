@@ -124,7 +124,7 @@ def typed_weights_image(ir:dict, src) -> np.ndarray:
         else: src = SafeTensors(src)
     plan = plan_memory(ir)['weights']
     img = np.zeros(plan['total'], np.uint8)
-    by = {b['name']: b for b in ir['buffers']}
+    by, used = {b['name']: b for b in ir['buffers']}, set()
     jobs = [(e, None, 0) for e in plan['global']] + [(e, l, plan['layer_base'] + l * plan['layer_stride'])
                                                       for l in range(plan['layers']) for e in plan['layer']]
     for e, layer, base in jobs:
@@ -134,10 +134,14 @@ def typed_weights_image(ir:dict, src) -> np.ndarray:
         where = f'{src.path.name}: tensor {tname!r} (buffer {b["name"]}' + (f', layer {layer})' if layer is not None else ')')
         tname = find_tensor(src.entries, tname)
         if tname not in src.entries: raise WeightError(f'{where} is missing from the file')
+        used.add(tname)
         if b.get('transform'): raw = _quantized(tensor_array(src, tname, b, where), b['dtype'], src, tname)
         else:
             check_shape(tuple(src.entries[tname][1]), b, where)
             raw = tensor_raw(src, tname, b['dtype'])
         if raw.size != e['bytes']: raise WeightError(f'{where}: {raw.size} bytes of {b["dtype"]} data, the plan has {e["bytes"]}')
         img[base + e['offset']:base + e['offset'] + raw.size] = raw
+    left = sorted(set(src.entries) - used) if getattr(src, 'every_tensor_is_weight', False) else []
+    if left: raise WeightError(f'{src.path.name}: {len(left)} tensor(s) of the file are not used by the IR ({", ".join(left[:4])}): its '
+                               f'config leaves them out (a bias flag?), so running it would silently drop weights')
     return img
