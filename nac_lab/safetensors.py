@@ -9,19 +9,23 @@ from pathlib import Path
 import numpy as np
 from .binio import BadValueError, WriteError, ST_MAX_HEADER, map_file, safetensors_header, safetensors_header_len
 from .fileio import atomic_write
+from .dtypes import bf16_bits_to_f32, check_code_map, elem_type
 
 # %% auto #0
-__all__ = ['ST_DTYPES', 'ST_SIZES', 'RAW_DTYPES', 'st_dtype_name', 'as_float32', 'SafetensorsFile', 'safetensors_bytes',
-           'write_safetensors', 'read_header']
+__all__ = ['SAFETENSORS_DTYPES', 'ST_DTYPES', 'ST_SIZES', 'RAW_DTYPES', 'st_dtype_name', 'as_float32', 'SafetensorsFile',
+           'safetensors_bytes', 'write_safetensors', 'read_header']
 
 # %% ../nbs/06b_safetensors.ipynb #38b26a91
-ST_DTYPES = {'F64': '<f8', 'F32': '<f4', 'F16': '<f2', 'BF16': '<u2', 'F8_E4M3': 'u1', 'F8_E5M2': 'u1',
-             'I64': '<i8', 'I32': '<i4', 'I16': '<i2', 'I8': 'i1', 'U64': '<u8', 'U32': '<u4', 'U16': '<u2', 'U8': 'u1',
-             'BOOL': '?'}
+SAFETENSORS_DTYPES = check_code_map('safetensors', {
+    'F64': 'float64', 'F32': 'float32', 'F16': 'float16', 'BF16': 'bfloat16', 'F8_E4M3': 'float8_e4m3fn', 'F8_E5M2': 'float8_e5m2',
+    'I64': 'int64', 'I32': 'int32', 'I16': 'int16', 'I8': 'int8', 'U64': 'uint64', 'U32': 'uint32', 'U16': 'uint16', 'U8': 'uint8',
+    'BOOL': 'bool'})
+"safetensors dtype name -> canonical element type (`nac_lab.dtypes`): the format's code map."
+ST_DTYPES = {k: elem_type(v).storage.str for k, v in SAFETENSORS_DTYPES.items()}
 "safetensors dtype name -> numpy storage dtype (raw bit patterns for BF16 and the 8-bit floats)."
 ST_SIZES = {k: np.dtype(v).itemsize for k, v in ST_DTYPES.items()}
 "safetensors dtype name -> bytes per element."
-RAW_DTYPES = frozenset({'BF16', 'F8_E4M3', 'F8_E5M2'})
+RAW_DTYPES = frozenset(k for k, v in SAFETENSORS_DTYPES.items() if elem_type(v).raw)
 "dtypes whose numpy storage holds bit patterns, not values."
 
 def st_dtype_name(dt) -> str:
@@ -35,7 +39,7 @@ def st_dtype_name(dt) -> str:
 # %% ../nbs/06b_safetensors.ipynb #96735586
 def as_float32(a:np.ndarray, dtype:str) -> np.ndarray:
     "Tensor storage `a` of safetensors `dtype` as float32 values (bf16 widened exactly; F8 kinds are refused)."
-    if dtype == 'BF16': return (a.astype(np.uint32) << 16).view(np.float32)
+    if dtype == 'BF16': return bf16_bits_to_f32(a)
     if dtype in ('F32', 'F16', 'F64'): return a.astype(np.float32)
     raise BadValueError(f'dtype {dtype} is not a float the loader converts (F32, F16, BF16, F64)', fmt='safetensors')
 

@@ -11,8 +11,8 @@ from .format import ArkModel, Tensor, Op, DTYPES, DTYPE_SIZE, buffer_bytes
 from .check import check_ranks
 
 # %% auto #0
-__all__ = ['KERNELS', 'NO_COMPUTE', 'ArkExecError', 'elem_strides', 'tensor_view', 'bf16_to_f32', 'f32_to_bf16', 'RankState',
-           'ArkExecutor', 'run', 'rewind', 'outputs', 'resize']
+__all__ = ['KERNELS', 'NO_COMPUTE', 'ArkExecError', 'elem_strides', 'tensor_view', 'RankState', 'ArkExecutor', 'run', 'rewind',
+           'outputs', 'resize']
 
 # %% ../../nbs/72_ark_exec.ipynb #1c5c93e9
 class ArkExecError(NacLabError, RuntimeError):
@@ -36,15 +36,8 @@ def tensor_view(mem:np.ndarray, t:Tensor, padded:bool=False) -> np.ndarray:
                            f'{(last + 1) * isz}, beyond its buffer {t.buffer.id} of {mem.nbytes} bytes')
     return np.ndarray(shape, DTYPES[t.dtype], buffer=mem, offset=start * isz, strides=tuple(s * isz for s in es))
 
-def bf16_to_f32(u:np.ndarray) -> np.ndarray:
-    "Raw bfloat16 words -> float32."
-    return (np.asarray(u, np.uint16).astype(np.uint32) << 16).view(np.float32)
-
-def f32_to_bf16(x:np.ndarray) -> np.ndarray:
-    "float32 -> raw bfloat16 words, rounding to nearest even (NaN stays NaN)."
-    b = np.ascontiguousarray(x, np.float32).view(np.uint32)
-    r = ((b + 0x7FFF + ((b >> 16) & 1)) >> 16).astype(np.uint16)
-    return np.where(np.isnan(x), np.uint16(0x7FC0), r)
+# raw bfloat16 words <-> float32: the project's one pair (nac_lab.dtypes), under the names this module always had
+from ..dtypes import bf16_bits_to_f32 as bf16_to_f32, f32_to_bf16_bits as f32_to_bf16  # noqa: E402
 
 # %% ../../nbs/72_ark_exec.ipynb #372ba6cc
 def _erf(x):

@@ -13,14 +13,15 @@ GATED_ACTS = ('silu', 'swish', 'gelu', 'gelu_pytorch_tanh', 'gelu_new', 'gelu_fa
 from .maps import (DIM_NAMES, DIM_IDS, KernelMaps, load_maps, load_json, check_schema, eval_condition, ConfigError,
                                IrError, known_ops, show)
 from ..binio import align_up
+from ..dtypes import check_code_map, elem_type
 from ..fileio import atomic_write
 from ..config import config_field, read_hf_config
 
 # %% auto #0
-__all__ = ['GATED_ACTS', 'CONFIG_KEYS', 'DTYPES', 'BLOCK_DTYPES', 'C_INT_MAX', 'MAX_LAYERS', 'ELEM_ALIGN', 'IR_NOTES', 'ALIGN',
-           'pipeline_graph', 'read_config', 'aligned', 'dimension_table', 'build_ir', 'validate_ir', 'buffer_bytes',
-           'plan_memory', 'parameter_count', 'dimension_rows', 'buffer_rows', 'memory_rows', 'layer_graph', 'save_ir',
-           'load_ir']
+__all__ = ['GATED_ACTS', 'CONFIG_KEYS', 'IRV2_DTYPES', 'DTYPES', 'BLOCK_DTYPES', 'C_INT_MAX', 'MAX_LAYERS', 'ELEM_ALIGN',
+           'IR_NOTES', 'ALIGN', 'pipeline_graph', 'read_config', 'aligned', 'dimension_table', 'build_ir',
+           'validate_ir', 'buffer_bytes', 'plan_memory', 'parameter_count', 'dimension_rows', 'buffer_rows',
+           'memory_rows', 'layer_graph', 'save_ir', 'load_ir']
 
 # %% ../../nbs/51_irv2_build.ipynb #7a7d94ea
 def pipeline_graph():
@@ -52,11 +53,13 @@ CONFIG_KEYS = {
 }
 "Accepted spellings of each config field, canonical name first."
 
-DTYPES = {'fp32': 4, 'bf16': 2, 'fp16': 2, 'i32': 4}
+IRV2_DTYPES = check_code_map('IR v2', {'fp32': 'float32', 'bf16': 'bfloat16', 'fp16': 'float16', 'i32': 'int32'})
+"IR v2's element dtype spelling -> canonical element type (`nac_lab.dtypes`)."
+DTYPES = {k: elem_type(v).size for k, v in IRV2_DTYPES.items()}
 "Bytes per element of the IR dtypes."
 BLOCK_DTYPES = {'q8_0': (32, 34), 'q4_k': (256, 144), 'q6_k': (256, 210)}
 "Block weight dtypes (GGML layouts): elements and bytes per block (see `irv2.qkernels`)."
-_TORCH_DTYPES = {'float32': 'fp32', 'bfloat16': 'bf16', 'float16': 'fp16'}
+_TORCH_DTYPES = {v: k for k, v in IRV2_DTYPES.items() if elem_type(v).is_float}     # torch dtype name -> IR dtype
 
 C_INT_MAX = 2**31 - 1
 "Largest value of a size field: the generated C passes sizes and positions as `int`."

@@ -12,7 +12,7 @@ from .maps import RuntimeFailure, CodegenError, ConfigError
 from .build import load_ir, plan_memory, validate_ir
 from .codegen import emit_c, compile_c, cc_command
 from .rope import inv_freq
-from .weights import ST_DTYPES, SafeTensors, merged_shapes, weights_image  # noqa: F401 (re-exported: weight files have their own module)
+from .weights import LOADABLE_ST_DTYPES, ST_DTYPES, SafeTensors, merged_shapes, weights_image  # noqa: F401 (re-exported: weight files have their own module)
 
 # %% auto #0
 __all__ = ['cache_dir', 'compile_ir', 'physical_memory', 'LibModel', 'Runtime', 'TorchReference', 'random_weights',

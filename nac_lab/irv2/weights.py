@@ -14,12 +14,13 @@ from .quant import quantize
 from .qkernels_c import WEIGHT_DTYPES
 
 # %% auto #0
-__all__ = ['ST_DTYPES', 'TENSOR_FALLBACKS', 'SafeTensors', 'merged_shapes', 'check_shape', 'tensor_array', 'find_tensor',
-           'weights_image', 'tensor_raw', 'typed_weights_image']
+__all__ = ['LOADABLE_ST_DTYPES', 'ST_DTYPES', 'TENSOR_FALLBACKS', 'SafeTensors', 'merged_shapes', 'check_shape', 'tensor_array',
+           'find_tensor', 'weights_image', 'tensor_raw', 'typed_weights_image']
 
 # %% ../../nbs/53a_irv2_weights.ipynb #5639b51a
-ST_DTYPES = ('F32', 'F16', 'BF16', 'F64')
-"safetensors dtypes the loader converts to fp32."
+LOADABLE_ST_DTYPES = ('F32', 'F16', 'BF16', 'F64')
+"safetensors dtypes the IR v2 loader converts to fp32."
+ST_DTYPES = LOADABLE_ST_DTYPES    # the name older code imports
 
 class SafeTensors:
     "A safetensors file read by `nac_lab.safetensors`: `entries[name] = (dtype, shape, absolute offset, nbytes)`; `array(name)` as fp32."
@@ -34,7 +35,7 @@ class SafeTensors:
     def array(self, name:str) -> np.ndarray:
         "Tensor `name` converted to a float32 numpy array."
         dt = self.entries[name][0]
-        if dt not in ST_DTYPES:
+        if dt not in LOADABLE_ST_DTYPES:
             raise WeightError(f'{self.path.name}: tensor {name!r} has dtype {dt}; the runtime loads F32, F16, BF16 or F64')
         return self.file.array(name)
 

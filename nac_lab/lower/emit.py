@@ -8,10 +8,12 @@ import math
 from dataclasses import dataclass
 import numpy as np
 from .layers import LowerError
+from ..nem.memory import NEM_ELEM_TYPES
+from ..dtypes import elem_type
 from .quant import pool_attrs, const_q
 
 # %% auto #0
-__all__ = ['ESIZE', 'DTYPE', 'UNARY_OPS', 'LAYER_EMITTERS', 'fnum', 'qdesc', 'qchan', 'to_elem', 'from_elem', 'Val', 'nem_shape',
+__all__ = ['DTYPE', 'ESIZE', 'UNARY_OPS', 'LAYER_EMITTERS', 'fnum', 'qdesc', 'qchan', 'to_elem', 'from_elem', 'Val', 'nem_shape',
            'stored_nhwc', 'Emitter', 'region', 'Tiling', 'conv_rows', 'conv_l1', 'arena_name', 'emit_conv',
            'emit_whole', 'L2Alloc', 'EmitCtx', 'emit_program']
 
@@ -28,8 +30,8 @@ def qdesc(q) -> str:
 def qchan(sw, axis) -> str:
     return f'quant=per_channel(axis={axis}, scales=[{", ".join(fnum(s) for s in sw)}], zero_points=[{", ".join("0" for _ in sw)}])'
 
-ESIZE = dict(i8=1, i32=4, f32=4, bf16=2, f16=2)
-DTYPE = dict(i8='int8', f32='float32', bf16='bfloat16', f16='float16', i32='int32')
+DTYPE = {k: NEM_ELEM_TYPES[k] for k in ('i8', 'i32', 'f32', 'bf16', 'f16')}   # the NEM element types lowering emits
+ESIZE = {k: elem_type(v).size for k, v in DTYPE.items()}
 
 # %% ../../nbs/68_lower_emit.ipynb #83b30a5c
 def to_elem(x, elem) -> np.ndarray:

@@ -15,7 +15,7 @@ from .layers import LowerError
 
 # %% auto #0
 __all__ = ['SAME_Q', 'REAL_FN', 'QParam', 'act_qparam', 'calibrate', 'QLayer', 'derived_range', 'const_q', 'quantize_graph',
-           'pool_attrs', 'eval_float', 'reference_int8', 'bf16_rne', 'reference_bf16']
+           'pool_attrs', 'eval_float', 'reference_int8', 'reference_bf16']
 
 # %% ../../nbs/67_lower_quant.ipynb #2fec9a67
 @dataclass(frozen=True)
@@ -258,10 +258,8 @@ def reference_int8(g, qp:dict, ql:dict, *qinputs) -> dict:
     return v
 
 # %% ../../nbs/67_lower_quant.ipynb #07d365db
-def bf16_rne(x) -> np.ndarray:
-    "float32 values rounded to nearest-even bf16, returned as float32 (finite values and infinities)."
-    x = np.asarray(x, np.float32); b = np.ascontiguousarray(x).reshape(-1).view(np.uint32).astype(np.uint64)
-    return (((b + 0x7FFF + ((b >> 16) & 1)) >> 16) << 16).astype(np.uint32).view(np.float32).reshape(x.shape)
+# float32 values rounded to nearest-even bf16, as float32: the project's one rounding (nac_lab.dtypes)
+from ..dtypes import bf16_round as bf16_rne  # noqa: E402
 
 # %% ../../nbs/67_lower_quant.ipynb #bf7766f7
 def _conv_f32(x, w, a):

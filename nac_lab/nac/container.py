@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import NamedTuple
 import numpy as np
 from ..binio import BadValueError, WriteError
+from ..dtypes import check_code_map, elem_type
 from .optable import (op_name, UnknownOpError)  # noqa: F401
 
 # %% auto #0
-__all__ = ['HEADER_SIZE', 'HEADER_ORDER', 'WRITE_ORDER', 'TAGS', 'DTYPE_NP', 'DTYPE_NAMES', 'TENSOR_CODES', 'CONST_CODES',
+__all__ = ['HEADER_SIZE', 'HEADER_ORDER', 'WRITE_ORDER', 'TAGS', 'DTYPE_NAMES', 'DTYPE_NP', 'TENSOR_CODES', 'CONST_CODES',
            'INPUT_KINDS', 'QuantMethod', 'DType', 'CnstType', 'MmapAction', 'SysOp', 'BadRefError', 'MmapError',
            'F32List', 'Constant', 'cnst_type', 'Instruction', 'MmapCommand', 'MmapRecord', 'DataTensor', 'Orch',
            'NacFile', 'signature', 'Arg', 'Operands', 'decode_operands', 'iter_operands', 'state_writes']
@@ -34,12 +35,12 @@ class DType(IntEnum):
     "Element type code of an internal tensor (§6.1.1)."
     F32 = 0; F64 = 1; F16 = 2; BF16 = 3; I32 = 4; I64 = 5; I16 = 6; I8 = 7; U8 = 8; BOOL = 9
 
+#: NAC's code map: dtype code -> canonical element type (`nac_lab.dtypes`)
+DTYPE_NAMES = check_code_map('NAC', {DType.F32: 'float32', DType.F64: 'float64', DType.F16: 'float16', DType.BF16: 'bfloat16',
+                                     DType.I32: 'int32', DType.I64: 'int64', DType.I16: 'int16', DType.I8: 'int8', DType.U8: 'uint8',
+                                     DType.BOOL: 'bool'})
 #: numpy storage type per dtype code; bfloat16 has no numpy type and is held as its raw 16-bit pattern
-DTYPE_NP = {DType.F32: np.dtype('<f4'), DType.F64: np.dtype('<f8'), DType.F16: np.dtype('<f2'), DType.BF16: np.dtype('<u2'),
-            DType.I32: np.dtype('<i4'), DType.I64: np.dtype('<i8'), DType.I16: np.dtype('<i2'), DType.I8: np.dtype('i1'),
-            DType.U8: np.dtype('u1'), DType.BOOL: np.dtype('?')}
-DTYPE_NAMES = {DType.F32: 'float32', DType.F64: 'float64', DType.F16: 'float16', DType.BF16: 'bfloat16', DType.I32: 'int32',
-               DType.I64: 'int64', DType.I16: 'int16', DType.I8: 'int8', DType.U8: 'uint8', DType.BOOL: 'bool'}
+DTYPE_NP = {k: elem_type(v).storage for k, v in DTYPE_NAMES.items()}
 
 class CnstType(IntEnum):
     "Type code of a CNST record (§5.3.2)."

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 from ..binio import FormatError, BadValueError, LimitError, WriteError
 from .format import NacFile, DataTensor, DType, DTYPE_NP, DTYPE_NAMES, QuantMethod
-from .writer import ST_DTYPES, ST_NAMES, _quant_meta, safetensors_bytes, save_external  # noqa: F401 (re-exported: the writer saves external weights)
+from .writer import SAFETENSORS_TO_NAC, NAC_TO_SAFETENSORS, ST_DTYPES, ST_NAMES, _quant_meta, safetensors_bytes, save_external  # noqa: F401 (re-exported: the writer saves external weights)
 from ..fileio import parse_json
 from ..safetensors import ST_SIZES, SafetensorsFile
 from .guard import shape_problem, escape, in_file
@@ -107,10 +107,10 @@ def _st_error(cls, msg, off=None, section='safetensors header'):
 
 def read_safetensors(src) -> tuple:
     "Parse a safetensors file (path or buffer): `({name: (DType, shape, view)}, metadata)`; views are zero-copy."
-    f = SafetensorsFile(src, 'safetensors', dtypes=ST_DTYPES)
+    f = SafetensorsFile(src, 'safetensors', dtypes=SAFETENSORS_TO_NAC)
     out = {}
     for name, e in f.entries.items():
-        code = ST_DTYPES[e.dtype]
+        code = SAFETENSORS_TO_NAC[e.dtype]
         if (bad := shape_problem(e.shape, ST_SIZES[e.dtype])):
             raise _st_error(LimitError, f'tensor {escape(name)!r}: {bad}', None, f'safetensors header, tensor {escape(name)!r}')
         out[name] = (code, e.shape, f.raw(name).view(DTYPE_NP[code]))

@@ -10,17 +10,17 @@ import numpy as np
 from ..binio import FormatError, WriteError, Reader, Writer
 import json
 from ..fileio import atomic_write
-from ..safetensors import safetensors_bytes as st_bytes
+from ..safetensors import safetensors_bytes as st_bytes, SAFETENSORS_DTYPES
 from .guard import check_nac_outputs
 from ..binio import _st as _sc       # binio's cache of compiled `struct.Struct`s
 from .optable import op_name
 from .reader import _read_meta, _input_name_problem   # the writer holds tensor metadata and input names to the reader's rules
-from .container import (cnst_type, CnstType, CONST_CODES, Constant, DataTensor, DType, DTYPE_NP,
+from .container import (cnst_type, CnstType, CONST_CODES, Constant, DataTensor, DTYPE_NP, DTYPE_NAMES,
                                    HEADER_ORDER, HEADER_SIZE, Instruction, NacFile, QuantMethod, TAGS, TENSOR_CODES,
                                    WRITE_ORDER, _check_layout, _check_refs, _has_c)
 
 # %% auto #0
-__all__ = ['ST_DTYPES', 'ST_NAMES', 'write_nac', 'safetensors_bytes', 'save_external']
+__all__ = ['SAFETENSORS_TO_NAC', 'NAC_TO_SAFETENSORS', 'ST_DTYPES', 'ST_NAMES', 'write_nac', 'safetensors_bytes', 'save_external']
 
 # %% ../../nbs/10d_nac_writer.ipynb #d614e56e
 def _enc_const(w:Writer, cid:int, v, t:CnstType|None=None):
@@ -184,9 +184,10 @@ def write_nac(nac:NacFile, *, align:int=64, check:bool=True) -> bytes:
     return bytes(w.buf)
 
 # %% ../../nbs/10d_nac_writer.ipynb #acc4e849
-ST_DTYPES = {'F32': DType.F32, 'F64': DType.F64, 'F16': DType.F16, 'BF16': DType.BF16, 'I32': DType.I32, 'I64': DType.I64,
-             'I16': DType.I16, 'I8': DType.I8, 'U8': DType.U8, 'BOOL': DType.BOOL}
-ST_NAMES = {v: k for k, v in ST_DTYPES.items()}
+SAFETENSORS_TO_NAC = {k: d for k, v in SAFETENSORS_DTYPES.items() for d, n in DTYPE_NAMES.items() if n == v}
+"safetensors dtype name -> NAC dtype code, for the types both formats store (through the canonical names)."
+NAC_TO_SAFETENSORS = {v: k for k, v in SAFETENSORS_TO_NAC.items()}
+ST_DTYPES, ST_NAMES = SAFETENSORS_TO_NAC, NAC_TO_SAFETENSORS      # the names older code imports
 
 def _quant_meta(t:DataTensor) -> str|None:
     q = QuantMethod(t.quant)

@@ -6,10 +6,11 @@
 from __future__ import annotations
 import math
 import numpy as np
+from ..dtypes import check_code_map, elem_type
 
 # %% auto #0
-__all__ = ['STORE_DTYPE', 'VALUE_DTYPE', 'FLOAT_TYPES', 'MAX_MEMORY', 'NemExecError', 'int_range', 'bf16_to_f32', 'f32_to_bf16',
-           'Memory', 'row_major', 'is_dense', 'elem_index', 'span', 'read_region', 'to_store', 'write_region', 'num',
+__all__ = ['NEM_ELEM_TYPES', 'STORE_DTYPE', 'VALUE_DTYPE', 'FLOAT_TYPES', 'MAX_MEMORY', 'NemExecError', 'int_range', 'Memory',
+           'row_major', 'is_dense', 'elem_index', 'span', 'read_region', 'to_store', 'write_region', 'num',
            'quant_params']
 
 # %% ../../nbs/38_nem_memory.ipynb #e0b09227
@@ -37,10 +38,13 @@ class NemExecError(NemError):
         if 1 <= self.line <= len(lines): head += '\n' + caret_lines(lines[self.line - 1], self.col)
         return '\n'.join([head, *notes])
 
-STORE_DTYPE = dict(i8=np.dtype('<i1'), u8=np.dtype('u1'), i16=np.dtype('<i2'), u16=np.dtype('<u2'), i32=np.dtype('<i4'),
-                   u32=np.dtype('<u4'), f16=np.dtype('<f2'), bf16=np.dtype('<u2'), f32=np.dtype('<f4'))
-VALUE_DTYPE = dict(i4=np.dtype('i1'), i8=np.dtype('i1'), u8=np.dtype('u1'), i16=np.dtype('i2'), u16=np.dtype('u2'), i32=np.dtype('i4'),
-                   u32=np.dtype('u4'), f16=np.dtype('f2'), bf16=np.dtype('f4'), f32=np.dtype('f4'))
+NEM_ELEM_TYPES = check_code_map('NEM', dict(i4='int4', i8='int8', u8='uint8', i16='int16', u16='uint16', i32='int32', u32='uint32',
+                                             f16='float16', bf16='bfloat16', f32='float32'))
+"NEM's element type spelling -> canonical element type (`nac_lab.dtypes`)."
+STORE_DTYPE = {k: elem_type(v).storage for k, v in NEM_ELEM_TYPES.items() if k != 'i4'}
+"numpy storage of each NEM element type in memory (bf16 as its bit pattern; i4 has no byte storage of its own)."
+VALUE_DTYPE = {k: np.dtype('f4') if k == 'bf16' else elem_type(v).storage for k, v in NEM_ELEM_TYPES.items()}
+"numpy type of each NEM element type's values in registers (bf16 computed as float32)."
 FLOAT_TYPES = ('f16', 'bf16', 'f32')
 
 def int_range(elem:str) -> tuple:
@@ -49,15 +53,8 @@ def int_range(elem:str) -> tuple:
     return (0, 2**b - 1) if elem.startswith('u') else (-2**(b - 1), 2**(b - 1) - 1)
 
 # %% ../../nbs/38_nem_memory.ipynb #ac99c7e1
-def bf16_to_f32(bits:np.ndarray) -> np.ndarray:
-    "bf16 bit patterns (uint16) -> float32, exactly."
-    return (np.asarray(bits, np.uint16).astype(np.uint32) << 16).view(np.float32)
-
-def f32_to_bf16(x) -> np.ndarray:
-    "float32 values -> bf16 bit patterns (uint16), rounded to nearest even; NaN -> 0x7FC0."
-    b = np.ascontiguousarray(x, np.float32).view(np.uint32)
-    r = ((b + np.uint32(0x7FFF) + ((b >> 16) & np.uint32(1))) >> 16).astype(np.uint16)
-    return np.where(np.isnan(np.asarray(x, np.float32)), np.uint16(0x7FC0), r)
+# the project's one bfloat16 pair (nac_lab.dtypes: nearest-even rounding, NaN -> quiet NaN 0x7FC0 with its sign)
+from ..dtypes import bf16_bits_to_f32 as bf16_to_f32, f32_to_bf16_bits as f32_to_bf16  # noqa: F401 (NEM's names)
 
 # %% ../../nbs/38_nem_memory.ipynb #fba73d1c
 MAX_MEMORY = 1 << 30     # bytes all arenas together may take (1 GiB): a program declaring more is refused, not allocated

@@ -18,11 +18,11 @@ from .manifest import Manifest, TensorEntry, Action, DType, LORA_TARGETS, tensor
 # %% auto #0
 __all__ = ['MAGIC_TENSORS', 'MAGIC_ROPE', 'MAGIC_LORA', 'VERSION', 'GLOBAL_LAYER', 'REC_FMT', 'REC_SIZE', 'REC_ALIGN',
            'LORA_ROLE', 'TERNARY_PER_ROW', 'TrillimFileError', 'Kind', 'Role', 'role_of', 'expected_shape',
-           'pack_ternary', 'unpack_ternary', 'ternary_quantize', 'int8_rows', 'unpack_hf_bitnet_u8', 'bf16_to_f32',
-           'f32_to_bf16', 'source_array', 'as_float', 'convert_entry', 'tensors_header', 'open_shards',
-           'tensors_writer', 'write_tensors', 'rope_tables', 'rope_bytes', 'write_rope', 'lora_bytes', 'write_lora',
-           'quantize', 'checkpoint_inputs', 'TensorRecord', 'TensorsFile', 'expected_roles', 'read_tensors',
-           'RopeCache', 'read_rope', 'LoraFile', 'read_lora']
+           'pack_ternary', 'unpack_ternary', 'ternary_quantize', 'int8_rows', 'unpack_hf_bitnet_u8', 'source_array',
+           'as_float', 'convert_entry', 'tensors_header', 'open_shards', 'tensors_writer', 'write_tensors',
+           'rope_tables', 'rope_bytes', 'write_rope', 'lora_bytes', 'write_lora', 'quantize', 'checkpoint_inputs',
+           'TensorRecord', 'TensorsFile', 'expected_roles', 'read_tensors', 'RopeCache', 'read_rope', 'LoraFile',
+           'read_lora']
 
 # %% ../../nbs/42_trillim_files.ipynb #f7dad5b9
 class TrillimFileError(TrillimError):
@@ -116,15 +116,8 @@ TERNARY_PER_ROW = {ArchType.BITNET: False, ArchType.LLAMA: True}
 # %% ../../nbs/42_trillim_files.ipynb #0d3f5c8f
 _NP = {DType.F32: np.float32, DType.F16: np.float16, DType.I8: np.int8, DType.U8: np.uint8}
 
-def bf16_to_f32(u:np.ndarray) -> np.ndarray:
-    "bf16 bit patterns (uint16) to float32, exactly."
-    return (np.asarray(u, np.uint16).astype(np.uint32) << 16).view(np.float32)
-
-def f32_to_bf16(x:np.ndarray) -> np.ndarray:
-    "float32 to bf16 bit patterns (uint16), rounding to nearest even (NaN stays NaN)."
-    x = np.ascontiguousarray(x, np.float32); u = x.view(np.uint32).astype(np.uint64)
-    r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
-    return np.where(np.isnan(x), np.uint16(0x7FC0), r)
+# bf16 bit patterns <-> float32: the project's one pair (nac_lab.dtypes), under Trillim's names
+from ..dtypes import bf16_bits_to_f32 as bf16_to_f32, f32_to_bf16_bits as f32_to_bf16  # noqa: E402
 
 def source_array(maps:list, shards:list, shard:int, offset:int, size:int, dtype:DType, shape:tuple, what:str) -> np.ndarray:
     "View a tensor's bytes in a mapped shard as a numpy array (bf16 as uint16)."

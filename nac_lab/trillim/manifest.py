@@ -25,7 +25,7 @@ __all__ = ['ST_DTYPES', 'MAX_HEADER', 'DTYPE_SIZE', 'ENTRY_FMT', 'ENTRY_SIZE', '
 class ManifestError(TrillimError, ValueError):
     "A checkpoint or adapter directory that cannot be described by a manifest."
 
-ST_DTYPES = ST_SIZES     # safetensors dtype name -> bytes per element: the project's one table (nac_lab.safetensors)
+ST_DTYPES = ST_SIZES     # an older name of nac_lab.safetensors.ST_SIZES (safetensors dtype name -> bytes per element)
 MAX_HEADER = ST_MAX_HEADER
 
 @dataclass
