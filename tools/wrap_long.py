@@ -122,20 +122,20 @@ def wrap_notebook(path:Path, limit:int) -> int:
     if n: path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + '\n')
     return n
 
-def _cut(text:str, width:int) -> int:
-    "Where to end the first line of a description of at most `width` characters: after a sentence, a colon, ... a space."
-    depth, ok = 0, []
+def _cut(text:str, width:int) -> int|None:
+    "Where the first sentence of a description ends (after its period), if it fits `width` characters; else None."
+    depth, code = 0, False
     for k, ch in enumerate(text[:width]):
-        depth += ch in '([' ; depth -= ch in ')]'
-        ok.append(depth == 0)
-    for sep in ('. ', ': ', '; ', ' — ', ', ', ' ('):
-        ks = [k for k in range(width // 3, width - len(sep)) if text.startswith(sep, k) and ok[k]]
-        if ks: return ks[-1] + (len(sep.rstrip()) if sep != ' (' else 0)
-    return text.rfind(' ', 0, width)
+        if ch == '`': code = not code
+        elif not code: depth += ch in '(['; depth -= ch in ')]'
+        if ch == '.' and depth == 0 and not code and (k + 1 == len(text) or text[k + 1] == ' '): return k + 1
+    return None
 
 def wrap_description(path:Path, limit:int) -> bool:
-    """Rewrap the `> ` description of notebook `path` so its first line, which nbdev makes the module docstring, fits
-    `limit` with its quotes; the rest continues on more `> ` lines (one paragraph in the docs, as before)."""
+    """Rewrap the `> ` description of notebook `path` so its first line, which nbdev makes the module docstring, is the
+    description's first sentence and fits `limit` with its quotes; the rest continues on more `> ` lines (one paragraph in
+    the docs). A first sentence too long to fit is never cut mid-sentence: the notebook is left as it is and named, for its
+    author to write a shorter first sentence."""
     nb = json.loads(path.read_text())
     c = next((c for c in nb['cells'] if c['cell_type'] == 'markdown'), None)
     if c is None: return False
@@ -146,6 +146,9 @@ def wrap_description(path:Path, limit:int) -> bool:
     while j + 1 < len(lines) and lines[j + 1].startswith('> '): j += 1
     text = ' '.join(l[2:].strip() for l in lines[i:j + 1])
     k = _cut(text, limit - 6)
+    if k is None:
+        print(f'{path}: the first sentence of the description does not fit {limit - 6} characters; write a shorter one', file=sys.stderr)
+        return False
     first, rest = text[:k].rstrip(), text[k:].strip()
     out, cur = ['> ' + first], ''
     for w in rest.split(' '):
