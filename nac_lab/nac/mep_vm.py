@@ -137,9 +137,9 @@ class MepVM:
             ins = instrs[self.by_offset[pc]]
             self.steps += 1
             if self.steps > self.max_steps:
-                raise MepLimitError(f'step limit {self.max_steps} reached at {ins.offset:#06x} {ins.name} (ruling M4)')
+                raise MepLimitError(f'MEP {ins.offset:#06x} {ins.name}: step limit {self.max_steps} reached (ruling M4)')
             if deadline is not None and time.monotonic() > deadline:
-                raise MepLimitError(f'time limit of {self.max_seconds} s reached at {ins.offset:#06x} {ins.name} (ruling M4)')
+                raise MepLimitError(f'MEP {ins.offset:#06x} {ins.name}: time limit of {self.max_seconds} s reached (ruling M4)')
             try: nxt = getattr(self, '_' + ins.name)(ins, ins.args)
             except _Return as r: return r.values
             except MepError as ex: raise type(ex)(f'MEP {ins.offset:#06x} {ins.name}: {ex}') from None
@@ -208,10 +208,24 @@ def _np_dtype(code:int):
         raise MepRunError(f'dtype code {code} is not a §6.1.1 type numpy can hold')
     return DTYPE_NP[DType(code)]
 
+_NPY_HEADERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+
 def _load_npy(data, what:str):
-    try: return np.load(io.BytesIO(data) if isinstance(data, (bytes, bytearray)) else data, allow_pickle=False)
-    except (ValueError, EOFError,
-            OSError) as ex: raise MepRunError(f'{what} is not a readable .npy array ({str(ex).splitlines()[0]})') from None
+    "A .npy array from bytes or a path; its header is checked against the bytes after it, so no array outgrows its file."
+    try:
+        with io.BytesIO(data) if isinstance(data, (bytes, bytearray)) else open(data, 'rb') as f:
+            ver = np.lib.format.read_magic(f)
+            if ver not in _NPY_HEADERS: raise ValueError(f'.npy format version {ver} is not 1.0 or 2.0')
+            shape, _, dt = _NPY_HEADERS[ver](f)
+            n = dt.itemsize
+            for s in shape: n *= s
+            pos = f.tell(); left = f.seek(0, 2) - pos
+            if dt.hasobject: raise ValueError(f'dtype {dt} holds Python objects')
+            if n > left: raise ValueError(f'the header declares shape {list(shape)} of {dt}, {n} bytes; {left} bytes follow it')
+            f.seek(0)
+            return np.load(f, allow_pickle=False)
+    except (ValueError, EOFError, TypeError,
+            OSError) as ex: raise MepRunError(f'{escape(what)} is not a readable .npy array ({escape(str(ex).splitlines()[0])})') from None
 
 @patch
 def _SRC_USER_PROMPT(self:MepVM, i, a):
