@@ -304,3 +304,12 @@ def test_fuzz_structured_plans_stay_in_budget(tmp_path, fuzz_cases):
     assert outcomes.get('MepBudgetError', 0) >= 10, outcomes
     assert {'ok', 'MepRunError', 'MepBudgetError', 'MepLimitError', 'MepPathError'} <= set(outcomes), outcomes
     assert issubclass(MepBudgetError, MemoryLimitError)
+
+def test_image_sized_before_decoding(tmp_path):
+    "A PNG is sized from its header: a 3000x3000 image (36 MB as RGBA bytes) is refused under a 16 MiB budget before it is decoded."
+    from PIL import Image
+    Image.new('RGB', (3000, 3000)).save(tmp_path / 'big.png')
+    nac = NacFile(); Plan().set('big.png', 'p').load_dynamic('p', 'img', file_type=3).ret('img').attach(nac)
+    with pytest.raises(MepBudgetError, match=r'RES_LOAD_DYNAMIC: a 36000000-byte decoded image big.png of 3000x3000 pixels'):
+        MepVM(nac, base_dir=tmp_path, max_bytes=16 << 20).run()
+    assert MepVM(nac, base_dir=tmp_path).run()[0].shape == (1, 3, 224, 224)

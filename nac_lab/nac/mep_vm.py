@@ -273,7 +273,10 @@ def _RES_LOAD_DYNAMIC(self:MepVM, i, a):
     if a['file_type'] == 2: return self.put(a['out'], _load_npy(p, p.name))
     if a['file_type'] != 3: raise MepRunError(f'file type {a["file_type"]} is not 2 (npy) or 3 (image)')
     from PIL import Image
-    with Image.open(p) as im:
+    try: im0 = Image.open(p)
+    except Image.DecompressionBombError as ex: raise MepBudgetError(f'image {escape(p.name)}: {ex}') from None
+    with im0 as im:
+        self.reserve(im.size[0] * im.size[1] * 4, f'decoded image {escape(p.name)} of {im.size[0]}x{im.size[1]} pixels')
         im = im.convert('RGB'); w, h = im.size; s = 256 / min(w, h)
         im = im.resize((max(1, round(w * s)), max(1, round(h * s))), Image.BILINEAR)
         w, h = im.size; l, t = (w - 224) // 2, (h - 224) // 2
