@@ -8,7 +8,8 @@ from nac_lab.cli import run_cli
 from nac_lab.nac.format import NacFile, Orch, read_nac
 from nac_lab.nac.mep import (MEP_OPCODES, MEP_NAMES, MepIns, MepProgram, MepFormatError, Plan, decode_bytecode, decode_pool, encode_pool,
                              listing, REF_CODE, REF_POOL)
-from nac_lab.nac.mep_vm import MepVM, MepLimitError
+from nac_lab.nac.guard import MAX_BYTES_ENV, MemoryLimitError
+from nac_lab.nac.mep_vm import MepVM, MepLimitError, MepRunError, MepBudgetError, PLAN_MAX_BYTES
 
 def random_ins(rng, op):
     args = {}
@@ -210,3 +211,105 @@ def test_size_limits_before_allocation(tmp_path):
         nac = NacFile(); nac.orch = p.program().to_orch()
         vm = MepVM(nac, base_dir=tmp_path, out=io.StringIO(), max_elements=1 << 22)
         with pytest.raises(MepLimitError, match=msg): vm.run({sx: x, st: x.T})
+
+# --- budgets (#28 item 8) ---------------------------------------------------------------------------------------------------
+def test_budget_defaults(tmp_path, monkeypatch):
+    nac = NacFile(); Plan().set(1, 'a').attach(nac)
+    monkeypatch.delenv(MAX_BYTES_ENV, raising=False)
+    vm = MepVM(nac, base_dir=tmp_path)
+    assert (vm.max_bytes, vm.max_work, vm.max_output, vm.max_steps) == (1 << 30, 1 << 34, 1 << 24, 1_000_000)
+    monkeypatch.setenv(MAX_BYTES_ENV, '5000')
+    assert MepVM(nac, base_dir=tmp_path).max_bytes == 5000 and MepVM(nac, base_dir=tmp_path, max_bytes=7).max_bytes == 7
+    assert PLAN_MAX_BYTES == 1 << 30
+
+def _plan_file(tmp_path, plan, name='p.nac'):
+    nac = NacFile(); plan.attach(nac); nac.save(tmp_path / name)
+    return tmp_path / name
+
+def test_budgets_through_the_cli(tmp_path):
+    "The issue's reproducers end with a one-line typed error (exit 1) naming the instruction, at budgets set on the command line."
+    doubling = _plan_file(tmp_path, Plan().set('x' * 60000, 's').set(40, 'n').loop('n').add('s', 's', 's').end_loop().ret('s'), 'd.nac')
+    rc, out, err = run_cli('run', doubling, '--orchestrated', '--max-bytes', str(1 << 22))
+    assert rc == 1 and 'MATH_BINARY' in err and 'over the budget of 4194304 (max_bytes' in err and 'Traceback' not in err, err
+    twelve = Plan().set([1 << 16], 'shape')
+    for k in range(12): twelve.tensor('shape', f't{k}', dtype=0, mode=2)
+    rc, out, err = run_cli('run', _plan_file(tmp_path, twelve, 't.nac'), '--orchestrated', '--max-bytes', str(1 << 20))
+    assert rc == 1 and 'TENSOR_CREATE: a 262144-byte tensor would bring live memory' in err, err
+    loop = Plan().set([1 << 16], 'shape').set(10**6, 'n').loop('n').tensor('shape', 't', dtype=0, mode=2).end_loop()
+    rc, out, err = run_cli('run', _plan_file(tmp_path, loop, 'l.nac'), '--orchestrated', '--max-work', str(1 << 24))
+    assert rc == 1 and 'max_work' in err, err
+    talk = Plan().set('\x1b]0;pwned\x07\x1b[2J', 's').set(1000, 'n').loop('n').write('s').end_loop()
+    rc, out, err = run_cli('run', _plan_file(tmp_path, talk, 'w.nac'), '--orchestrated', '--max-output', '1000')
+    assert rc == 1 and 'output budget of 1000' in err, err
+    assert '\x1b' not in out and '\x07' not in out and out.startswith('\\x1b]0;pwned\\x07\\x1b[2J\n'), out[:80]
+
+def test_npy_header_larger_than_file(tmp_path):
+    h = b"{'descr': '<f4', 'fortran_order': False, 'shape': (68719476736,), }"
+    (tmp_path / 'huge.npy').write_bytes(b'\x93NUMPY\x01\x00' + (118).to_bytes(2, 'little') + h.ljust(117) + b'\n')
+    nac = NacFile(); Plan().load_npy('x', 'huge.npy').ret('x').attach(nac)
+    with pytest.raises(MepRunError, match=r'RES_LOAD_DATAFILE: huge.npy is not a readable .npy array \(the header declares shape'):
+        MepVM(nac, base_dir=tmp_path).run()
+
+# structure-aware plan fuzzing: random plans of real opcodes wired through a few slots, with hostile constants
+HOSTILE = [0, 1, -1, 3, 2**31, 2**40, 10**9, -2**63, 0.5, float('nan'), float('inf'), '', 'x' * 5000, '\x1b[2J\u202e', '{}{}{0}',
+           '{:>999}', [1 << 12, 1 << 12], [1 << 30], [-1, 4], [0], [3, 4], [], 'a\x00b', True, 2, 5, 'abc', [512, 512], [1024, 1024],
+           [1 << 20], 60]
+SLOTS = 'abcdef'
+
+def random_plan(rng):
+    "A plan of 1-25 real instructions whose operands are drawn from six slots, each first set to a hostile constant."
+    p = Plan()
+    for s in SLOTS: p.set(rng.choice(HOSTILE), s)
+    S = lambda: rng.choice(SLOTS)
+    steps = [lambda: p.tensor(S(), S(), dtype=rng.choice([0, 1, 4, 5, 8, 9, 3, 77]), mode=rng.randrange(4)),
+             lambda: p.pad(S(), S(), S(), S()), lambda: p.reshape(S(), S(), S()), lambda: p.concat([S(), S()], S(), S()),
+             lambda: p.shape(S(), S()), lambda: p.dim(S(), S(), S()), lambda: p.to_py(S(), S()), lambda: p.extract(S(), S(), S()),
+             lambda: p.copy(S(), S()), lambda: p.debug(S(), rng.choice(['m', '\x1b[31m'])), lambda: p.softmax(S(), S()),
+             lambda: p.add(S(), S(), S()), lambda: p.mul(S(), S(), S()), lambda: p.sub(S(), S(), S()), lambda: p.argmax(S(), S()),
+             lambda: p.gt(S(), S(), S()), lambda: p.eq(S(), S(), S()), lambda: p.topk(S(), S(), S(), S()),
+             lambda: p.sample(S(), S(), S(), S()), lambda: p.serialize(S(), S(), format=rng.randrange(3)),
+             lambda: p.write(S(), mode=rng.randrange(2)), lambda: p.format(rng.choice(HOSTILE[12:16]), [S(), S()], S()),
+             lambda: p.load_npy(S(), rng.choice(['ok.npy', 'huge.npy', '../x.npy', 'missing.npy']))]
+    depth = 0
+    for _ in range(rng.randrange(1, 26)):
+        if rng.random() < 0.3: p.tensor(S(), S(), dtype=0, mode=2)          # often a tensor from a shape: sizes reach the budgets
+        r = rng.random()
+        if r < 0.12: p.loop(S()); depth += 1
+        elif r < 0.2 and depth: p.end_loop(); depth -= 1
+        elif r < 0.25 and depth: p.break_if(S())
+        else: rng.choice(steps)()
+    for _ in range(depth): p.end_loop()
+    return p.ret(S(), S())
+
+def test_fuzz_structured_plans_stay_in_budget(tmp_path, fuzz_cases):
+    "Random real plans reach the VM and end returning or with a typed error naming the instruction, inside every budget."
+    np.save(tmp_path / 'ok.npy', np.arange(6, dtype=np.float32).reshape(2, 3))
+    h = b"{'descr': '<f4', 'fortran_order': False, 'shape': (68719476736,), }"
+    (tmp_path / 'huge.npy').write_bytes(b'\x93NUMPY\x01\x00' + (118).to_bytes(2, 'little') + h.ljust(117) + b'\n')
+    rng, outcomes, ran, deep = random.Random(28), {}, 0, 0
+    budgets = dict(max_steps=3000, max_elements=1 << 20, max_bytes=1 << 22, max_work=1 << 25, max_output=1 << 12)
+    for k in fuzz_cases(range(600), 'MEP plans'):
+        nac = NacFile(); random_plan(rng).attach(nac)
+        out = io.StringIO()
+        vm = MepVM(nac, base_dir=tmp_path, out=out, **budgets)
+        try: vm.run(seed=k); kind = 'ok'
+        except NacLabError as ex:
+            assert str(ex).startswith('MEP 0x'), ex
+            kind = type(ex).__name__
+        outcomes[kind] = outcomes.get(kind, 0) + 1
+        ran += vm.steps > 6; deep += vm.steps > 8              # past the six constants: the plan reached the opcodes under test
+        assert vm.live() <= budgets['max_bytes'] and vm.work <= budgets['max_work'] and vm.written <= budgets['max_output']
+        assert len(out.getvalue()) == vm.written and not any(c in out.getvalue() for c in '\x00\x07\x1b\u202e')
+    assert ran == 600 and deep >= 80, (ran, deep)              # every plan reached an opcode; 106 of them ran three or more
+    assert outcomes.get('MepBudgetError', 0) >= 10, outcomes
+    assert {'ok', 'MepRunError', 'MepBudgetError', 'MepLimitError', 'MepPathError'} <= set(outcomes), outcomes
+    assert issubclass(MepBudgetError, MemoryLimitError)
+
+def test_image_sized_before_decoding(tmp_path):
+    "A PNG is sized from its header: a 3000x3000 image (36 MB as RGBA bytes) is refused under a 16 MiB budget before it is decoded."
+    from PIL import Image
+    Image.new('RGB', (3000, 3000)).save(tmp_path / 'big.png')
+    nac = NacFile(); Plan().set('big.png', 'p').load_dynamic('p', 'img', file_type=3).ret('img').attach(nac)
+    with pytest.raises(MepBudgetError, match=r'RES_LOAD_DYNAMIC: a 36000000-byte decoded image big.png of 3000x3000 pixels'):
+        MepVM(nac, base_dir=tmp_path, max_bytes=16 << 20).run()
+    assert MepVM(nac, base_dir=tmp_path).run()[0].shape == (1, 3, 224, 224)

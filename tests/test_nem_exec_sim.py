@@ -416,3 +416,50 @@ def test_program_order_and_pinning():
     r = simulate(dev(cstl=2) + body + 'r0 = relu.async in a0 out y0\n    @resource(CSTL[1])\nr1 = relu.async in a1 out y1\n    '
                      '@resource(CSTL[1])\nr2 = relu.async in a2 out y2\n')
     assert [r.label(j) for j in range(3)] == ['E0.CSTL[1]', 'E0.CSTL[1]', 'E0.CSTL[0]'] and r.start[:3].tolist() == [0, d, 0]
+
+# --- #28 item 10: loops refused before they unroll, device sizes bounded when loaded -------------------------------------------------
+def _dev_prog(body:str) -> str:
+    return f'include "{data_path("nem", "devices", "npm_pro.nem")}"\ndevice npm_pro\nprogram p:\nbuffer A : L2 (size=64)\n' \
+           f'buffer B : L2 (size=64)\n' + body
+
+MV = 't = transfer.sync(dst=region(B, 0, 64), src=region(A, 0, 64))\n'
+
+def test_issue_loops_refused_up_front(tmp_path):
+    "The issue's reproducers: `loop i in [0..10^9]` and 50 nested loops of 10, through `nem sim` and `nem run`, refused at once at the loop."
+    import time
+    from nac_lab.cli import run_cli
+    nest = ''.join('  ' * k + f'loop i{k} in [0..9]:\n' for k in range(50)) + '  ' * 50 + MV + ''.join(
+        '  ' * k + 'endloop\n' for k in reversed(range(50)))
+    cases = {'big.nem': ('loop i in [0..1000000000]:\n  ' + MV + 'endloop\n', 'big.nem:6:1: error: loop i in [0..1000000000] unrolls into about'),
+             'nest.nem': (nest, 'nest.nem:6:1: error: loop i0 in [0..9] unrolls into about 10^50 task instances')}
+    t0 = time.process_time()
+    for name, (body, want) in cases.items():
+        (tmp_path / name).write_text(_dev_prog(body))
+        assert name == 'nest.nem' or len((tmp_path / name).read_bytes()) < 400       # the issue's 300-byte program
+        for cmd in (['sim'], ['run', '--output', str(tmp_path / 'o.npz')]):
+            rc, out, err = run_cli('nem', *cmd, tmp_path / name)
+            assert rc == 1 and want in err and '[exec.limit]' in err and 'Traceback' not in err, err[:400]
+    assert time.process_time() - t0 < 20 and not (tmp_path / 'o.npz').exists()
+
+def test_max_instances_overrides(tmp_path):
+    from nac_lab.cli import run_cli
+    (tmp_path / 'l.nem').write_text(_dev_prog('loop i in [0..2999]:\n  ' + MV + 'endloop\n'))      # 3000 tasks + 2999 gates
+    rc, out, err = run_cli('nem', 'sim', tmp_path / 'l.nem', '--max-instances', '5998')
+    assert rc == 1 and 'loop i in [0..2999] unrolls into about 6000 task instances' in err and 'more than the 5998' in err, err
+    rc, out, err = run_cli('nem', 'sim', tmp_path / 'l.nem', '--max-instances', '6000')
+    assert rc == 0, err
+    with pytest.raises(NemExecError, match='more than the 5999 the functional executor'):
+        run(load_program(tmp_path / 'l.nem'), {}, max_instances=5999)
+    assert simulate(tmp_path / 'l.nem', max_instances=6000).table.n == 5999      # the estimate (6000) bounds the rows (tasks and gates)
+
+def test_huge_device_refused_when_loaded(tmp_path):
+    from nac_lab.cli import run_cli
+    src = data_path('nem', 'devices', 'npm_pro.nem').read_text()
+    import re
+    assert re.search(r'num_engines = \d+', src)
+    (tmp_path / 'huge.nem').write_text(re.sub(r'num_engines = \d+', 'num_engines = 10000000', src))
+    (tmp_path / 'p.nem').write_text(f'include "huge.nem"\ndevice npm_pro\nprogram p:\nbuffer A : L2 (size=64)\nbuffer B : L2 (size=64)\n{MV}')
+    for cmd in (['check'], ['sim'], ['run', '--output', str(tmp_path / 'o.npz')]):
+        rc, out, err = run_cli('nem', *cmd, tmp_path / 'p.nem')
+        text = out + err
+        assert rc == 1 and 'num_engines = 10000000 of device npm_pro exceeds the limit of 1024' in text and '[device.limits]' in text, text[:400]

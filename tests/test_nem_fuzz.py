@@ -392,3 +392,42 @@ def test_standing_fuzz(fuzz_cases):
             try: fmt_text(src, 'z.nem')
             except NemError: pass
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0 < 512 * 1024      # KiB: the run grew the process by less than 512 MB
+
+# --- loop bounds (#28 item 10): the up-front estimate bounds what the unroll makes, and refusals name a loop -----------------------
+from nac_lab.nem.elab import elaborate, load_program, check_instances
+from nac_lab.nem.memory import NemExecError
+from nac_lab.nem.table import build_table
+
+BOUNDS = ['[0..0]', '[0..1]', '[0..9]', '[1..3]', '[0..99]', '[5..2]', '[0..N]', '[0..N * N]', '[0..1000000]', '[0..1000000000]']
+
+def loop_program(rng) -> tuple:
+    "A device program of 1-6 loops, nested or in sequence, with constant, empty, const-derived and outer-variable-dependent bounds."
+    lines, loops, depth = ['const N = 12', 'buffer A : L2 (size=64)', 'buffer B : L2 (size=64)'], [], 0
+    for k in range(rng.randrange(1, 7)):
+        b = rng.choice(BOUNDS + ([f'[0..v{depth - 1}]', f'[v{depth - 1}..20]'] if depth else []))
+        loops.append(len(lines) + 4)                                  # its line number, after the three header lines below
+        lines.append('  ' * depth + f'loop v{depth} in {b}:'); depth += 1
+        if rng.random() < 0.6: lines.append('  ' * depth + rng.choice(['t = transfer.sync(dst=region(B, 0, 64), src=region(A, 0, 64))',
+                                                                          'let z = 1']))
+        if depth > 1 and rng.random() < 0.3: depth -= 1; lines.append('  ' * depth + 'endloop')
+    while depth: depth -= 1; lines.append('  ' * depth + 'endloop')
+    head = f'include "{data_path("nem", "devices", "npm_lite.nem")}"\ndevice npm_lite\nprogram p:\n'
+    return head + '\n'.join(lines) + '\n', loops
+
+def test_loop_bound_fuzz(fuzz_cases):
+    rng, kinds, limit = random.Random(10), {}, 3000
+    for k in fuzz_cases(range(150), 'NEM loop bounds'):
+        src, loops = loop_program(rng)
+        cr = load_program(src)
+        if not cr.ok: kinds['check'] = kinds.get('check', 0) + 1; continue
+        est = check_instances(cr.program.body, {'N': 12}, 10**60, 'f')
+        try:
+            el = elaborate(cr, max_instances=limit)
+            tb = build_table(cr, max_instances=limit)
+        except NemExecError as ex:
+            assert ex.rule == 'exec.limit' and est > limit, (ex, est)
+            assert ex.line in loops or ex.line == 0, (ex.line, loops, src)
+            kinds['refused'] = kinds.get('refused', 0) + 1; continue
+        assert len(el.insts) <= est and tb.n <= est, (len(el.insts), tb.n, est, src)      # the estimate is an upper bound
+        kinds['ok'] = kinds.get('ok', 0) + 1
+    assert kinds.get('ok', 0) >= 30 and kinds.get('refused', 0) >= 30, kinds

@@ -18,6 +18,10 @@ def add_run_flags(p):
     p.add_argument('--seed', type=int, default=0, help='seed for sampling in the plan (default 0)')
     p.add_argument('--max-steps', type=int, default=1_000_000, dest='max_steps', help='instruction limit of the plan run')
     p.add_argument('--max-seconds', type=float, default=None, dest='max_seconds', help='time limit of the plan run (default: none)')
+    p.add_argument('--max-bytes', type=int, default=None, dest='max_bytes',
+                   help='memory budget of the plan: bytes all its values may hold (default 1 GiB or $NAC_LAB_MAX_BYTES)')
+    p.add_argument('--max-work', type=int, default=None, dest='max_work', help='bytes the plan may produce over the run (default 16 GiB)')
+    p.add_argument('--max-output', type=int, default=None, dest='max_output', help='characters the plan may write (default 16 Mi)')
 
 def add_inspect_flags(p):
     "Add `--orch` to the `nac-lab inspect` parser `p`."
@@ -43,7 +47,9 @@ def run_orchestrated(args, ins:dict) -> int:
     import numpy as np
     from nac_lab.nac.mep_vm import MepVM
     from nac_lab.fileio import atomic_write
-    outs = MepVM(args.file, max_steps=args.max_steps, max_seconds=args.max_seconds).run(ins, prompts=args.prompt or [], seed=args.seed)
+    budgets = {k: getattr(args, k) for k in ('max_work', 'max_output') if getattr(args, k, None) is not None}
+    vm = MepVM(args.file, max_steps=args.max_steps, max_seconds=args.max_seconds, max_bytes=getattr(args, 'max_bytes', None), **budgets)
+    outs = vm.run(ins, prompts=args.prompt or [], seed=args.seed)
     for k, v in enumerate(outs): print(_summary(k, v))
     if args.output:
         dest = Path(args.output)

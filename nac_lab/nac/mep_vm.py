@@ -8,12 +8,14 @@ import io, json, os, re, string, sys, time
 from pathlib import Path
 import numpy as np
 from ..binio import NacLabError, LimitError
+from .guard import MAX_BYTES_ENV, MemoryLimitError, escape, max_bytes
 from .format import read_nac, DType, DTYPE_NP
 from .mep import MepError, MepProgram
 
 # %% auto #0
-__all__ = ['MAX_TEXT_ELEMENTS', 'MepRunError', 'MepPathError', 'MepLimitError', 'plan_path', 'safe_format', 'MepVM', 'softmax',
-           'run_plan']
+__all__ = ['MAX_TEXT_ELEMENTS', 'PLAN_MAX_BYTES', 'PLAN_MAX_WORK', 'PLAN_MAX_OUTPUT', 'MepRunError', 'MepPathError',
+           'MepLimitError', 'MepBudgetError', 'plan_path', 'slot_bytes', 'safe_format', 'plan_max_bytes', 'MepVM',
+           'softmax', 'run_plan']
 
 # %% ../../nbs/22b_nac_mep_vm.ipynb #3d21ccf5
 class MepRunError(MepError, RuntimeError):
@@ -24,6 +26,9 @@ class MepPathError(MepRunError):
 
 class MepLimitError(MepRunError, LimitError):
     "A plan exceeded the step or size limit (ruling M4)."
+
+class MepBudgetError(MepLimitError, MemoryLimitError):
+    "A plan would pass its memory budget (live bytes of all slots, or bytes produced over the run), its output budget or its cost."
 
 def plan_path(base, rel) -> Path:
     "Resolve plan path `rel` inside folder `base`, refusing absolute paths and escapes (ruling M2)."
@@ -55,6 +60,13 @@ def _brief(v) -> str:
 #: the largest array that may be turned into text (IO_WRITE, STRING_FORMAT, SERIALIZE_OBJECT)
 MAX_TEXT_ELEMENTS = 1 << 20
 
+def slot_bytes(v) -> int:
+    "Memory a slot value holds, for the budget: an array's buffer, a text's or bytes' object, a list's pointers and items."
+    if isinstance(v, np.ndarray): return int(v.nbytes)
+    if isinstance(v, (str, bytes, bytearray)): return sys.getsizeof(v)
+    if isinstance(v, (list, tuple)): return 8 * len(v) + sum(slot_bytes(x) for x in v)
+    return 32                                               # a Python number or another small object
+
 def _text(v) -> str:
     if isinstance(v, str): return v
     if isinstance(v, np.ndarray):
@@ -82,10 +94,18 @@ def safe_format(fmt:str, values:list, max_chars:int=1 << 20) -> str:
 class _Return(Exception):
     def __init__(self, values): self.values = values
 
+#: default budgets of one run (ruling M4): live memory of all slots (unless $NAC_LAB_MAX_BYTES says otherwise), bytes produced over
+#: the whole run (the cost of a loop of allocations), characters written by IO_WRITE and SYS_DEBUG_PRINT
+PLAN_MAX_BYTES, PLAN_MAX_WORK, PLAN_MAX_OUTPUT = 1 << 30, 1 << 34, 1 << 24
+
+def plan_max_bytes() -> int:
+    "The default memory budget of a plan: `$NAC_LAB_MAX_BYTES` when set, else `PLAN_MAX_BYTES` (1 GiB)."
+    return max_bytes() if os.environ.get(MAX_BYTES_ENV) is not None else PLAN_MAX_BYTES
+
 class MepVM:
     "Runs the MEP plan of a `.nac` file (`NacFile` or path); paths resolve against `base_dir` (default: the file's folder)."
     def __init__(self, nac, *, base_dir=None, device=None, max_steps:int=1_000_000, max_elements:int=1 << 26, out=None,
-                 max_seconds:float|None=None):
+                 max_seconds:float|None=None, max_bytes:int|None=None, max_work:int=PLAN_MAX_WORK, max_output:int=PLAN_MAX_OUTPUT):
         self.nac = read_nac(nac) if isinstance(nac, (str, os.PathLike)) else nac
         if self.nac.orch is None or not self.nac.orch.bytecode: raise MepRunError('the .nac file has no ORCH execution plan')
         self.prog = MepProgram.from_orch(self.nac.orch)
@@ -95,6 +115,9 @@ class MepVM:
             base_dir = Path(self.nac.path).parent
         self.base_dir, self.device, self.max_steps, self.max_elements = Path(base_dir), device, max_steps, max_elements
         self.max_seconds = max_seconds
+        self.max_bytes = plan_max_bytes() if max_bytes is None else max_bytes
+        self.max_work, self.max_output = max_work, max_output
+        self.sizes, self.work, self.written = {}, 0, 0        # run() starts them afresh
         self.out = out
         self.models, self._toks, self.ctx = {}, {}, {}      # ctx: the slots (filled by run)
 
@@ -104,6 +127,8 @@ class MepVM:
         ("Execute the plan; `inputs` pre-fills slots `{slot: value}`, `prompts` answers SRC_USER_PROMPT in order. Returns "
          "EXEC_RETURN's values.")
         self.ctx = dict(inputs or {})
+        self.sizes = {k: slot_bytes(v) for k, v in self.ctx.items()}    # bytes held by each slot (the memory budget's ledger)
+        self.work, self.written = 0, 0                                   # bytes produced and characters written so far
         self.prompts, self.rng, self.steps = list(prompts), np.random.Generator(np.random.PCG64(seed)), 0
         self.loops = []                     # [(body start offset, remaining)]
         instrs, pc, end = self.prog.instrs, 0, len(self.nac.orch.bytecode)
@@ -112,9 +137,9 @@ class MepVM:
             ins = instrs[self.by_offset[pc]]
             self.steps += 1
             if self.steps > self.max_steps:
-                raise MepLimitError(f'step limit {self.max_steps} reached at {ins.offset:#06x} {ins.name} (ruling M4)')
+                raise MepLimitError(f'MEP {ins.offset:#06x} {ins.name}: step limit {self.max_steps} reached (ruling M4)')
             if deadline is not None and time.monotonic() > deadline:
-                raise MepLimitError(f'time limit of {self.max_seconds} s reached at {ins.offset:#06x} {ins.name} (ruling M4)')
+                raise MepLimitError(f'MEP {ins.offset:#06x} {ins.name}: time limit of {self.max_seconds} s reached (ruling M4)')
             try: nxt = getattr(self, '_' + ins.name)(ins, ins.args)
             except _Return as r: return r.values
             except MepError as ex: raise type(ex)(f'MEP {ins.offset:#06x} {ins.name}: {ex}') from None
@@ -130,16 +155,45 @@ class MepVM:
         if k not in self.ctx: raise MepRunError(f'slot %{k} is empty (nothing wrote it)')
         return self.ctx[k]
 
-    def check_size(self, shape, what:str='result'):
-        "Refuse a tensor of `shape` above `max_elements` before it is allocated (ruling M4)."
+    def live(self) -> int:
+        "Bytes held by all slots now."
+        return sum(self.sizes.values())
+
+    def reserve(self, nbytes:int, what:str='result'):
+        "Refuse to make a value of `nbytes` when live memory or the bytes produced by the run would pass their budget (before allocating)."
+        live = self.live()
+        if live + nbytes > self.max_bytes:
+            raise MepBudgetError(f'a {nbytes}-byte {what} would bring live memory to {live + nbytes} bytes, over the budget of '
+                                 f'{self.max_bytes} (max_bytes, --max-bytes; ruling M4)')
+        if self.work + nbytes > self.max_work:
+            raise MepBudgetError(f'a {nbytes}-byte {what} would bring the bytes produced by this run to {self.work + nbytes}, over the '
+                                 f'budget of {self.max_work} (max_work, --max-work; ruling M4)')
+
+    def check_size(self, shape, what:str='result', itemsize:int=8):
+        "Refuse a tensor of `shape` above `max_elements`, or of more bytes than the budgets leave, before it is allocated (ruling M4)."
         n = 1
         for s in shape: n *= int(s)
         if n > self.max_elements: raise MepLimitError(f'a {n}-element {what} exceeds the limit of {self.max_elements} elements (ruling M4)')
+        self.reserve(n * itemsize, what)
 
     def put(self, k:int, v):
+        "Store `v` in slot `k`; values nothing could size beforehand (a model's outputs) are checked against the budgets here."
         if isinstance(v, np.ndarray) and v.size > self.max_elements:
             raise MepLimitError(f'a {v.size}-element tensor exceeds the limit of {self.max_elements} elements (ruling M4)')
-        self.ctx[k] = v
+        n, old = slot_bytes(v), self.sizes.pop(k, 0)       # the value it replaces is released
+        try: self.reserve(n, 'value')
+        except MepBudgetError: self.sizes[k] = old; raise
+        self.ctx[k], self.sizes[k] = v, n
+        self.work += n
+
+    def emit(self, text:str, end:str=''):
+        "Write `text` escaped (no control character of the plan reaches the terminal) within the output budget `max_output`."
+        s = escape(text) + end
+        if self.written + len(s) > self.max_output:
+            raise MepBudgetError(f'writing {len(s)} more characters would pass the output budget of {self.max_output} characters '
+                                 f'({self.written} written; max_output, --max-output)')
+        f = self._stdout(); f.write(s); f.flush()
+        self.written += len(s)
 
     def const(self, cid:int):
         return self.prog.consts[cid]
@@ -154,10 +208,24 @@ def _np_dtype(code:int):
         raise MepRunError(f'dtype code {code} is not a §6.1.1 type numpy can hold')
     return DTYPE_NP[DType(code)]
 
+_NPY_HEADERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+
 def _load_npy(data, what:str):
-    try: return np.load(io.BytesIO(data) if isinstance(data, (bytes, bytearray)) else data, allow_pickle=False)
-    except (ValueError, EOFError,
-            OSError) as ex: raise MepRunError(f'{what} is not a readable .npy array ({str(ex).splitlines()[0]})') from None
+    "A .npy array from bytes or a path; its header is checked against the bytes after it, so no array outgrows its file."
+    try:
+        with io.BytesIO(data) if isinstance(data, (bytes, bytearray)) else open(data, 'rb') as f:
+            ver = np.lib.format.read_magic(f)
+            if ver not in _NPY_HEADERS: raise ValueError(f'.npy format version {ver} is not 1.0 or 2.0')
+            shape, _, dt = _NPY_HEADERS[ver](f)
+            n = dt.itemsize
+            for s in shape: n *= s
+            pos = f.tell(); left = f.seek(0, 2) - pos
+            if dt.hasobject: raise ValueError(f'dtype {dt} holds Python objects')
+            if n > left: raise ValueError(f'the header declares shape {list(shape)} of {dt}, {n} bytes; {left} bytes follow it')
+            f.seek(0)
+            return np.load(f, allow_pickle=False)
+    except (ValueError, EOFError, TypeError,
+            OSError) as ex: raise MepRunError(f'{escape(what)} is not a readable .npy array ({escape(str(ex).splitlines()[0])})') from None
 
 @patch
 def _SRC_USER_PROMPT(self:MepVM, i, a):
@@ -184,6 +252,7 @@ def _RES_LOAD_MODEL(self:MepVM, i, a):
 def _RES_LOAD_DATAFILE(self:MepVM, i, a):
     if a['file_type'] != 2: raise MepRunError(f'file type {a["file_type"]} is not supported (2 = .npy)')
     p = self.path(self.const(a['path']))
+    self.reserve(p.stat().st_size, f'data file {escape(p.name)}')
     self.put(a['out'], _load_npy(p, str(p.name)))
 
 @patch
@@ -192,17 +261,22 @@ def _RES_LOAD_EXTERN(self:MepVM, i, a):
     if a['res_type'] == 0:
         if not self.nac.rsrc or name not in self.nac.rsrc: raise MepRunError(f'resource {name!r} is not in the RSRC section')
         data = self.nac.rsrc[name]
-    elif a['res_type'] == 1: data = self.path(name).read_bytes()
+    elif a['res_type'] == 1:
+        p = self.path(name); self.reserve(p.stat().st_size, f'resource file {escape(p.name)}'); data = p.read_bytes()
     else: raise MepRunError(f'resource type {a["res_type"]} is not 0 (model component) or 1 (standalone)')
     self.put(a['out'], _load_npy(data, name) if str(name).endswith('.npy') else bytes(data))
 
 @patch
 def _RES_LOAD_DYNAMIC(self:MepVM, i, a):
     p = self.path(self.get(a['path']))
+    self.reserve(p.stat().st_size if a['file_type'] == 2 else 224 * 224 * 3 * 4, f'file {escape(p.name)}')
     if a['file_type'] == 2: return self.put(a['out'], _load_npy(p, p.name))
     if a['file_type'] != 3: raise MepRunError(f'file type {a["file_type"]} is not 2 (npy) or 3 (image)')
     from PIL import Image
-    with Image.open(p) as im:
+    try: im0 = Image.open(p)
+    except Image.DecompressionBombError as ex: raise MepBudgetError(f'image {escape(p.name)}: {ex}') from None
+    with im0 as im:
+        self.reserve(im.size[0] * im.size[1] * 4, f'decoded image {escape(p.name)} of {im.size[0]}x{im.size[1]} pixels')
         im = im.convert('RGB'); w, h = im.size; s = 256 / min(w, h)
         im = im.resize((max(1, round(w * s)), max(1, round(h * s))), Image.BILINEAR)
         w, h = im.size; l, t = (w - 224) // 2, (h - 224) // 2
@@ -233,7 +307,8 @@ def tokenizer(self:MepVM, mid:int):
     "The TISA tokenizer of model `mid`'s file (ruling M5)."
     if mid not in self._toks:
         from nac_lab.nac.tisa import from_nac
-        self._toks[mid] = from_nac(self.model(mid).nac)
+        t = self._toks[mid] = from_nac(self.model(mid).nac)
+        t.max_chars = min(t.max_chars, max(1, self.max_bytes // 4))      # up to 4 bytes a character
     return self._toks[mid]
 
 @patch
@@ -265,11 +340,8 @@ def _TENSOR_CREATE(self:MepVM, i, a):
     elif mode in (1, 2):
         dims = v if isinstance(v, (list, tuple)) else np.asarray(v).reshape(-1).tolist()
         shape = [int(_one(v, 'arange length'))] if mode == 1 else [int(s) for s in dims]
-        n = 1
-        for s in shape:
-            if s < 0: raise MepRunError(f'negative size in {shape}')
-            n *= s
-        if n > self.max_elements: raise MepLimitError(f'{n} elements exceed the limit of {self.max_elements} (ruling M4)')
+        if any(s < 0 for s in shape): raise MepRunError(f'negative size in {shape}')
+        self.check_size(shape, 'tensor', np.dtype(dt).itemsize)
         x = np.arange(shape[0], dtype=dt) if mode == 1 else np.ones(shape, dtype=dt)
     else: raise MepRunError(f'mode {mode} is not 0 (value), 1 (arange) or 2 (ones)')
     self.put(a['out'], x)
@@ -280,8 +352,8 @@ def _TENSOR_MANIPULATE(self:MepVM, i, a):
     if a['op'] == 1:
         p = self.get(a['pad']); p = [0, int(_one(p, 'pad'))] if not isinstance(p, (list, tuple)) else [int(q) for q in p]
         if len(p) != 2 or min(p) < 0: raise MepRunError(f'pad {p} is not after or [before, after] with non-negative sizes')
-        if (x.size // max(1, x.shape[-1] if x.ndim else 1)) * (x.shape[-1] + sum(p) if x.ndim else 1) > self.max_elements:
-            raise MepLimitError(f'padding exceeds the limit of {self.max_elements} elements')
+        self.check_size([x.size // max(1, x.shape[-1] if x.ndim else 1), x.shape[-1] + sum(p) if x.ndim else 1], 'padded tensor',
+                        x.itemsize)
         self.put(a['out'], np.pad(x, [(0, 0)] * (x.ndim - 1) + [tuple(p)], constant_values=_one(self.get(a['val']), 'pad value')))
     elif a['op'] == 2:
         s = self.get(a['pad']); self.put(a['out'],
@@ -292,7 +364,7 @@ def _TENSOR_MANIPULATE(self:MepVM, i, a):
 def _TENSOR_COMBINE(self:MepVM, i, a):
     if a['op'] != 0: raise MepRunError(f'op {a["op"]} is not 0 (concat)')
     xs = [np.asarray(self.get(k)) for k in a['keys']]
-    self.check_size([sum(x.size for x in xs)])
+    self.check_size([sum(x.size for x in xs)], 'concatenation', max((x.itemsize for x in xs), default=1))
     self.put(a['out'], np.concatenate(xs, axis=int(_one(self.get(a['axis']), 'axis'))))
 
 @patch
@@ -300,7 +372,9 @@ def _TENSOR_INFO(self:MepVM, i, a):
     x = self.get(a['in'])
     if a['op'] == 0: self.put(a['out'], list(np.shape(x)))
     elif a['op'] == 1: self.put(a['out'], int(np.shape(x)[int(_one(self.get(a['dim']), 'dim'))]))
-    elif a['op'] == 2: self.put(a['out'], np.asarray(x).tolist())
+    elif a['op'] == 2:
+        self.check_size(np.shape(x), 'Python list', 40)          # a pointer and a number object per element
+        self.put(a['out'], np.asarray(x).tolist())
     else: raise MepRunError(f'op {a["op"]} is not 0 (shape), 1 (dim) or 2 (to_py)')
 
 @patch
@@ -312,11 +386,13 @@ def _TENSOR_EXTRACT(self:MepVM, i, a):
 
 @patch
 def _SYS_COPY(self:MepVM, i, a):
-    v = self.get(a['in']); self.put(a['out'], v.copy() if isinstance(v, (np.ndarray, list)) else v)
+    v = self.get(a['in'])
+    if isinstance(v, (np.ndarray, list)): self.reserve(slot_bytes(v), 'copy')
+    self.put(a['out'], v.copy() if isinstance(v, (np.ndarray, list)) else v)
 
 @patch
 def _SYS_DEBUG_PRINT(self:MepVM, i, a):
-    print(f'[debug] {self.const(a["msg"])}: {_brief(self.get(a["key"]))}', file=self._stdout())
+    self.emit(f'[debug] {self.const(a["msg"])}: {_brief(self.get(a["key"]))}', '\n')
 
 # %% ../../nbs/22b_nac_mep_vm.ipynb #5255aa38
 def softmax(x) -> np.ndarray:
@@ -330,13 +406,15 @@ def _scalarize(v): return v.item() if isinstance(v, np.generic) or (isinstance(v
 @patch
 def _MATH_UNARY(self:MepVM, i, a):
     if a['op'] != 0: raise MepRunError(f'op {a["op"]} is not 0 (softmax)')
-    self.put(a['out'], softmax(self.get(a['in'])))
+    x = self.get(a['in']); self.check_size(np.shape(x), 'softmax', 8 * 3)      # the result and two temporaries of float64
+    self.put(a['out'], softmax(x))
 
 @patch
 def _MATH_BINARY(self:MepVM, i, a):
     x, y, op = self.get(a['a']), self.get(a['b']), a['op']
     if isinstance(x, str) or isinstance(y, str):
         if op != 0 or not (isinstance(x, str) and isinstance(y, str)): raise MepRunError('text supports only add (concatenation) with text')
+        self.reserve(sys.getsizeof(x) + sys.getsizeof(y), f'text of {len(x) + len(y)} characters')
         return self.put(a['out'], x + y)
     if op not in (0, 1, 2): raise MepRunError(f'op {op} is not 0 (add), 1 (sub) or 2 (mul)')
     x, y = (np.asarray(v) if isinstance(v, list) else v for v in (x, y))
@@ -357,7 +435,7 @@ def _LOGIC_COMPARE(self:MepVM, i, a):
     if isinstance(x, str) or isinstance(y, str):
         if op > 1: raise MepRunError('text supports only eq and ne')
         return self.put(a['out'], (isinstance(x, str) and isinstance(y, str) and x == y) == (op == 0))
-    self.check_size(np.broadcast_shapes(np.shape(x), np.shape(y)))
+    self.check_size(np.broadcast_shapes(np.shape(x), np.shape(y)), 'comparison', 1)
     r = (np.equal, np.not_equal, np.greater, np.less)[op](np.asarray(x), np.asarray(y))
     self.put(a['out'], bool(r.reshape(()).item()) if r.size == 1 else r)
 
@@ -365,6 +443,7 @@ def _LOGIC_COMPARE(self:MepVM, i, a):
 def _ANALYSIS_TOP_K(self:MepVM, i, a):
     x = np.asarray(self.get(a['in'])); k = int(_one(self.get(a['k']), 'k'))
     if x.ndim == 0 or not 0 < k <= x.shape[-1]: raise MepRunError(f'k={k} for {_brief(x)}: need 1 <= k <= the last axis')
+    self.check_size(x.shape, 'sort order')
     order = np.argsort(-x, axis=-1, kind='stable')[..., :k]
     self.put(a['idx'], order.astype(np.int64)); self.put(a['vals'], np.take_along_axis(x, order, axis=-1))
 
@@ -430,8 +509,7 @@ def _SERIALIZE_OBJECT(self:MepVM, i, a):
 def _IO_WRITE(self:MepVM, i, a):
     if a['dest'] != 0: raise MepRunError(f'destination type {a["dest"]} is not supported (0 = stdout)')
     if a['mode'] not in (0, 1): raise MepRunError(f'mode {a["mode"]} is not 0 (line) or 1 (raw)')
-    f = self._stdout()
-    f.write(_text(self.get(a['in'])) + ('\n' if a['mode'] == 0 else '')); f.flush()
+    self.emit(_text(self.get(a['in'])), '\n' if a['mode'] == 0 else '')
 
 @patch
 def _EXEC_RETURN(self:MepVM, i, a): raise _Return([self.get(k) for k in a['keys']])

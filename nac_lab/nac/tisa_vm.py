@@ -7,14 +7,14 @@ from __future__ import annotations
 import heapq, struct, unicodedata
 from dataclasses import dataclass, field
 import regex
-from ..binio import NacLabError, FormatError, Reader, Writer
+from ..binio import NacLabError, FormatError, LimitError, Reader, Writer
 
 # %% auto #0
 __all__ = ['OPCODES', 'OPS', 'BEHAVIOURS', 'MAGIC', 'WS', 'BERT_PUNCT', 'CJK', 'GPT2_SPLIT', 'BYTE_CHARS', 'CHAR_BYTES',
-           'REGEX_TIMEOUT', 'TisaError', 'UnsupportedTokenizerError', 'TisaFormatError', 'Rule', 'Op',
-           'encode_manifest', 'decode_manifest', 'write_vocab', 'read_vocab', 'write_pairs', 'read_pairs',
-           'bytes_to_unicode', 'split_segments', 'split_spans', 'byte_tokens', 'bpe_word', 'wordpiece_word',
-           'build_trie', 'unigram_word', 'Tisa']
+           'REGEX_TIMEOUT', 'MAX_TEXT_CHARS', 'TisaError', 'UnsupportedTokenizerError', 'TisaFormatError',
+           'TisaLimitError', 'Rule', 'Op', 'encode_manifest', 'decode_manifest', 'write_vocab', 'read_vocab',
+           'write_pairs', 'read_pairs', 'bytes_to_unicode', 'split_segments', 'split_spans', 'byte_tokens', 'bpe_word',
+           'wordpiece_word', 'build_trie', 'unigram_word', 'Tisa']
 
 # %% ../../nbs/23b_nac_tisa_vm.ipynb #23a9b873
 class TisaError(NacLabError, ValueError):
@@ -28,6 +28,9 @@ class UnsupportedTokenizerError(TisaError):
 
 class TisaFormatError(FormatError, TisaError):
     "A malformed TISA manifest or tokenizer resource file."
+
+class TisaLimitError(TisaError, LimitError):
+    "A normalizer or pre-tokenizer would grow the text past the tokenizer's `max_chars` budget."
 
 OPCODES = {0x01: 'LOWERCASE', 0x02: 'UNICODE_NORM', 0x03: 'REPLACE', 0x04: 'FILTER_CATEGORY', 0x07: 'PREPEND',
            0x10: 'PARTITION_RULES', 0x15: 'BYTE_ENCODE', 0x20: 'BPE_ENCODE', 0x21: 'WORDPIECE_ENCODE',
@@ -248,6 +251,8 @@ CHAR_BYTES = {c: b for b, c in BYTE_CHARS.items()}
 # %% ../../nbs/23b_nac_tisa_vm.ipynb #51992e73
 #: seconds one regex call may take: a manifest's patterns come from the file, and a pathological one must not hang encode
 REGEX_TIMEOUT = 2.0
+#: the most characters (all pieces together) the text may grow to between the input and the model opcode
+MAX_TEXT_CHARS = 1 << 24
 
 def split_segments(text:str, rx, behaviour:int, invert:bool=False) -> list:
     "Pieces of `text` after splitting on the matches of compiled regex `rx` with `behaviour` (1–5, see `BEHAVIOURS`)."
@@ -409,8 +414,9 @@ _CLEANUP = [(' .', '.'), (' ?', '?'), (' !', '!'), (' ,', ','), (" ' ", "'"), ("
 
 class Tisa:
     "A compiled tokenizer: TISA program + resource files; `encode`, `decode`, `save`."
-    def __init__(self, manifest:bytes, files:dict):
+    def __init__(self, manifest:bytes, files:dict, max_chars:int=MAX_TEXT_CHARS):
         self.manifest, self.files = bytes(manifest), {k: bytes(v) for k, v in files.items()}
+        self.max_chars = max_chars       # budget of the text between input and model opcode (an input longer than it may keep its length)
         self.program = decode_manifest(self.manifest)
         models = [o for o in self.program if o.name in _MODELS]
         if len(models) != 1: raise TisaError(f'a TISA program needs exactly one model opcode (BPE/WORDPIECE/UNIGRAM_ENCODE), found '
@@ -460,15 +466,39 @@ class Tisa:
 # %% ../../nbs/23b_nac_tisa_vm.ipynb #55c3b965
 from fastcore.basics import patch
 
-def _apply(op, s:str) -> str:
+def _room(n:int, room:int):
+    "Refuse a result of `n` characters when only `room` are left in the budget (checked before the result is built)."
+    if n > room: raise TisaLimitError(f'the text would grow to more than {room} characters')
+
+def _replace(op, s:str, room:int) -> str:
+    "REPLACE, counting the result's length match by match when the worst case could leave the budget."
+    c = op.args['content']
+    if len(s) + (len(s) + 1) * len(c) > room:            # at most len(s) + 1 matches: count before building
+        n, prev = 0, 0
+        for m in op.rx.finditer(s, timeout=REGEX_TIMEOUT):
+            n += m.start() - prev + len(c); prev = m.end()
+            _room(n + len(s) - prev, room)
+    return op.rx.sub(lambda m: c, s, timeout=REGEX_TIMEOUT)
+
+#: the most characters one character can become under each Unicode normalization form (and under lower-casing)
+_GROWTH = {'NFC': 3, 'NFD': 4, 'NFKC': 18, 'NFKD': 18, 'LOWERCASE': 3}
+
+def _apply(op, s:str, room:int=MAX_TEXT_CHARS) -> str:
+    "Apply text transform `op` to `s`; the result may have at most `room` characters (`TisaLimitError` otherwise)."
     n = op.name
-    if n == 'LOWERCASE': return ''.join(c.lower() for c in s)       # per character, like Rust (no final-sigma rule)
-    if n == 'UNICODE_NORM': return unicodedata.normalize(op.args['form'], s)
-    if n == 'REPLACE': return op.rx.sub(lambda m: op.args['content'], s, timeout=REGEX_TIMEOUT)
+    if n in ('LOWERCASE', 'UNICODE_NORM'):
+        grow = len(s) * _GROWTH[op.args['form'] if n == 'UNICODE_NORM' else n] > room
+        if grow and n == 'LOWERCASE': _room(sum(len(c.lower()) for c in s), room)
+        t = ''.join(c.lower() for c in s) if n == 'LOWERCASE' else unicodedata.normalize(op.args['form'], s)
+        if grow: _room(len(t), room)     # a normalization is not chunkable; its transient is bounded by the factor above
+        return t
+    if n == 'REPLACE': return _replace(op, s, room)
     if n == 'FILTER_CATEGORY':
         cats = set(op.args['categories'])
         return ''.join(c for c in s if unicodedata.category(c) not in cats)
-    if n == 'BYTE_ENCODE': return ''.join(BYTE_CHARS[b] for b in s.encode('utf-8'))
+    if n == 'BYTE_ENCODE':
+        b = s.encode('utf-8'); _room(len(b), room)
+        return ''.join(BYTE_CHARS[x] for x in b)
     raise TisaError(f'{n} is not a text transform')
 
 @patch
@@ -478,22 +508,31 @@ def pieces(self:Tisa, text:str) -> list:
     ps = [(text, None, True)]            # (text, id of a protected piece or None, piece begins the input)
     for k, op in enumerate(self.program):
         if op.name in _MODELS: break
-        try: ps = _run_op(self, op, ps)
+        try: ps = _run_op(self, op, ps, max(self.max_chars, len(text)))
+        except TisaLimitError as ex:
+            raise TisaLimitError(f'manifest op {k} ({op.name}) on a {len(text)}-character input: {ex} (the budget max_chars='
+                                 f'{self.max_chars})') from None
         except TimeoutError:
             raise TisaError(f'manifest op {k} ({op.name}): a pattern took longer than {REGEX_TIMEOUT} s on a {len(text)}-character text '
                             '(a pathological regular expression in the manifest?)') from None
     return [(s, i) for s, i, _ in ps if i is not None or s]
 
-def _prepend(op, s:str, first:bool) -> str:
+def _prepend(op, s:str, first:bool, room:int=MAX_TEXT_CHARS) -> str:
     t, f = op.args['text'], op.args.get('flags', 0)
     if not s or (f & 1 and s.startswith(t)) or (f & 2 and not first): return s
+    _room(len(t) + len(s), room)
     return t + s
 
-def _run_op(self, op, ps:list) -> list:
+def _run_op(self, op, ps:list, limit:int) -> list:
     "Apply one pre-model opcode to the piece list `[(text, id or None, first)]`; empty unprotected pieces disappear."
     if op.name in ('COMPOSE', 'DECODE'): return ps
-    if op.name == 'PREPEND': ps = [(s if i is not None else _prepend(op, s, f), i, f) for s, i, f in ps]
-    elif op.name != 'PARTITION_RULES': ps = [(s if i is not None else _apply(op, s), i, f) for s, i, f in ps]
+    if op.name != 'PARTITION_RULES':             # the budget holds all pieces: each may use what the others leave
+        left, out = limit - sum(len(s) for s, _, _ in ps), []
+        for s, i, f in ps:
+            left += len(s)
+            t = s if i is not None else _prepend(op, s, f, left) if op.name == 'PREPEND' else _apply(op, s, left)
+            left -= len(t); out.append((t, i, f))
+        ps = out
     else:
         if op.prot is not None:
             out = []

@@ -23,12 +23,16 @@ def register(sub):
     r.add_argument('--data', metavar='DIR', help='fill every buffer BUF that has a DIR/BUF.npy')
     r.add_argument('--output', required=True, metavar='OUT.npz', help='every buffer\'s final bytes (uint8) under its name')
     r.add_argument('--region', action='append', default=[], metavar='NAME', help='also store region NAME\'s typed values')
+    r.add_argument('--max-instances', type=int, default=None, dest='max_instances', metavar='N',
+                   help='task instances and loop iterations the program may unroll into (default 2,000,000)')
     r.set_defaults(func=_run)
     m = s.add_parser('sim', help='simulate a NEM program on a device: cycles, units, critical path')
     m.add_argument('file'); m.add_argument('--device', help='target device: a name visible to the program, or a .nem file')
     m.add_argument('--json', action='store_true', help='print the result as JSON (with every task instance)')
     m.add_argument('--trace', metavar='T.json', help='write a Chrome/Perfetto trace')
     m.add_argument('--gantt', metavar='G.png', help='write a Gantt chart (PNG or SVG)')
+    m.add_argument('--max-instances', type=int, default=None, dest='max_instances', metavar='N',
+                   help='task instances and loop iterations the program may unroll into (default 2,000,000)')
     m.set_defaults(func=_sim)
 
 # %% ../../nbs/39b_nem_cli_exec.ipynb #ac35b569
@@ -60,7 +64,7 @@ def _run(args):
     cr = load_program(Path(args.file), args.device)
     if not cr.ok: print(cr.format(), file=sys.stderr); return 1
     try:
-        el = elaborate(cr)
+        el = elaborate(cr, max_instances=args.max_instances)
         inputs, files = _inputs(args, el.buffers)
         res = execute(el, inputs)
         arrays = dict(res)
@@ -92,7 +96,7 @@ def _sim(args):
     cr = load_program(Path(args.file), args.device)
     if not cr.ok: print(cr.format(), file=sys.stderr); return 1
     if cr.device is None: raise NacLabError(f'{args.file} names no device; give --device NAME|FILE')
-    try: res = simulate_table(build_table(cr))
+    try: res = simulate_table(build_table(cr, max_instances=args.max_instances))
     except NemExecError as ex: print(ex.render(cr.ws.sources), file=sys.stderr); return 1
     if args.trace: write_trace(res, args.trace, inputs=[args.file])
     if args.gantt:

@@ -12,14 +12,17 @@ from .documents import Workspace, Diagnostic
 from .types import instantiations, families_of, baseline_families, family_problems
 
 # %% auto #0
-__all__ = ['PER_ENGINE_UNITS', 'DEVICE_UNITS', 'SPEC_VERSIONS', 'MAX_DEVICE_DEPTH', 'ResolvedDevice', 'DeviceSet',
-           'inheritance_graph']
+__all__ = ['PER_ENGINE_UNITS', 'DEVICE_UNITS', 'SPEC_VERSIONS', 'MAX_DEVICE_DEPTH', 'MAX_ENGINES', 'MAX_UNITS',
+           'MAX_MEMORY_BYTES', 'ResolvedDevice', 'DeviceSet', 'inheritance_graph']
 
 # %% ../../nbs/33_nem_devices.ipynb #1f297a4e
 PER_ENGINE_UNITS = ('NMU', 'CSTL', 'DMA', 'VPU', 'SEQ')
 DEVICE_UNITS = ('sDMA', 'WDM')
 SPEC_VERSIONS = ('1.0',)
 MAX_DEVICE_DEPTH = 256    # devices in one inheritance chain (each resolved device keeps its chain)
+#: the largest topology nac_lab accepts: the executor and the simulator keep state per engine and per unit instance, so a config
+#: asking for ten million engines is refused when it is loaded rather than when gigabytes are already allocated
+MAX_ENGINES, MAX_UNITS, MAX_MEMORY_BYTES = 1024, 256, 1 << 40
 
 @dataclass
 class ResolvedDevice:
@@ -93,6 +96,9 @@ class DeviceSet:
                 if v is not None and v < lo:
                     self.report('error', 'device.counts', f'{block} count {u} = {v} of device {node.name} must be >= {lo} (schema rule 5)',
                                 node, pos)
+                if v is not None and v > MAX_UNITS:
+                    self.report('error', 'device.limits', f'{block} count {u} = {v} of device {node.name} exceeds the limit of {MAX_UNITS} '
+                                                          'unit instances nac_lab simulates', node, pos); v = None
                 topo[block][u] = v
         if topo['num_engines'] is not None and topo['num_engines'] < 1:
             self.report('error', 'device.counts', f'num_engines = {topo["num_engines"]} of device {node.name} must be >= 1 (schema rule 5)',
@@ -101,6 +107,11 @@ class DeviceSet:
             if topo[k] is not None and topo[k] <= 0:
                 self.report('error', 'device.counts', f'{k} = {topo[k]} of device {node.name} must be > 0 (schema rule 5)', node,
                             (t.line, t.col))
+        for k, top in (('num_engines', MAX_ENGINES), ('l1_size_bytes', MAX_MEMORY_BYTES), ('l2_size_bytes', MAX_MEMORY_BYTES)):
+            if topo[k] is not None and topo[k] > top:
+                self.report('error', 'device.limits', f'{k} = {topo[k]} of device {node.name} exceeds the limit of {top} nac_lab accepts',
+                            node, (t.line, t.col))
+                topo[k] = None
         return topo
 
     def _refs(self, refs, node, block):

@@ -8,13 +8,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['MAX_INSTANCES', 'Inst', 'Elab', 'unit_of', 'pin_of', 'require_checked', 'live_token_limit', 'elaborate',
-           'load_program']
+__all__ = ['MAX_INSTANCES', 'Inst', 'Elab', 'unit_of', 'pin_of', 'require_checked', 'live_token_limit', 'check_instances',
+           'elaborate', 'load_program']
 
 # %% ../../nbs/38b_nem_elab.ipynb #39fca546
 # The NEM front end, imported in one place (public names only).
 from .ast import Name, Region, Const, Let, Buffer, RegionDecl, Move, Wait, Compute, Loop
-from .evaluate import eval_int
+from .evaluate import EvalError, eval_int
 from .grammar import opcode_table
 from .check import check
 from .check_ctx import CheckResult, Ctx, RegionVal, check_consts, check_buffer, eval_region
@@ -112,14 +112,14 @@ def _place(el, inst, node):
 MAX_INSTANCES = 2_000_000    # task instances (and gates) the functional executor unrolls before refusing
 
 class _Unroller:
-    def __init__(self, el, limit):
+    def __init__(self, el, limit, max_inst:int=MAX_INSTANCES):
         self.el, self.insts, self.tok, self.gate = el, el.insts, {}, None
-        self.marked, self.n_marked, self.n_tasks, self.limit = bytearray(), 0, 0, limit
+        self.marked, self.n_marked, self.n_tasks, self.limit, self.max_inst = bytearray(), 0, 0, limit, max_inst
 
     def add(self, node, it, kind, reads, writes, deps, env):
-        if len(self.insts) >= MAX_INSTANCES:
+        if len(self.insts) >= self.max_inst:
             raise self.el.error(node,
-                                f'the program unrolls into more than {MAX_INSTANCES} task instances; the functional executor stops here',
+                                f'the program unrolls into more than {self.max_inst} task instances; the functional executor stops here',
                                 'exec.limit')
         i = Inst(len(self.insts), node, it, kind, reads, writes, deps, env=env)
         if self.gate is not None: deps.append(self.gate); i.gate = self.gate
@@ -180,8 +180,8 @@ def _unroll(w:_Unroller, body, env, regions, it):
             lo, hi = eval_int(s.start, env), eval_int(s.end, env)
             nif = next((eval_int(d.args[0], env) for d in s.decos if d.name == 'max_in_flight' and d.args), 1)
             per_it = sum(type(x) in (Move, Compute, Loop) for x in s.body)
-            if (hi - lo + 1) * per_it + len(w.insts) > MAX_INSTANCES:
-                raise el.error(s, f'loop {s.var} in [{lo}..{hi}] unrolls into more than {MAX_INSTANCES} task instances; the functional '
+            if (hi - lo + 1) * per_it + len(w.insts) > w.max_inst:
+                raise el.error(s, f'loop {s.var} in [{lo}..{hi}] unrolls into more than {w.max_inst} task instances; the functional '
                                'executor stops here', 'exec.limit')
             spans = []
             for k, v in enumerate(range(lo, hi + 1)):
@@ -209,15 +209,59 @@ def live_token_limit(cr:CheckResult, token_limit:bool=True) -> int|None:
     "The live-token limit of the sequencer of `cr`'s device (`SEQ.max_active_tokens`); None without a device or `token_limit`."
     return cr.device.unit_chars.get('SEQ', {}).get('max_active_tokens') if (cr.device is not None and token_limit) else None
 
-def elaborate(cr:CheckResult, token_limit:bool=True) -> Elab:
-    "Unroll checked program `cr` (it must have no errors) into an `Elab`."
+def _count(body, env:dict, at_hi:bool, limit:int, over:list) -> int:
+    ("Task instances, gates and loop iterations `body` unrolls into, each enclosing loop variable at its first (or last) value; "
+     "`over` gets [loop, count, lo, hi] of the outermost loop past `limit`.")
+    n = 0
+    for s in body:
+        t = type(s)
+        if t is Let:
+            try: env[s.name] = eval_int(s.value, env)
+            except EvalError: env.pop(s.name, None)        # a region alias, or a value the walk cannot know: bounds using it are skipped
+        elif t is Move or t is Compute or t is Wait: n += 1
+        elif t is Loop:
+            try: lo, hi = eval_int(s.start, env), eval_int(s.end, env)
+            except EvalError: continue
+            if hi < lo: continue
+            e2 = dict(env); e2[s.var] = hi if at_hi else lo
+            inner = _count(s.body, e2, at_hi, limit, over)
+            k = (hi - lo + 1) * (inner + 1 if inner else 1)   # + 1: an iteration's gate; an iteration without tasks still costs a step
+            if k > limit: over[:] = [s, k, lo, hi]        # set after the inner loops: the outermost one past the limit wins
+            n += k
+    return n
+
+def _about(n:int) -> str: return str(n) if n < 10**12 else f'10^{len(str(n)) - 1}'
+
+def check_instances(body, env:dict, limit:int, file:str, who:str='the functional executor') -> int:
+    ("Estimate, before anything is unrolled, the task instances and loop iterations of `body` (the product of the trip counts over "
+     "each nesting, with bounds taken at the first and at the last value of the enclosing loops) and refuse past `limit` with "
+     "`NemExecError` (rule `exec.limit`) at the loop's line:column. Returns the estimate.")
+    best, over = -1, []
+    for at_hi in (False, True):
+        o = []
+        m = _count(body, dict(env), at_hi, limit, o)
+        if m > best: best, over = m, o
+    if best > limit:
+        notes = ['raise the limit with max_instances=... (--max-instances) if the machine can afford it']
+        if over:
+            s, k, lo, hi = over
+            raise NemExecError(f'loop {s.var} in [{lo}..{hi}] unrolls into about {_about(k)} task instances and loop iterations, more '
+                               f'than the {limit} {who} accepts', file, s.line, s.col, 'exec.limit', None, notes)
+        raise NemExecError(f'the program unrolls into about {_about(best)} task instances and loop iterations, more than the {limit} {who} '
+                           'accepts', file, 0, 0, 'exec.limit', None, notes)
+    return best
+
+def elaborate(cr:CheckResult, token_limit:bool=True, max_instances:int|None=None) -> Elab:
+    "Unroll checked program `cr` (it must have no errors) into an `Elab` of at most `max_instances` (default `MAX_INSTANCES`)."
     require_checked(cr)
     file = cr.ws.root.file
     ctx = Ctx(cr.ws, cr.program, cr.device, file)
     check_consts(ctx)
+    max_inst = MAX_INSTANCES if max_instances is None else max_instances
+    check_instances(cr.program.body, dict(ctx.consts), max_inst, file)
     el = Elab([], {}, cr.device, file, ctx, dict(cr.ws.sources))
     lim = live_token_limit(cr, token_limit)
-    _unroll(_Unroller(el, lim), cr.program.body, dict(ctx.consts), {}, ())
+    _unroll(_Unroller(el, lim, max_inst), cr.program.body, dict(ctx.consts), {}, ())
     return el
 
 def load_program(program, device=None) -> CheckResult:

@@ -148,6 +148,7 @@ def execute(el:Elab, inputs:dict|None=None, races:bool=True, memory_limit:int=MA
     out = RunResult(mem.snapshot()); out.el, out.mem = el, mem
     return out
 
-def run(program, inputs:dict|None=None, device:str|None=None, memory_limit:int=MAX_MEMORY) -> RunResult:
-    "Check, unroll and run `program` (a path, NEM text or `CheckResult`) on `inputs`; returns every buffer's final bytes."
-    return execute(elaborate(load_program(program, device)), inputs, memory_limit=memory_limit)
+def run(program, inputs:dict|None=None, device:str|None=None, memory_limit:int=MAX_MEMORY, max_instances:int|None=None) -> RunResult:
+    ("Check, unroll (at most `max_instances` task instances, default `MAX_INSTANCES`) and run `program` (a path, NEM text or "
+     "`CheckResult`) on `inputs`; returns every buffer's final bytes.")
+    return execute(elaborate(load_program(program, device), max_instances=max_instances), inputs, memory_limit=memory_limit)

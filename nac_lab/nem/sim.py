@@ -240,12 +240,13 @@ def simulate_table(tb:Table) -> SimResult:
     return SimResult(tb, start, end, np.array(slot), units, float(tb.ideal.sum()), disp, np.array(dstart), np.array(dslot),
                      np.array(wstart), np.array(wend), np.array(wslot))
 
-def simulate(program, device:str|None=None) -> SimResult:
-    "Check and simulate `program` (path, NEM text or `CheckResult`) on its device (or `device`: a name or .nem file)."
+def simulate(program, device:str|None=None, max_instances:int|None=None) -> SimResult:
+    ("Check and simulate `program` (path, NEM text or `CheckResult`) on its device (or `device`: a name or .nem file); at most "
+     "`max_instances` task instances (default `MAX_ROWS`).")
     cr = load_program(program, device)
     if cr.ok and cr.device is None:
         raise NemExecError('the program names no device; give one (device=NAME or a .nem file)', cr.ws.root.file, rule='sim.device')
-    return simulate_table(build_table(cr))
+    return simulate_table(build_table(cr, max_instances=max_instances))
 
 # %% ../../nbs/39_nem_sim.ipynb #2b9455f3
 def critical_steps(res:SimResult) -> list:

@@ -19,7 +19,7 @@ from .evaluate import eval_int, names_in
 from .types import BITWIDTH, INT_TYPES
 from .check_ctx import CheckResult, Ctx, RegionVal, check_consts, check_buffer, eval_region
 from .memory import NemExecError
-from .elab import unit_of, pin_of, require_checked, live_token_limit
+from .elab import unit_of, pin_of, require_checked, live_token_limit, check_instances, MAX_INSTANCES
 
 # %% ../../nbs/38e_nem_table.ipynb #bdd9db18
 DEFAULTS = dict(SEQ=dict(clock_mhz=1000, dispatch_cycles=0),
@@ -151,7 +151,7 @@ class Table:
         return NemExecError(msg, self.file, getattr(n, 'line', 0), getattr(n, 'col', 0), rule, self.iteration(j))
 
 # %% ../../nbs/38e_nem_table.ipynb #a9e8e1dd
-MAX_ROWS = 10_000_000       # task instances (and gates) a timing table may hold (about 1 GB of columns); more is refused before allocating
+MAX_ROWS = MAX_INSTANCES    # task instances (and gates) a timing table may hold (about 200 MB of columns); refused before allocating
 COLS = ('kind', 'pool', 'pin', 'fixed', 'nbytes', 'macs', 'work', 'touch', 'ideal', 'lat', 'bpc', 'ports', 'stmt', 'itp', 'itv', 'eng',
         'up')
 WEIGHT_OPS = ('gemm', 'conv1d', 'conv2d', 'conv3d', 'depthwise_conv2d')    # their second input is a weight operand (A5)
@@ -160,7 +160,7 @@ _PORT = dict(DDR=1, L2=2)
 class _Build:
     def __init__(self, cr, uc, limit):
         self.ctx = Ctx(cr.ws, cr.program, cr.device, cr.ws.root.file); check_consts(self.ctx)
-        self.dev, self.uc, self.file, self.limit = cr.device, uc, cr.ws.root.file, limit
+        self.dev, self.uc, self.file, self.limit, self.max_rows = cr.device, uc, cr.ws.root.file, limit, MAX_ROWS
         self.buffers, self.rows, self.chunks = {}, {c: [] for c in COLS}, {c: [] for c in COLS}
         self.es, self.ed, self.bes, self.bed = [], [], [], []
         self.n, self.tok, self.gate = 0, {}, None
@@ -225,7 +225,7 @@ def _flush(b):
     for c in COLS: b.chunks[c].append(np.asarray(b.rows[c])); b.rows[c] = []
 
 def _row(b, **kw):
-    if b.n >= MAX_ROWS: raise NemExecError(f'the program unrolls into more than {MAX_ROWS} task instances', b.file, rule='exec.limit')
+    if b.n >= b.max_rows: raise NemExecError(f'the program unrolls into more than {b.max_rows} task instances', b.file, rule='exec.limit')
     for c in COLS: b.rows[c].append(kw.get(c, 0))
     b.marked.append(0); b.n += 1
     return b.n - 1
@@ -373,8 +373,8 @@ def _vloop(b, s, env, regions, it, lo, hi, N):
     "Emit loop `s` as one vectorised block; False (nothing emitted) when its body does not qualify."
     if any(type(x) not in (RegionDecl, Let, Move, Compute) or (type(x) in (Move, Compute) and x.sync) for x in s.body): return False
     T = hi - lo + 1
-    if b.n + T > MAX_ROWS:
-        raise b.err(s, it, f'loop {s.var} in [{lo}..{hi}] has {T} iterations, beyond the {MAX_ROWS} task instances a timing table holds',
+    if b.n + T > b.max_rows:
+        raise b.err(s, it, f'loop {s.var} in [{lo}..{hi}] has {T} iterations, beyond the {b.max_rows} task instances a timing table holds',
                     'exec.limit')
     var = np.arange(lo, hi + 1, dtype=np.int64)
     venv = dict(env); venv[s.var] = var; e0 = dict(env); e0[s.var] = lo
@@ -407,9 +407,9 @@ def _vloop(b, s, env, regions, it, lo, hi, N):
         raise b.err(x, it_of(q // n_t),
                     f'{getattr(x, "assign", None) or "task"}[{int(var[q // n_t])}]: {b.limit + 1} task tokens would be live, more than '
                     f'the {b.limit} the sequencer of {b.dev.name} tracks (SEQ.max_active_tokens)', 'token.limit')
-    if b.n + T * (n_t + 1) > MAX_ROWS:
+    if b.n + T * (n_t + 1) > b.max_rows:
         raise b.err(s, it,
-                    f'loop {s.var} in [{lo}..{hi}] unrolls into {T * n_t} task instances, beyond the {MAX_ROWS} a timing table holds',
+                    f'loop {s.var} in [{lo}..{hi}] unrolls into {T * n_t} task instances, beyond the {b.max_rows} a timing table holds',
                     'exec.limit')
     _flush(b)
     base = b.n; itx = np.arange(T); gated = itx >= N; G = max(0, T - N)
@@ -558,12 +558,14 @@ def _weights(b, nbytes):
     return wdm, cb
 
 # %% ../../nbs/38e_nem_table.ipynb #0997bea9
-def build_table(cr:CheckResult, uc:dict|None=None, token_limit:bool=True) -> Table:
+def build_table(cr:CheckResult, uc:dict|None=None, token_limit:bool=True, max_instances:int|None=None) -> Table:
     "The timing table of checked program `cr` (it must have no errors), with characteristics `uc` (default: its device's)."
     require_checked(cr)
     uc = uc or characteristics(cr.device)
     lim = live_token_limit(cr, token_limit)
     b = _Build(cr, uc, lim)
+    if max_instances is not None: b.max_rows = max_instances
+    check_instances(cr.program.body, dict(b.ctx.consts), b.max_rows, b.file, 'a timing table')      # before any row exists
     _unroll_rows(b, cr.program.body, dict(b.ctx.consts), {}, ())
     _flush(b)
     cols = {c: (np.concatenate(b.chunks[c]).astype(_DT[c], copy=False) if b.chunks[c] else np.zeros(0, _DT[c])) for c in COLS}
