@@ -37,17 +37,18 @@ def register(sub):
     register_sweep(s)
 
 # %% ../../nbs/69b_lower_cli.ipynb #76a906c3
-def _load_npy(path):
-    import numpy as np
-    try: return np.load(path, allow_pickle=False)
-    except (ValueError, OSError, EOFError) as ex: raise NacLabError(f'cannot read {path} as a .npy array: {ex}') from None
+def _load_npy(path, what:str='--calib'):
+    "The array in `path` (through `nac_lab.npyio`: header, dtype and size checked first), refused if it holds NaN, Inf or huge values."
+    from nac_lab.npyio import read_npy, finite_array
+    from nac_lab.nac.guard import escape
+    return finite_array(read_npy(path, what=what), f'{what} {escape(path)}')
 
 # %% ../../nbs/69b_lower_cli.ipynb #a899ce94
 def _lower(args):
     from nac_lab.lower.api import lower
     from nac_lab.lower.tile import format_report
     calib = [_load_npy(f) for f in args.calib]
-    ex = (_load_npy(args.example),) if args.example else None
+    ex = (_load_npy(args.example, '--example'),) if args.example else None
     if args.mode == 'int8' and not calib: raise NacLabError('--int8 needs at least one --calib X.npy')
     if args.mode == 'float' and ex is None and not calib:
         raise NacLabError('--float needs --example X.npy (or --calib) to fix the input shapes')
@@ -94,7 +95,7 @@ def _device_list(items) -> list:
 def _sweep(args):
     from nac_lab.lower.dse import sweep, policies, write_csv, pareto_plot, pareto
     calib = [_load_npy(f) for f in args.calib]
-    ex = (_load_npy(args.example),) if args.example else None
+    ex = (_load_npy(args.example, '--example'),) if args.example else None
     if args.mode == 'int8' and not calib: raise NacLabError('--int8 needs at least one --calib X.npy')
     models = {Path(m).stem: m for m in args.models}
     rows = sweep(models, _device_list(args.devices), policies(args.tilings), mode=args.mode, calib=calib, example=ex,
