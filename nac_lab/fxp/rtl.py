@@ -8,6 +8,7 @@ import re, shutil, subprocess, tempfile
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
+from ..fileio import atomic_write
 from .types import QFormat, FxpError
 from .mac import Datapath
 
@@ -373,8 +374,8 @@ def simulate(cfg:RtlConfig, layers:list, timeout:float=120, workdir=None, trace:
     tiles = [(l, t) for l in layers for t in l.tiles(cfg)]
     with tempfile.TemporaryDirectory(prefix='nac_fxp_rtl_') as tmp:
         d = Path(workdir or tmp)
-        (d/'mac.v').write_text(verilog_mac_array(cfg)); (d/'tb.v').write_text(testbench(cfg, len(lines), trace is not None))
-        (d/'vectors.hex').write_text('\n'.join(lines) + '\n')
+        atomic_write(d/'mac.v', verilog_mac_array(cfg)); atomic_write(d/'tb.v', testbench(cfg, len(lines), trace is not None))
+        atomic_write(d/'vectors.hex', '\n'.join(lines) + '\n')
         _tool(['iverilog', '-g2001', '-Wall', '-o', 'sim.vvp', 'tb.v', 'mac.v'], d, timeout, 'iverilog compile')
         _tool(['vvp', '-n', 'sim.vvp'], d, timeout, 'vvp simulation')
         text = (d/'outputs.hex').read_text().split('\n')
