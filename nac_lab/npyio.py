@@ -4,7 +4,7 @@
 
 # %% ../nbs/06c_npyio.ipynb #2b9a9301
 from __future__ import annotations
-import ast, os, stat, struct, zipfile
+import ast, os, stat, zipfile
 from pathlib import Path
 import numpy as np
 from .binio import FormatError, BadValueError, BadMagicError, TruncatedError, LimitError
@@ -45,21 +45,23 @@ def npy_dtype(descr, fmt:str='.npy') -> np.dtype:
 
 # %% ../nbs/06c_npyio.ipynb #99b8a8b2
 def npy_header(f, size:int, fmt:str='.npy') -> tuple:
-    "`(dtype, shape, fortran_order, data_offset)` of the `.npy` stream `f` (positioned at its start) of `size` bytes."
-    head = f.read(12)
-    if len(head) < 10 or head[:6] != NPY_MAGIC:
+    "`(dtype, shape, fortran_order, data_offset)` of the `.npy` stream `f` (at its start, `size` bytes long); leaves `f` at the data."
+    head = f.read(8)
+    if len(head) < 8 or head[:6] != NPY_MAGIC:
         if head[:6] != NPY_MAGIC[:len(head[:6])] or len(head) >= 6:
             raise BadMagicError(f'expected the magic \\x93NUMPY, found {escape(repr(head[:6]))}', fmt=fmt, offset=0)
         raise TruncatedError(f'{len(head)} bytes, too short for a .npy header', fmt=fmt, offset=len(head))
     major, minor = head[6], head[7]
     if (major, minor) not in ((1, 0), (2, 0), (3, 0)):
         raise BadMagicError(f'format version {major}.{minor}; expected 1.0, 2.0 or 3.0', fmt=fmt, offset=6)
-    if major == 1: hlen, start = struct.unpack_from('<H', head, 8)[0], 10
-    elif len(head) < 12: raise TruncatedError('file ends inside the header length', fmt=fmt, offset=len(head))
-    else: hlen, start = struct.unpack_from('<I', head, 8)[0], 12
+    n = 2 if major == 1 else 4                    # the header length field: uint16 in version 1, uint32 after
+    lb = f.read(n)
+    if len(lb) < n: raise TruncatedError('file ends inside the header length', fmt=fmt, offset=8 + len(lb))
+    hlen, start = int.from_bytes(lb, 'little'), 8 + n
     if hlen > MAX_HEADER: raise LimitError(f'header of {hlen} bytes, more than {MAX_HEADER}', fmt=fmt, offset=8)
     if start + hlen > size: raise TruncatedError(f'header of {hlen} bytes runs past the end of the file ({size} bytes)', fmt=fmt, offset=8)
-    raw = head[start:] + f.read(start + hlen - len(head))
+    raw = f.read(hlen)
+    if len(raw) < hlen: raise TruncatedError(f'header ends after {len(raw)} of {hlen} bytes', fmt=fmt, offset=start + len(raw))
     try: text = raw.decode('utf-8' if major == 3 else 'latin-1')
     except UnicodeDecodeError as ex: raise NpyError('header is not UTF-8 text', fmt=fmt, offset=start + ex.start) from None
     try: d = ast.literal_eval(text)
