@@ -4,7 +4,7 @@
 
 # %% ../nbs/06c_npyio.ipynb #2b9a9301
 from __future__ import annotations
-import ast, os, stat, zipfile
+import ast, io, os, stat, zipfile
 from pathlib import Path
 import numpy as np
 from .binio import FormatError, BadValueError, BadMagicError, TruncatedError, LimitError
@@ -13,7 +13,7 @@ from .nac.guard import check_bytes, shape_problem, escape
 
 # %% auto #0
 __all__ = ['NPY_MAGIC', 'MAX_HEADER', 'NUMBER_KINDS', 'CALIB_BOUND', 'NpyError', 'npy_dtype', 'npy_header', 'read_npy',
-           'read_npz', 'read_arrays', 'finite_array', 'save_npy']
+           'npy_from_bytes', 'read_npz', 'read_arrays', 'finite_array', 'save_npy']
 
 # %% ../nbs/06c_npyio.ipynb #bea5a195
 NPY_MAGIC = b'\x93NUMPY'
@@ -111,6 +111,15 @@ def read_npy(path, *, what:str|None=None, limit:int|None=None) -> np.ndarray:
             nbytes = _check_size(dt, shape, start, st.st_size, fmt, limit)
             return _read_data(f, dt, shape, order, nbytes, fmt, start)
     except OSError as ex: raise NpyError(f'cannot read: {ex.strerror or ex}', fmt=fmt) from None
+
+# %% ../nbs/06c_npyio.ipynb #0ac6e4b3
+def npy_from_bytes(data, *, what:str='.npy data', limit:int|None=None) -> np.ndarray:
+    "The array in `data`, the bytes of a `.npy` file, checked like `read_npy`; errors name `what`."
+    data = bytes(data)
+    f = io.BytesIO(data)
+    dt, shape, order, start = npy_header(f, len(data), what)
+    nbytes = _check_size(dt, shape, start, len(data), what, limit)
+    return _read_data(f, dt, shape, order, nbytes, what, start)
 
 # %% ../nbs/06c_npyio.ipynb #6225f88b
 def read_npz(path, *, what:str|None=None, limit:int|None=None) -> dict:

@@ -4,10 +4,10 @@
 
 # %% ../../nbs/22b_nac_mep_vm.ipynb #30966873
 from __future__ import annotations
-import io, json, os, re, string, sys, time
+import json, os, re, string, sys, time
 from pathlib import Path
 import numpy as np
-from ..binio import NacLabError, LimitError
+from ..binio import NacLabError, LimitError, FormatError
 from .format import read_nac, DType, DTYPE_NP
 from .mep import MepError, MepProgram
 
@@ -155,9 +155,10 @@ def _np_dtype(code:int):
     return DTYPE_NP[DType(code)]
 
 def _load_npy(data, what:str):
-    try: return np.load(io.BytesIO(data) if isinstance(data, (bytes, bytearray)) else data, allow_pickle=False)
-    except (ValueError, EOFError,
-            OSError) as ex: raise MepRunError(f'{what} is not a readable .npy array ({str(ex).splitlines()[0]})') from None
+    "A `.npy` value (a path, or the bytes of a resource) through the one checked reader, `nac_lab.npyio`; refusals are `MepRunError`s."
+    from nac_lab.npyio import read_npy, npy_from_bytes
+    try: return npy_from_bytes(data, what=what) if isinstance(data, (bytes, bytearray, memoryview)) else read_npy(data, what=what)
+    except FormatError as ex: raise MepRunError(f'{what} is not a readable .npy array ({ex})') from None
 
 @patch
 def _SRC_USER_PROMPT(self:MepVM, i, a):
