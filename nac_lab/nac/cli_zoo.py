@@ -23,10 +23,10 @@ def zoo_outputs(out, external:bool) -> list:
     from nac_lab.fileio import check_output
     from nac_lab.nac.guard import check_nac_outputs, escape
     out = Path(out)
+    outs = check_nac_outputs(out, (), external)
     if out.suffix.lower() == '.safetensors':
         raise CliInputError(f'-o {escape(out)}: that is the name of the external weights beside {escape(out.with_suffix(".nac").name)}; '
                             'name the output FILE.nac')
-    outs = check_nac_outputs(out, (), external)
     return outs + [check_output(out.with_suffix('.input.npy'), outs, 'example input')]
 
 @with_steps(lambda args: f'zoo build {args.name}', ('build', 'compile', 'write'))
