@@ -11,8 +11,8 @@ from typing import Callable, Iterable, Iterator
 from .binio import BadValueError, LimitError, WriteError, printable
 
 # %% auto #0
-__all__ = ['current_umask', 'new_file_mode', 'same_file', 'check_output', 'atomic_write', 'foreign_entries', 'atomic_dir',
-           'atomic_files', 'parse_json', 'read_json']
+__all__ = ['current_umask', 'new_file_mode', 'same_file', 'check_output', 'atomic_write', 'foreign_entries', 'check_output_dir',
+           'atomic_dir', 'atomic_files', 'parse_json', 'read_json']
 
 # %% ../nbs/06_fileio.ipynb #93847608
 def current_umask() -> int:
@@ -85,9 +85,8 @@ def _check_replace(path:Path, own, what:str) -> None:
         raise WriteError(f'{what} {path} already exists and holds files this command did not write ({names}): '
                          'refusing to replace it; remove them or name a new folder')
 
-@contextmanager
-def atomic_dir(path, *, inputs:Iterable=(), what:str='output folder', own:Callable|None=None) -> Iterator[Path]:
-    "Yield a temporary folder that replaces folder `path` when the block succeeds, and vanishes when it fails; see the rules above."
+def check_output_dir(path, *, inputs:Iterable=(), what:str='output folder', own:Callable|None=None) -> Path:
+    "Refuse folder `path` as an output (see the rules above) before any work is done; return it as a `Path`."
     path = Path(path)
     if path.is_symlink(): raise WriteError(f'{what} {path} is a symbolic link: name its target, or remove the link')
     if path.exists() and not path.is_dir(): raise WriteError(f'{what} {path} exists and is not a folder')
@@ -95,6 +94,12 @@ def atomic_dir(path, *, inputs:Iterable=(), what:str='output folder', own:Callab
         if i is not None and (same_file(path, i) or path.resolve() in Path(i).resolve().parents):
             raise WriteError(f'{what} {path} holds an input of this command ({i}): refusing to replace it')
     _check_replace(path, own, what)
+    return path
+
+@contextmanager
+def atomic_dir(path, *, inputs:Iterable=(), what:str='output folder', own:Callable|None=None) -> Iterator[Path]:
+    "Yield a temporary folder that replaces folder `path` when the block succeeds, and vanishes when it fails; see the rules above."
+    path = check_output_dir(path, inputs=inputs, what=what, own=own)
     parent = path.parent if str(path.parent) else Path('.')
     try: tmp = Path(tempfile.mkdtemp(dir=parent, prefix=f'.{path.name}.', suffix='.tmp'))
     except OSError as ex: raise WriteError(f'cannot write {what} {path}: {ex.strerror or ex}') from None

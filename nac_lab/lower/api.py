@@ -15,7 +15,7 @@ from .emit import Emitter, emit_program, DTYPE, to_elem, from_elem
 from .tile import Device, resolve_device, check_legal, choose_tilings, layer_report
 
 # %% auto #0
-__all__ = ['ELEM_OF', 'Lowered', 'float_type', 'lower']
+__all__ = ['ELEM_OF', 'Lowered', 'own_output', 'float_type', 'lower']
 
 # %% ../../nbs/69a_lower_api.ipynb #0ab9e25f
 @dataclass
@@ -75,7 +75,7 @@ class Lowered:
          "`inputs`).")
         from nac_lab.fileio import atomic_dir, atomic_write
         from nac_lab.npyio import save_npy
-        with atomic_dir(out, inputs=inputs, own=_own_output) as d:
+        with atomic_dir(out, inputs=inputs, own=own_output) as d:
             d = Path(d)
             atomic_write(d / 'model.nem', self.program)
             for f in _device_files(self.device.file): atomic_write(d / f.name, f.read_bytes())
@@ -103,7 +103,7 @@ def _device_files(f) -> list:
             todo.append(q)
     return out
 
-def _own_output(p:Path) -> bool:
+def own_output(p:Path) -> bool:
     "Whether `p` is a file `Lowered.save` writes, in a folder it wrote (`model.nem` and `io.json` there): such a folder may be replaced."
     return (p.is_file() and not p.is_symlink() and (p.name == 'io.json' or p.suffix in ('.nem', '.npy'))
             and (p.parent / 'io.json').is_file() and (p.parent / 'model.nem').is_file())

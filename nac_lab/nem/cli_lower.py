@@ -45,8 +45,11 @@ def _load_npy(path, what:str='--calib'):
 
 # %% ../../nbs/69b_lower_cli.ipynb #a899ce94
 def _lower(args):
-    from nac_lab.lower.api import lower
+    from nac_lab.lower.api import lower, own_output
     from nac_lab.lower.tile import format_report
+    from nac_lab.fileio import check_output_dir
+    ins = [args.model, *args.calib, *([args.example] if args.example else [])]
+    check_output_dir(args.output, inputs=ins, own=own_output)     # before the work: no user folder replaced, no input overwritten
     calib = [_load_npy(f) for f in args.calib]
     ex = (_load_npy(args.example, '--example'),) if args.example else None
     if args.mode == 'int8' and not calib: raise NacLabError('--int8 needs at least one --calib X.npy')
@@ -56,7 +59,7 @@ def _lower(args):
     low = lower(args.model, args.device, mode=mode, calib=calib, example=ex, tiling=args.tiling)
     errs = low.check().errors
     if errs: raise NacLabError(f'internal error: the emitted program has {len(errs)} check error(s)')
-    low.save(args.output, inputs=[args.model, *args.calib, *([args.example] if args.example else [])])
+    low.save(args.output, inputs=ins)
     print(f'{args.model} -> {Path(args.output) / "model.nem"} ({low.elem if args.mode == "float" else "int8"} on {low.device.name}): '
           f'{len(low.graph.layers)} layers, '
           f'{len(low.data)} constant buffers; nem check: 0 errors')
