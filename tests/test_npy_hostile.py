@@ -124,3 +124,17 @@ def test_lower_refuses_a_folder_it_did_not_write(models, tmp_path):
     assert rc == 1 and 'output folder . is the current folder' in err, err
     assert sorted(p.name for p in (tmp_path / 'out').iterdir()) == first
     assert not [p for p in tmp_path.iterdir() if p.name.startswith('.')], 'no .old or .tmp folder is left behind'
+
+def test_lower_refuses_a_device_include_outside_the_device_folder(models, tmp_path):
+    "Issue #28 item 15: `nem lower` copied a file that the device includes from outside the device's folder into OUTDIR."
+    d, _ = models
+    (tmp_path / 'dev').mkdir()
+    (tmp_path / 'npm_pro.nem').write_text(data_path('nem', 'devices', 'npm_pro.nem').read_text())      # outside dev/
+    x1 = data_path('nem', 'devices', 'npm_pro_x1.nem').read_text()
+    assert x1.count('include "npm_pro.nem"') == 1
+    (tmp_path / 'dev' / 'x1.nem').write_text(x1.replace('include "npm_pro.nem"', 'include "../npm_pro.nem"'))
+    np.save(tmp_path / 'c.npy', np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype(np.float32))
+    rc, o, err = run_cli('nem', 'lower', str(d / 'cnn.nac'), '--device', str(tmp_path / 'dev' / 'x1.nem'), '--int8', '--calib',
+                         str(tmp_path / 'c.npy'), '-o', str(tmp_path / 'out'))
+    assert rc == 1 and 'include "../npm_pro.nem" resolves to' in err and 'outside the device folder' in err, err
+    assert not (tmp_path / 'out').exists()
