@@ -138,3 +138,15 @@ def test_lower_refuses_a_device_include_outside_the_device_folder(models, tmp_pa
                          str(tmp_path / 'c.npy'), '-o', str(tmp_path / 'out'))
     assert rc == 1 and 'include "../npm_pro.nem" resolves to' in err and 'outside the device folder' in err, err
     assert not (tmp_path / 'out').exists()
+
+def test_npz_member_and_data_folder(models, tmp_path):
+    "The same checks on a member of a `schedule build --inputs` archive and on a file of a `nem run --data` folder."
+    import zipfile
+    d, _ = models
+    with zipfile.ZipFile(tmp_path / 'x.npz', 'w') as z: z.writestr('x.npy', HUGE)
+    rc, o, err = run_cli('schedule', 'build', str(d / 'mlp.nac'), '--inputs', str(tmp_path / 'x.npz'), '-o', str(tmp_path / 'o.nac'))
+    assert rc == 1 and f'--inputs: .npz file {tmp_path / "x.npz"} member x.npy' in err and 'needs 274877906944 data bytes' in err, err
+    (tmp_path / 'data').mkdir(); (tmp_path / 'data' / 'X_L2.npy').write_bytes(HOSTILE['unicode'][0])
+    rc, o, err = run_cli('nem', 'run', str(NEM_EX), '--data', str(tmp_path / 'data'), '--output', str(tmp_path / 'o.npz'))
+    assert rc == 1 and f'--data: .npy file {tmp_path / "data" / "X_L2.npy"}' in err and "dtype <U3 ('U' kind)" in err, err
+    assert not (tmp_path / 'o.nac').exists() and not (tmp_path / 'o.npz').exists()
