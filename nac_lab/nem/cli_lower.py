@@ -32,7 +32,8 @@ def register(sub):
                    help='row tiling of convolutions: simulator-scored search (default) or the largest tile that fits')
     p.add_argument('--report', action='store_true', help='print the per-layer table (tile, L1 bytes, MACs, cycles, bound)')
     p.add_argument('-o', '--output', required=True, metavar='OUTDIR',
-                   help='model.nem, the device file, one <BUFFER>.npy per constant, io.json')
+                   help='model.nem, the device file, one <BUFFER>.npy per constant, io.json; a new or empty folder, or one an earlier '
+                        '`nem lower` wrote (a folder holding any other file is refused)')
     p.set_defaults(func=_lower, mode='int8')
     register_sweep(s)
 
