@@ -8,11 +8,11 @@ import json, os, shutil, stat, tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
-from .binio import BadValueError, LimitError, WriteError
+from .binio import BadValueError, LimitError, WriteError, printable
 
 # %% auto #0
-__all__ = ['current_umask', 'new_file_mode', 'same_file', 'check_output', 'atomic_write', 'atomic_dir', 'atomic_files',
-           'parse_json', 'read_json']
+__all__ = ['current_umask', 'new_file_mode', 'same_file', 'check_output', 'atomic_write', 'foreign_entries', 'check_output_dir',
+           'atomic_dir', 'atomic_files', 'parse_json', 'read_json']
 
 # %% ../nbs/06_fileio.ipynb #93847608
 def current_umask() -> int:
@@ -69,15 +69,37 @@ def atomic_write(path, data:bytes|str|Callable, *, inputs:Iterable=(), what:str=
     return path
 
 # %% ../nbs/06_fileio.ipynb #a7406f06
-@contextmanager
-def atomic_dir(path, *, inputs:Iterable=(), what:str='output folder') -> Iterator[Path]:
-    "Yield a temporary folder that replaces folder `path` when the block succeeds, and vanishes when it fails."
+def foreign_entries(folder, own:Callable|None=None) -> list:
+    "Names in `folder` that `own(path)` does not accept as a writer's own output (symbolic links never are); sorted."
+    return sorted(e.name for e in os.scandir(folder) if e.is_symlink() or own is None or not own(Path(e.path)))
+
+def _check_replace(path:Path, own, what:str) -> None:
+    "Refuse to replace folder `path` when it is (or holds) the current folder or holds entries the writer does not own."
+    if not path.exists(): return
+    here, rp = Path.cwd().resolve(), path.resolve()
+    if rp == here or rp in here.parents: raise WriteError(f'{what} {path} is the current folder or holds it: name a new folder')
+    try: bad = foreign_entries(path, own)
+    except OSError as ex: raise WriteError(f'cannot list {what} {path}: {ex.strerror or ex}') from None
+    if bad:
+        names = ', '.join(printable(n) for n in bad[:3]) + (f' and {len(bad) - 3} more' if len(bad) > 3 else '')
+        raise WriteError(f'{what} {path} already exists and holds files this command did not write ({names}): '
+                         'refusing to replace it; remove them or name a new folder')
+
+def check_output_dir(path, *, inputs:Iterable=(), what:str='output folder', own:Callable|None=None) -> Path:
+    "Refuse folder `path` as an output (see the rules above) before any work is done; return it as a `Path`."
     path = Path(path)
     if path.is_symlink(): raise WriteError(f'{what} {path} is a symbolic link: name its target, or remove the link')
     if path.exists() and not path.is_dir(): raise WriteError(f'{what} {path} exists and is not a folder')
     for i in inputs:
         if i is not None and (same_file(path, i) or path.resolve() in Path(i).resolve().parents):
             raise WriteError(f'{what} {path} holds an input of this command ({i}): refusing to replace it')
+    _check_replace(path, own, what)
+    return path
+
+@contextmanager
+def atomic_dir(path, *, inputs:Iterable=(), what:str='output folder', own:Callable|None=None) -> Iterator[Path]:
+    "Yield a temporary folder that replaces folder `path` when the block succeeds, and vanishes when it fails; see the rules above."
+    path = check_output_dir(path, inputs=inputs, what=what, own=own)
     parent = path.parent if str(path.parent) else Path('.')
     try: tmp = Path(tempfile.mkdtemp(dir=parent, prefix=f'.{path.name}.', suffix='.tmp'))
     except OSError as ex: raise WriteError(f'cannot write {what} {path}: {ex.strerror or ex}') from None
@@ -86,6 +108,7 @@ def atomic_dir(path, *, inputs:Iterable=(), what:str='output folder') -> Iterato
         os.chmod(tmp, 0o777 & ~current_umask())
         old = None
         if path.exists():
+            _check_replace(path, own, what)     # again: the folder may have changed while the block ran
             old = Path(tempfile.mkdtemp(dir=parent, prefix=f'.{path.name}.', suffix='.old'))
             os.replace(path, old / 'x')
         os.replace(tmp, path)

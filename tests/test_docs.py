@@ -105,10 +105,11 @@ def _page_name(nb: Path) -> str:
 
 def test_one_page_per_notebook(site):
     nbs = sorted((ROOT / 'nbs').glob('*.ipynb'))
-    assert len(nbs) >= 5
-    want = {_page_name(nb) for nb in nbs} | {'api_index.html'}
+    pages = {_page_name(nb) for nb in nbs}
+    assert len(pages) == len(nbs), 'two notebooks would share one page'
+    want = pages | {'api_index.html'}
     got = {p.name for p in site.glob('*.html')}
-    assert want <= got, f'missing pages: {sorted(want - got)}'
+    assert got == want, f'missing pages: {sorted(want - got)}, pages of no notebook: {sorted(got - want)}'
     for name in want:
         page = (site / name).read_text()
         assert 'class="nl-side"' in page and page.count('<a href=') >= len(want), name

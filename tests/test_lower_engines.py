@@ -4,7 +4,7 @@ import numpy as np, pytest, torch, torch.nn as nn
 from nac_lab.nac.compile import compile as nac_compile
 from nac_lab.lower.api import lower
 from nac_lab.lower.emit import Tiling
-from nac_lab.lower.quant import reference_int8
+from int_reference import reference_int8      # lowering's layer walk, requantized independently of nac_lab.fxp (#28 item 7)
 
 SHAPE = (1, 4, 24, 16)
 

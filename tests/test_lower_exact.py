@@ -4,7 +4,7 @@ from nac_lab.nac.compile import compile as nac_compile
 from nac_lab.nac import zoo
 from nac_lab.lower.api import lower
 from nac_lab.lower.layers import LowerError
-from nac_lab.lower.quant import reference_int8
+from int_reference import reference_int8      # lowering's layer walk, requantized independently of nac_lab.fxp (#28 item 7)
 
 class Mixed(nn.Module):
     "Convolutions of every kind the lowering tiles: stride 2, dilation, depthwise, grouped, 1x1, 5x5; pools; a residual add."

@@ -5,7 +5,7 @@ from nac_lab.nac.compile import compile as nac_compile
 from nac_lab.lower.api import lower
 from nac_lab.lower.layers import LowerError
 from nac_lab.lower.gemm import GemmTiling
-from nac_lab.lower.quant import reference_int8
+from int_reference import reference_int8      # lowering's layer walk, requantized independently of nac_lab.fxp (#28 item 7)
 
 def _mlp(k, n, out=10, rows=3, seed=0):
     torch.manual_seed(seed)

@@ -5,7 +5,7 @@ import numpy as np, pytest, torch, torch.nn as nn
 from nac_lab.core import data_path
 from nac_lab.nac.compile import compile as nac_compile
 from nac_lab.lower.api import lower
-from nac_lab.lower.quant import reference_int8
+from int_reference import reference_int8      # lowering's layer walk, requantized independently of nac_lab.fxp (#28 item 7)
 
 @pytest.fixture(scope='module')
 def f32dev(tmp_path_factory):

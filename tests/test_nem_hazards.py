@@ -115,11 +115,9 @@ def test_20000_tasks_linear(make, monkeypatch):
     class Recording(hz.HazardSim):
         def __init__(self, ctx): super().__init__(ctx); sims.append(self)
     monkeypatch.setattr(hz, 'HazardSim', Recording)
-    t0 = time.process_time()
     r = check(text=make(20000), name='big.nem')
     assert r.diags == [] and sims[0].n == 20000
-    assert sims[0].work < 10 * 20000, sims[0].work            # comparisons + search steps: a few per task
-    assert time.process_time() - t0 < 30                     # (about 2 s on an idle core; quadratic took minutes)
+    assert sims[0].work < 10 * 20000, sims[0].work            # comparisons + search steps: a few per task (quadratic: ~2*10**8)
 
 def test_hazards_still_found_in_a_long_chain():
     "One missing dependency in the middle of a 5,000-task chain is found, at its line."

@@ -123,8 +123,8 @@ def _run(args):
             names[m.rank] = meta.get('inputs', {})
     for spec in args.input or []:
         r, tid, p = parse_input(spec, ms[0].rank, names)
-        try: arr = np.load(p, allow_pickle=False)
-        except (OSError, ValueError) as e: raise ArkCliError(f'--input {spec!r}: cannot read {p}: {e}') from None
+        from nac_lab.npyio import read_npy, escape      # the one checked .npy reader: header, dtype and size before allocating
+        arr = read_npy(p, what=f'--input {escape(spec)}')
         ex.set(tid, arr, r)
     ex.run()
     outs = ex.outputs()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse, json, statistics, tempfile, time
 from pathlib import Path
 import numpy as np
+from ..fileio import atomic_write
 
 # %% auto #0
 __all__ = ['gen_rank', 'bench_read_check', 'bench_exec', 'report', 'main']
@@ -42,7 +43,7 @@ def bench_read_check(n_ops:int=10_000, rounds:int=7) -> dict:
     with tempfile.TemporaryDirectory() as d:
         paths = []
         for r in (0, 1):
-            p = Path(d) / f'rank{r}.json'; p.write_text(ark_text(gen_rank(r, n_ops))); paths.append(p)
+            p = atomic_write(Path(d) / f'rank{r}.json', ark_text(gen_rank(r, n_ops))); paths.append(p)
         size = sum(p.stat().st_size for p in paths)
         ms = [read_ark(p) for p in paths]
         diags = check_ranks(ms)

@@ -7,11 +7,17 @@ from __future__ import annotations
 import argparse, json, shutil, struct, tempfile
 from pathlib import Path
 from fastcore.imports import in_notebook
+from ..fileio import atomic_write
 
 # %% auto #0
 __all__ = ['LLAMA3_8B', 'llama_shapes', 'write_sparse_checkpoint', 'bench_manifest', 'bench_decode', 'report', 'main']
 
 # %% ../../nbs/46_trillim_bench.ipynb #4cc3ba37
+def _sparse(head:bytes, size:int):
+    "A writer for `fileio.atomic_write`: `head`, then zeros up to `size` bytes (a sparse file: no disk blocks for the zeros)."
+    def fill(f): f.write(head); f.truncate(size)
+    return fill
+
 LLAMA3_8B = dict(architectures=['LlamaForCausalLM'], model_type='llama', hidden_size=4096, intermediate_size=14336,
                  num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
                  max_position_embeddings=8192, rms_norm_eps=1e-05, rope_theta=500000.0, tie_word_embeddings=False,
@@ -46,12 +52,10 @@ def write_sparse_checkpoint(out, config:dict=LLAMA3_8B, shards:int=4) -> int:
             hdr[n] = {'dtype': 'BF16', 'shape': shapes[n], 'data_offsets': [off, off + size]}
             off += size; wm[n] = fn
         j = json.dumps(hdr).encode(); j += b' ' * (-len(j) % 8)
-        with open(out/fn, 'wb') as f:
-            f.write(struct.pack('<Q', len(j)) + j)
-            f.truncate(8 + len(j) + off)
+        atomic_write(out/fn, _sparse(struct.pack('<Q', len(j)) + j, 8 + len(j) + off))
         total += 8 + len(j) + off
-    (out/'model.safetensors.index.json').write_text(json.dumps({'metadata': {'total_size': total}, 'weight_map': wm}))
-    (out/'config.json').write_text(json.dumps(config))
+    atomic_write(out/'model.safetensors.index.json', json.dumps({'metadata': {'total_size': total}, 'weight_map': wm}))
+    atomic_write(out/'config.json', json.dumps(config))
     return total
 
 def bench_manifest(root, repeat:int=5) -> dict:

@@ -62,12 +62,17 @@ def _rtl(args):
         return 1 if bad else 0
     return 0
 
-def _parse_ints(vals, what):
+def _parse_ints(vals, what, fmt=None):
+    "Integers written in `vals` (any base prefix); with `fmt`, each must be a raw word of that format (checked before numpy sees it)."
     from nac_lab.fxp.types import FxpError
+    from nac_lab.nac.guard import escape
     out = []
     for v in vals:
-        try: out.append(int(v, 0))
-        except ValueError: raise FxpError(f'{what} {v!r} is not an integer') from None
+        try: n = int(v, 0)
+        except ValueError: raise FxpError(f'{what} {escape(v)[:40]!r} is not an integer') from None
+        if fmt is not None and not fmt.min_raw <= n <= fmt.max_raw:
+            raise FxpError(f'{what} {escape(v)[:40]} is outside {fmt}: its raw words are {fmt.min_raw}..{fmt.max_raw}')
+        out.append(n)
     return out
 
 def _cast(args):
@@ -81,7 +86,7 @@ def _cast(args):
         ins = [repr(v) for v in vals]
     else:
         src = QFormat.parse(args.src)
-        rv = _parse_ints(args.values, 'raw value')
+        rv = _parse_ints(args.values, 'raw value', src)
         raw = cast(np.array(rv, dtype=object if src.wide else np.int64), src, dst, args.rounding, args.overflow)
         ins = [f'{v} ({float(to_float([v], src)[0])!r})' for v in rv]
     val = to_float(raw, dst)

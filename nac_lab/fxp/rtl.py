@@ -8,6 +8,7 @@ import re, shutil, subprocess, tempfile
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
+from ..fileio import atomic_write
 from .types import QFormat, FxpError
 from .mac import Datapath
 
@@ -17,8 +18,28 @@ __all__ = ['RtlConfig', 'verilog_mac_array', 'Layer', 'random_layers', 'model_ou
 
 # %% ../../nbs/64_fxp_rtl.ipynb #e13bc486
 _IDENT = re.compile(r'[A-Za-z_][A-Za-z0-9_]{0,47}')
-_KEYWORDS = {'module', 'endmodule', 'input', 'output', 'wire', 'reg', 'assign', 'always', 'begin', 'end', 'parameter',
-             'localparam', 'generate', 'endgenerate', 'genvar', 'if', 'else', 'for', 'initial', 'signed', 'integer'}
+# every reserved word of Verilog-2005 (IEEE 1364-2005 Annex B) and SystemVerilog (IEEE 1800-2017 Annex B, a superset):
+# a module named after one is accepted by nothing downstream (iverilog, Verilator, synthesis tools)
+_KEYWORDS = frozenset((
+    'accept_on alias always always_comb always_ff always_latch and assert assign assume automatic before begin bind '
+    'bins binsof bit break buf bufif0 bufif1 byte case casex casez cell chandle checker class clocking cmos config '
+    'const constraint context continue cover covergroup coverpoint cross deassign default defparam design disable '
+    'dist do edge else end endcase endchecker endclass endclocking endconfig endfunction endgenerate endgroup '
+    'endinterface endmodule endpackage endprimitive endprogram endproperty endspecify endsequence endtable endtask '
+    'enum event eventually expect export extends extern final first_match for force foreach forever fork forkjoin '
+    'function generate genvar global highz0 highz1 if iff ifnone ignore_bins illegal_bins implements implies import '
+    'incdir include initial inout input inside instance int integer interconnect interface intersect join join_any '
+    'join_none large let liblist library local localparam logic longint macromodule matches medium modport module '
+    'nand negedge nettype new nexttime nmos nor noshowcancelled not notif0 notif1 null or output package packed '
+    'parameter pmos posedge primitive priority program property protected pull0 pull1 pulldown pullup '
+    'pulsestyle_ondetect pulsestyle_onevent pure rand randc randcase randsequence rcmos real realtime ref reg '
+    'reject_on release repeat restrict return rnmos rpmos rtran rtranif0 rtranif1 s_always s_eventually s_nexttime '
+    's_until s_until_with scalared sequence shortint shortreal showcancelled signed small soft solve specify '
+    'specparam static string strong strong0 strong1 struct super supply0 supply1 sync_accept_on sync_reject_on '
+    'table tagged task this throughout time timeprecision timeunit tran tranif0 tranif1 tri tri0 tri1 triand trior '
+    'trireg type typedef union unique unique0 unsigned until until_with untyped use uwire var vectored virtual void '
+    'wait wait_order wand weak weak0 weak1 while wildcard wire with within wor xnor xor '
+).split())
 
 def _check_int(name, v, lo, hi):
     if not isinstance(v, (int, np.integer)) or isinstance(v, (bool, np.bool_)) or not lo <= v <= hi:
@@ -44,9 +65,11 @@ class RtlConfig:
         r = self.rounding.lower() if isinstance(self.rounding, str) else None
         if r not in ('double', 'single'): raise FxpError(f"rounding must be 'double' or 'single', got {self.rounding!r}")
         object.__setattr__(self, 'overflow', o); object.__setattr__(self, 'rounding', r)
-        if not isinstance(self.name, str) or not _IDENT.fullmatch(self.name) or self.name.lower() in _KEYWORDS:
+        if not isinstance(self.name, str) or not _IDENT.fullmatch(self.name):
             raise FxpError('module name must be a Verilog identifier [A-Za-z_][A-Za-z0-9_]* of at most 48 characters, got '
                            f'{str(self.name)[:60]!r}')
+        if self.name.lower() in _KEYWORDS:     # keywords are lower case; their other spellings are refused too, to be portable
+            raise FxpError(f'module name {self.name!r} is a Verilog-2005/SystemVerilog keyword: choose another name')
     def datapath(self, **kw) -> Datapath:
         "The `Datapath` this RTL implements (epilogue parameters from `kw`)."
         return Datapath(rows=self.rows, cols=self.cols, in_fmt=QFormat(self.in_bits, self.in_bits),
@@ -373,8 +396,8 @@ def simulate(cfg:RtlConfig, layers:list, timeout:float=120, workdir=None, trace:
     tiles = [(l, t) for l in layers for t in l.tiles(cfg)]
     with tempfile.TemporaryDirectory(prefix='nac_fxp_rtl_') as tmp:
         d = Path(workdir or tmp)
-        (d/'mac.v').write_text(verilog_mac_array(cfg)); (d/'tb.v').write_text(testbench(cfg, len(lines), trace is not None))
-        (d/'vectors.hex').write_text('\n'.join(lines) + '\n')
+        atomic_write(d/'mac.v', verilog_mac_array(cfg)); atomic_write(d/'tb.v', testbench(cfg, len(lines), trace is not None))
+        atomic_write(d/'vectors.hex', '\n'.join(lines) + '\n')
         _tool(['iverilog', '-g2001', '-Wall', '-o', 'sim.vvp', 'tb.v', 'mac.v'], d, timeout, 'iverilog compile')
         _tool(['vvp', '-n', 'sim.vvp'], d, timeout, 'vvp simulation')
         text = (d/'outputs.hex').read_text().split('\n')

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 import jsonschema
 from ..binio import NacLabError, FormatError
-from ..fileio import read_json
+from ..fileio import read_json, atomic_write
 from ..core import data_path
 
 # %% auto #0
@@ -311,5 +311,5 @@ def copy_maps(dst, edit=None) -> Path:
         rel = p.relative_to(src).as_posix()
         if edit: edit(rel, doc)
         (dst/rel).parent.mkdir(parents=True, exist_ok=True)
-        (dst/rel).write_text(json.dumps(doc, indent=1))
+        atomic_write(dst/rel, json.dumps(doc, indent=1))
     return dst

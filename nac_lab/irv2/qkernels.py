@@ -42,9 +42,10 @@ def kernel_harness(path, extra=()):
     "Compile the kernels with a tiny test API into the shared library `path`; returns a ctypes handle."
     import ctypes, tempfile
     from pathlib import Path
+    from nac_lab.fileio import atomic_write
     with tempfile.TemporaryDirectory() as d:
         src = Path(d)/'qk.c'
-        src.write_text(_HARNESS % (codegen.C_KERNELS, C_QKERNELS))
+        atomic_write(src, _HARNESS % (codegen.C_KERNELS, C_QKERNELS))
         codegen.compile_c(src, path, extra=extra)
     L = ctypes.CDLL(str(path)); V, I = ctypes.c_void_p, ctypes.c_int
     L.t_dequant.argtypes = [I, V, I, I, V]; L.t_linear.argtypes = [V, I, I, V, I, V, I, V]

@@ -8,6 +8,7 @@ import ctypes, hashlib, math, os, subprocess, tempfile
 from pathlib import Path
 import numpy as np
 from ..safetensors import write_safetensors
+from ..fileio import atomic_write
 from .maps import RuntimeFailure, CodegenError, ConfigError
 from .build import load_ir, plan_memory, validate_ir
 from .codegen import emit_c, compile_c, cc_command
@@ -44,7 +45,7 @@ def compile_ir(ir:dict, cache=None, openmp:bool=False, extra=(), maps=None, emit
     if lib.exists(): return lib
     d.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=d) as tmp:
-        (Path(tmp)/'model.c').write_text(src)
+        atomic_write(Path(tmp)/'model.c', src)
         compile_c(Path(tmp)/'model.c', Path(tmp)/'libmodel.so', openmp, extra)
         os.replace(Path(tmp)/'model.c', d/'model.c')
         os.replace(Path(tmp)/'libmodel.so', lib)

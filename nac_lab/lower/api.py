@@ -4,7 +4,7 @@
 
 # %% ../../nbs/69a_lower_api.ipynb #286de9f9
 from __future__ import annotations
-import json, shutil
+import json
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
@@ -15,7 +15,7 @@ from .emit import Emitter, emit_program, DTYPE, to_elem, from_elem
 from .tile import Device, resolve_device, check_legal, choose_tilings, layer_report
 
 # %% auto #0
-__all__ = ['ELEM_OF', 'Lowered', 'float_type', 'lower']
+__all__ = ['ELEM_OF', 'Lowered', 'own_output', 'float_type', 'lower']
 
 # %% ../../nbs/69a_lower_api.ipynb #0ab9e25f
 @dataclass
@@ -73,28 +73,40 @@ class Lowered:
     def save(self, out, inputs=()) -> Path:
         ("Write `out/model.nem`, the device file(s), one `<BUFFER>.npy` per constant buffer and `io.json`, atomically (never over one of "
          "`inputs`).")
-        from nac_lab.fileio import atomic_dir
-        with atomic_dir(out, inputs=inputs) as d:
+        from nac_lab.fileio import atomic_dir, atomic_write
+        from nac_lab.npyio import save_npy
+        with atomic_dir(out, inputs=inputs, own=own_output) as d:
             d = Path(d)
-            (d / 'model.nem').write_text(self.program)
-            for f in _device_files(self.device.file): shutil.copyfile(f, d / f.name)
-            for n, a in self.data.items(): np.save(d / f'{n}.npy', a)
-            (d / 'io.json').write_text(json.dumps(self.io, indent=1))
+            atomic_write(d / 'model.nem', self.program)
+            for f in _device_files(self.device.file): atomic_write(d / f.name, f.read_bytes())
+            for n, a in self.data.items(): save_npy(d / f'{n}.npy', a)
+            atomic_write(d / 'io.json', json.dumps(self.io, indent=1))
         return Path(out)
 
 # %% ../../nbs/69a_lower_api.ipynb #3fc6b94a
 def _device_files(f) -> list:
-    "The device file and the non-bundled files it includes (same folder)."
+    "The device file and the non-bundled files it includes; an include that resolves outside the device's folder is a `LowerError`."
     import re
+    from nac_lab.nac.guard import escape
     out, todo = [], [Path(f)]
+    root = Path(f).resolve().parent
     while todo:
         p = todo.pop()
         if p in out: continue
         out.append(p)
         for inc in re.findall(r'^\s*include\s+"([^"]+)"', p.read_text(), re.M):
             q = p.parent / inc
-            if q.is_file(): todo.append(q)
+            if not q.is_file(): continue
+            if not q.resolve().is_relative_to(root):
+                raise LowerError(f'device file {escape(p)}: include "{escape(inc)}" resolves to {escape(q.resolve())}, outside the device '
+                                 f'folder {escape(root)}: refusing to copy it into the output')
+            todo.append(q)
     return out
+
+def own_output(p:Path) -> bool:
+    "Whether `p` is a file `Lowered.save` writes, in a folder it wrote (`model.nem` and `io.json` there): such a folder may be replaced."
+    return (p.is_file() and not p.is_symlink() and (p.name == 'io.json' or p.suffix in ('.nem', '.npy'))
+            and (p.parent / 'io.json').is_file() and (p.parent / 'model.nem').is_file())
 
 ELEM_OF = {v: k for k, v in DTYPE.items()}
 

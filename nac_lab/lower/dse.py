@@ -72,7 +72,7 @@ def _evaluate_bytes(nac_bytes, name, device, tiling, mode, calib, example):
     "Worker side: the model travels as bytes, so a remote worker needs no shared file system."
     import tempfile
     with tempfile.TemporaryDirectory() as d:
-        p = Path(d) / f'{name}.nac'; p.write_bytes(nac_bytes)
+        p = atomic_write(Path(d) / f'{name}.nac', nac_bytes)
         try: return evaluate(p, device, mode=mode, calib=calib, example=example, tiling=tiling, name=name)
         except LowerError as e: return dict(model=name, device=Path(str(device)).stem, mode=mode, tiling=str(tiling),
                                             error=str(e).split('\n')[0])

@@ -96,6 +96,7 @@ def tour(out:Path):
     from nac_lab.nac.zoo import build_model, example_inputs
     from nac_lab.nac.compile import compile as nac_compile
     from nac_lab.nac.format import Orch, read_nac
+    from nac_lab.npyio import save_npy
     from nac_lab.nac.mep import REF_CODE, REF_POOL, orch_listing
     from nac_lab.nac.mep_vm import run_plan
     from nac_lab.nac.tisa import attach_tokenizer
@@ -111,7 +112,7 @@ def tour(out:Path):
                               'model': {'type': 'WordPiece', 'unk_token': '[UNK]', 'vocab': vocab},
                               'post_processor': {'type': 'BertProcessing', 'sep': ['[SEP]', 2], 'cls': ['[CLS]', 1]},
                               'decoder': {'type': 'WordPiece', 'prefix': '##', 'cleanup': True}})
-    path = nm.save(out / 'mlp_mep.nac'); np.save(out / 'mlp_x.npy', x.numpy())
+    path = nm.save(out / 'mlp_mep.nac'); save_npy(out / 'mlp_x.npy', x.numpy())
     print(f'MEP: the reference\'s 22-byte ORCH plan, embedded in a compiled zoo MLP ({path.name}):')
     print(orch_listing(read_nac(path)))
     y = run_plan(path)[0]

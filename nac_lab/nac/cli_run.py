@@ -17,22 +17,14 @@ class CliInputError(NacLabError, ValueError):
 
 def parse_inputs(specs: list) -> dict:
     "`['x=a.npy', '1=b.npy']` -> `{'x': array, 1: array}` (numeric names are positions)."
-    import numpy as np
+    from nac_lab.npyio import read_npy
     out = {}
     for s in specs or []:
         if '=' not in s: raise CliInputError(f'--input {s!r}: expected NAME=PATH.npy')
         name, path = s.split('=', 1)
         key = int(name) if name.isdigit() else name
         if key in out: raise CliInputError(f'--input {name!r} given twice')
-        try:
-            with open(path, 'rb') as f: magic = f.read(6)
-        except OSError as ex: raise CliInputError(f'--input {name}: cannot read {path}: {ex.strerror or ex}') from None
-        if magic != b'\x93NUMPY': raise CliInputError(f'--input {name}: {path} is not a .npy file (expected the magic \\x93NUMPY at '
-                                                      f'offset 0, found {magic!r})')
-        try: out[key] = np.load(path, allow_pickle=False)
-        except (ValueError, EOFError,
-                OSError) as ex: raise CliInputError(f'--input {name}: {path} is not a readable .npy array '
-                                                    f'({str(ex).splitlines()[0]})') from None
+        out[key] = read_npy(path, what=f'--input {name}')     # header, dtype and size checked before any allocation
     return out
 
 def positional(ins: dict, n_slots: int) -> list:

@@ -76,14 +76,10 @@ def load_sizes(spec, n:int):
 
 def load_inputs(path, nac) -> tuple[list, dict]:
     "`(positional, named)` example inputs from an `.npz` (by input name when every array is named after one, else in order) or one `.npy`."
-    import numpy as np, zipfile
-    bad = (OSError, ValueError, EOFError, zipfile.BadZipFile)
-    try: z = np.load(path, allow_pickle=False)
-    except bad as ex: raise NacLabError(f'--inputs {path}: cannot read as .npz or .npy ({type(ex).__name__}: {ex or "empty file"})')
-    if isinstance(z, np.ndarray): return [z], {}
-    with z:
-        try: arrays = {k: z[k] for k in z.files}
-        except bad as ex: raise NacLabError(f'--inputs {path}: damaged .npz ({type(ex).__name__}: {ex})')
+    import numpy as np
+    from nac_lab.npyio import read_arrays
+    arrays = read_arrays(path, what='--inputs')      # one checked reader: headers, dtypes and sizes before any allocation
+    if isinstance(arrays, np.ndarray): return [arrays], {}
     names = set(nac.input_names.values())
     if arrays and set(arrays) <= names: return [], arrays
     return [arrays[k] for k in sorted(arrays, key=lambda k: (len(k), k))], {}

@@ -9,7 +9,7 @@ from ..progress import stage, with_steps
 from .cli_run import CliInputError
 
 # %% auto #0
-__all__ = ['cmd_zoo_list', 'cmd_zoo_build', 'register']
+__all__ = ['cmd_zoo_list', 'zoo_outputs', 'cmd_zoo_build', 'register']
 
 # %% ../../nbs/20a_nac_cli_zoo.ipynb #d263c876
 def cmd_zoo_list(args):
@@ -18,25 +18,36 @@ def cmd_zoo_list(args):
     for z in ZOO.values():
         print(f'{z.name:10} {z.family:12} input {z.input_kind:6} {str(list(z.input_shape)):14} {z.about}')
 
+def zoo_outputs(out, external:bool) -> list:
+    "The files `zoo build -o OUT` writes (`.nac`, external weights when `external`, example input), refused before any work if unsafe."
+    from nac_lab.fileio import check_output
+    from nac_lab.nac.guard import check_nac_outputs, escape
+    out = Path(out)
+    outs = check_nac_outputs(out, (), external)
+    if out.suffix.lower() == '.safetensors':
+        raise CliInputError(f'-o {escape(out)}: that is the name of the external weights beside {escape(out.with_suffix(".nac").name)}; '
+                            'name the output FILE.nac')
+    return outs + [check_output(out.with_suffix('.input.npy'), outs, 'example input')]
+
 @with_steps(lambda args: f'zoo build {args.name}', ('build', 'compile', 'write'))
 def cmd_zoo_build(args):
     "Handler of `nac-lab zoo build`."
-    import numpy as np, torch
+    import torch
     from nac_lab.nac.zoo import build_model, example_inputs, zoo_entry
     from nac_lab.nac.compile import compile as nac_compile
+    from nac_lab.npyio import save_npy
     zoo_entry(args.name)
     if args.batch < 1: raise CliInputError(f'--batch {args.batch}: the batch size of the example input must be at least 1')
+    out, *_, inp = zoo_outputs(args.output, args.weights == 'external')
     m = build_model(args.name, seed=args.seed)
     dyn = None if args.static else ({0: torch.export.Dim.AUTO},)
     stage('compile')
     nm = nac_compile(m, example_inputs(args.name, args.batch if args.static else max(args.batch, 2)), dynamic_shapes=dyn,
                      quant=args.quant, weights=args.weights)
-    out = Path(args.output)
     stage('write')
     nm.save(out)
     x = example_inputs(args.name, args.batch)[0]
-    inp = out.with_suffix('.input.npy')
-    np.save(inp, x.numpy())
+    save_npy(inp, x.numpy(), inputs=[out], what='example input')
     print(f'{args.name}: {nm.n_instructions} instructions, {len(nm.nac.param_names)} parameters, quant {args.quant} -> {out}')
     print(f'example input ({x.dtype}{list(x.shape)}) -> {inp}')
 

@@ -4,10 +4,10 @@
 
 # %% ../../nbs/22b_nac_mep_vm.ipynb #30966873
 from __future__ import annotations
-import io, json, os, re, string, sys, time
+import json, os, re, string, sys, time
 from pathlib import Path
 import numpy as np
-from ..binio import NacLabError, LimitError
+from ..binio import NacLabError, LimitError, FormatError
 from .guard import MAX_BYTES_ENV, MemoryLimitError, escape, max_bytes
 from .format import read_nac, DType, DTYPE_NP
 from .mep import MepError, MepProgram
@@ -208,24 +208,11 @@ def _np_dtype(code:int):
         raise MepRunError(f'dtype code {code} is not a §6.1.1 type numpy can hold')
     return DTYPE_NP[DType(code)]
 
-_NPY_HEADERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
-
 def _load_npy(data, what:str):
-    "A .npy array from bytes or a path; its header is checked against the bytes after it, so no array outgrows its file."
-    try:
-        with io.BytesIO(data) if isinstance(data, (bytes, bytearray)) else open(data, 'rb') as f:
-            ver = np.lib.format.read_magic(f)
-            if ver not in _NPY_HEADERS: raise ValueError(f'.npy format version {ver} is not 1.0 or 2.0')
-            shape, _, dt = _NPY_HEADERS[ver](f)
-            n = dt.itemsize
-            for s in shape: n *= s
-            pos = f.tell(); left = f.seek(0, 2) - pos
-            if dt.hasobject: raise ValueError(f'dtype {dt} holds Python objects')
-            if n > left: raise ValueError(f'the header declares shape {list(shape)} of {dt}, {n} bytes; {left} bytes follow it')
-            f.seek(0)
-            return np.load(f, allow_pickle=False)
-    except (ValueError, EOFError, TypeError,
-            OSError) as ex: raise MepRunError(f'{escape(what)} is not a readable .npy array ({escape(str(ex).splitlines()[0])})') from None
+    "A `.npy` value (a path, or the bytes of a resource) through the one checked reader, `nac_lab.npyio`; refusals are `MepRunError`s."
+    from nac_lab.npyio import read_npy, npy_from_bytes
+    try: return npy_from_bytes(data, what=what) if isinstance(data, (bytes, bytearray, memoryview)) else read_npy(data, what=what)
+    except FormatError as ex: raise MepRunError(f'{what} is not a readable .npy array ({ex})') from None
 
 @patch
 def _SRC_USER_PROMPT(self:MepVM, i, a):

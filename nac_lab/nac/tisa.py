@@ -9,7 +9,7 @@ from pathlib import Path
 import regex
 from ..fileio import read_json, parse_json
 from fastcore.basics import patch
-from ..fileio import atomic_dir
+from ..fileio import atomic_dir, atomic_write
 from .tisa_vm import (TisaError, UnsupportedTokenizerError, Op, Rule, Tisa, encode_manifest, write_vocab, write_pairs,
                                  WS, BERT_PUNCT, CJK, GPT2_SPLIT, _apply, _prepend)
 # the machine's public names, so that `nac_lab.nac.tisa` alone is the API: compile, load, from_nac, Tisa, errors
@@ -261,10 +261,11 @@ RESOURCE_NAMES = ('vocab.b', 'vidx.b', 'merges.b', 'scores.b', 'special.b')
 
 @patch
 def save(self:Tisa, path) -> Path:
-    "Write the manifest and resource files into folder `path` (replaced atomically)."
-    with atomic_dir(path) as d:
-        (Path(d) / MANIFEST_NAME).write_bytes(self.manifest)
-        for k, v in self.files.items(): (Path(d) / k).write_bytes(v)
+    "Write the manifest and resource files into folder `path` (replaced atomically; only a folder of TISA files is replaced)."
+    own = lambda p: p.is_file() and p.name in (MANIFEST_NAME, *RESOURCE_NAMES)
+    with atomic_dir(path, own=own, what='TISA folder') as d:
+        atomic_write(Path(d) / MANIFEST_NAME, self.manifest)
+        for k, v in self.files.items(): atomic_write(Path(d) / k, v)
     return Path(path)
 
 def load(path) -> Tisa:

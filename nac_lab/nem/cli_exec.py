@@ -36,10 +36,10 @@ def register(sub):
     m.set_defaults(func=_sim)
 
 # %% ../../nbs/39b_nem_cli_exec.ipynb #ac35b569
-def _load_npy(path):
-    import numpy as np
-    try: return np.load(path, allow_pickle=False)
-    except (ValueError, OSError, EOFError) as ex: raise NacLabError(f'cannot read {path} as a .npy array: {ex}') from None
+def _load_npy(path, what:str='--input'):
+    "The array in `path`, read by the one checked `.npy` reader (`nac_lab.npyio`)."
+    from nac_lab.npyio import read_npy
+    return read_npy(path, what=what)
 
 def _inputs(args, buffers) -> tuple:
     inputs, files = {}, []
@@ -48,11 +48,11 @@ def _inputs(args, buffers) -> tuple:
         if not d.is_dir(): raise NacLabError(f'--data {d}: not a folder')
         for b in buffers:
             f = d / f'{b}.npy'
-            if f.is_file(): inputs[b] = _load_npy(f); files.append(f)
+            if f.is_file(): inputs[b] = _load_npy(f, '--data'); files.append(f)
     for spec in args.input:
         if '=' not in spec: raise NacLabError(f'--input {spec!r}: expected BUF=FILE.npy')
         b, f = spec.split('=', 1)
-        inputs[b] = _load_npy(f); files.append(Path(f))
+        inputs[b] = _load_npy(f, f'--input {b}'); files.append(Path(f))
     return inputs, files
 
 def _run(args):

@@ -32,22 +32,27 @@ def register(sub):
                    help='row tiling of convolutions: simulator-scored search (default) or the largest tile that fits')
     p.add_argument('--report', action='store_true', help='print the per-layer table (tile, L1 bytes, MACs, cycles, bound)')
     p.add_argument('-o', '--output', required=True, metavar='OUTDIR',
-                   help='model.nem, the device file, one <BUFFER>.npy per constant, io.json')
+                   help='model.nem, the device file, one <BUFFER>.npy per constant, io.json; a new or empty folder, or one an earlier '
+                        '`nem lower` wrote (a folder holding any other file is refused)')
     p.set_defaults(func=_lower, mode='int8')
     register_sweep(s)
 
 # %% ../../nbs/69b_lower_cli.ipynb #76a906c3
-def _load_npy(path):
-    import numpy as np
-    try: return np.load(path, allow_pickle=False)
-    except (ValueError, OSError, EOFError) as ex: raise NacLabError(f'cannot read {path} as a .npy array: {ex}') from None
+def _load_npy(path, what:str='--calib'):
+    "The array in `path` (through `nac_lab.npyio`: header, dtype and size checked first), refused if it holds NaN, Inf or huge values."
+    from nac_lab.npyio import read_npy, finite_array
+    from nac_lab.nac.guard import escape
+    return finite_array(read_npy(path, what=what), f'{what} {escape(path)}')
 
 # %% ../../nbs/69b_lower_cli.ipynb #a899ce94
 def _lower(args):
-    from nac_lab.lower.api import lower
+    from nac_lab.lower.api import lower, own_output
     from nac_lab.lower.tile import format_report
+    from nac_lab.fileio import check_output_dir
+    ins = [args.model, *args.calib, *([args.example] if args.example else [])]
+    check_output_dir(args.output, inputs=ins, own=own_output)     # before the work: no user folder replaced, no input overwritten
     calib = [_load_npy(f) for f in args.calib]
-    ex = (_load_npy(args.example),) if args.example else None
+    ex = (_load_npy(args.example, '--example'),) if args.example else None
     if args.mode == 'int8' and not calib: raise NacLabError('--int8 needs at least one --calib X.npy')
     if args.mode == 'float' and ex is None and not calib:
         raise NacLabError('--float needs --example X.npy (or --calib) to fix the input shapes')
@@ -55,7 +60,7 @@ def _lower(args):
     low = lower(args.model, args.device, mode=mode, calib=calib, example=ex, tiling=args.tiling)
     errs = low.check().errors
     if errs: raise NacLabError(f'internal error: the emitted program has {len(errs)} check error(s)')
-    low.save(args.output, inputs=[args.model, *args.calib, *([args.example] if args.example else [])])
+    low.save(args.output, inputs=ins)
     print(f'{args.model} -> {Path(args.output) / "model.nem"} ({low.elem if args.mode == "float" else "int8"} on {low.device.name}): '
           f'{len(low.graph.layers)} layers, '
           f'{len(low.data)} constant buffers; nem check: 0 errors')
@@ -94,7 +99,7 @@ def _device_list(items) -> list:
 def _sweep(args):
     from nac_lab.lower.dse import sweep, policies, write_csv, pareto_plot, pareto
     calib = [_load_npy(f) for f in args.calib]
-    ex = (_load_npy(args.example),) if args.example else None
+    ex = (_load_npy(args.example, '--example'),) if args.example else None
     if args.mode == 'int8' and not calib: raise NacLabError('--int8 needs at least one --calib X.npy')
     models = {Path(m).stem: m for m in args.models}
     rows = sweep(models, _device_list(args.devices), policies(args.tilings), mode=args.mode, calib=calib, example=ex,

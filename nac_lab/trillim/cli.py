@@ -33,14 +33,17 @@ def _manifest(args):
     lora = '' if m.lora is None else (f', LoRA block ({sum(t is not None for row in m.lora.targets for t in row)} targets, scale '
                                       f'{m.lora.scale:g})')
     print(f'{args.output}: {len(m.shards)} shard(s), {len(m.entries)} tensor entries{lora}, {len(blob)} bytes')
-    if m.unused: print(f'  not used by protocol v1: {", ".join(m.unused)}')
+    if m.unused:
+        from nac_lab.nac.guard import escape
+        print(f'  not used by protocol v1: {", ".join(escape(n) for n in m.unused)}')
 
 def _decode(args):
     from nac_lab.trillim.manifest import read_manifest, manifest_to_dict, LORA_TARGETS
+    from nac_lab.nac.guard import escape       # shard paths come from the file: control characters and NUL printed as escapes
     m = read_manifest(_map(args.file), fmt=str(args.file))
-    if args.json: print(json.dumps(manifest_to_dict(m), indent=1)); return
+    if args.json: print(json.dumps(manifest_to_dict(m), indent=1)); return     # json.dumps escapes control characters itself
     print(f'{len(m.shards)} shard(s):')
-    for i, s in enumerate(m.shards): print(f'  [{i}] {s}')
+    for i, s in enumerate(m.shards): print(f'  [{i}] {escape(s)}')
     print(f'{len(m.entries)} tensor entries:')
     print(f'  {"#":>4} {"action":17s} {"dtype":5s} {"rows x cols":>13s} {"padded":>13s} {"shard":>5s} {"offset":>12s} {"size":>11s}  scale')
     for i, e in enumerate(m.entries):
