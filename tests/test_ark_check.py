@@ -29,7 +29,7 @@ def T(d, i, k='ReadTensors', j=0): return d['Nodes'][i]['Op'][k][j]
 
 CASES = {
     'node.id': lambda d: d['Nodes'][2].update(Id=7),
-    'node.producers': lambda d: d['Nodes'][3].update(ProducerNodeIds=[0]),
+    'node.producers': lambda d: d['Nodes'][4].update(ProducerNodeIds=[2]),       # node 4 reads node 3's result: a derived edge missing
     'node.consumers': lambda d: d['Nodes'][0].update(ConsumerNodeIds=[1]),
     'node.cycle': lambda d: (d['Nodes'][0].update(ProducerNodeIds=[1]), d['Nodes'][1].update(ConsumerNodeIds=[2, 0])),
     'op.results': lambda d: d['Nodes'][1]['Op'].update(ResultTensors=[]),
@@ -159,3 +159,26 @@ def test_bulk_check_never_passes_a_model_the_walk_faults():
     for code, mutate in CASES.items():
         d = json.loads((data_path('ark') / 'tutorial_model_877b0e63_op.json').read_text()); mutate(d)
         assert not C._fast_ok(parse_model(d)), code
+
+
+def test_huge_tensor_refused_by_check_and_run(tmp_path):
+    "A tensor of shape [1, 4, 2**40] used to pass `ark check` and then fail `ark run` with a MemoryError (exit 3)."
+    d = json.loads((data_path('ark') / 'tutorial_model_877b0e63_op.json').read_text())
+    for n in d['Nodes']:
+        for k in ('ReadTensors', 'WriteTensors', 'ResultTensors'):
+            for t in n['Op'][k]:
+                if t['Id'] == 0: t.update(Shape=[1, 4, 2**40], Strides=[1, 4, 2**40], Offsets=[0, 0, 0], PaddedShape=[1, 4, 2**40])
+    assert 'buffer.size' in {x.code for x in check_model(parse_model(d), 'f.json')}
+    f = tmp_path / 'huge.json'; f.write_text(json.dumps(d))
+    rc, out, err = run_cli('ark', 'check', f)
+    assert rc == 1 and 'error[buffer.size]' in out + err and 'more than the memory budget' in out + err
+    rc, out, err = run_cli('ark', 'run', f, '--no-check', '--output', tmp_path / 'o.npz')
+    assert rc == 1 and 'above the limit' in err and 'Traceback' not in err, (rc, err)
+
+
+def test_show_escapes_names_from_the_file(tmp_path):
+    d = json.loads((data_path('ark') / 'tutorial_model_877b0e63_op.json').read_text())
+    d['Nodes'][0]['Op']['Name'] = 'mm\x1b[2J\nfake row'
+    f = tmp_path / 'm.json'; f.write_text(json.dumps(d))
+    rc, out, err = run_cli('ark', 'show', f)
+    assert rc == 0 and '\x1b' not in out and '\\x1b' in out and not any(l.startswith('fake row') for l in out.split('\n'))

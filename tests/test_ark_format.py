@@ -84,15 +84,41 @@ def test_fuzz_values_typed_errors_with_paths():
     assert n_err > 100
 
 
-def test_fuzz_bytes_never_crash():
+def test_fuzz_bytes_never_crash_and_reach_the_validator():
+    "Byte mutations of digits keep the JSON well formed, so most reach the model validator and the checker (not the JSON parser)."
+    from nac_lab.ark.check import check_model
     rng = random.Random(99)
-    raw = bytearray((data_path('ark') / 'tutorial_model_e3cc6e32_ops_dense.json').read_bytes())
+    raw = bytes((data_path('ark') / 'tutorial_model_e3cc6e32_ops_dense.json').read_bytes())
+    spots = [k for k, c in enumerate(raw) if chr(c).isdigit()]          # digits of ids, shapes, strides, offsets, ranks, tags
+    reached, checked, flagged = 0, 0, 0
     for _ in range(300):
         b = bytearray(raw)
         for _ in range(rng.randint(1, 4)):
-            b[rng.randrange(len(b))] = rng.randrange(256)
-        try: read_ark(bytes(b))
-        except NacLabError: pass
+            b[rng.choice(spots)] = ord(rng.choice('0123456789-'))
+        try: json.loads(bytes(b))
+        except ValueError: pass
+        else: reached += 1
+        try: m = read_ark(bytes(b))
+        except NacLabError: continue
+        checked += 1
+        diags = check_model(m)
+        flagged += bool(diags)
+        for d in diags:
+            assert d.code and d.path is not None and d.message        # located diagnostics, never an exception
+    # measured with this seed: 233 valid JSON, 206 readable models, 197 of them with diagnostics
+    assert reached >= 200 and checked >= 180 and flagged >= 150, (reached, checked, flagged)
+
+
+@pytest.mark.parametrize('bad', [[], {}, 7, None])
+def test_datatype_of_the_wrong_kind_is_a_typed_error_everywhere(bad, tmp_path):
+    "`DataType: []` (and other non-strings) used to crash six commands with a TypeError (exit 3)."
+    d = json.loads((data_path('ark') / 'tutorial_model_877b0e63_op.json').read_text())
+    d['Nodes'][1]['Op']['ReadTensors'][0]['DataType'] = bad
+    f = tmp_path / 'm.json'; f.write_text(json.dumps(d))
+    for argv in (['check', f], ['show', f], ['run', f, '--output', tmp_path / 'o.npz'], ['to-nac', f, '-o', tmp_path / 'o.nac'],
+                 ['rewrite', f, '-o', tmp_path / 'o.json'], ['graph', f, '-o', tmp_path / 'g.svg']):
+        rc, out, err = run_cli('ark', *argv)
+        assert rc == 1 and 'Nodes[1].Op.ReadTensors[0].DataType' in err and 'Traceback' not in err, (argv, rc, err)
 
 
 def test_errors_name_the_json_path():

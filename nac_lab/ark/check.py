@@ -10,11 +10,12 @@ from dataclasses import dataclass
 from itertools import accumulate, chain, repeat
 from operator import add, attrgetter, itemgetter, lt, mul
 import numpy as np
-from .format import ArkModel, Node, Op, Tensor, Buffer, Arg, Style, ArkFormatError, DTYPE_SIZE, paused_gc
+from .format import ArkModel, Node, Op, Tensor, Buffer, Arg, Style, ArkFormatError, DTYPE_SIZE, paused_gc, buffer_bytes
 
 # %% auto #0
 __all__ = ['ARG_RULES', 'OPTIONAL_ARGS', 'KNOWN_OPS', 'Diagnostic', 'summary_line', 'view_key', 'tensor_problems',
-           'layout_problems', 'check_model', 'ArkBuilder', 'tp_mlp', 'check_ranks']
+           'layout_problems', 'fits', 'kernel_shape', 'shape_problems', 'check_model', 'size_problems', 'ArkBuilder',
+           'tp_mlp', 'check_ranks']
 
 # %% ../../nbs/71_ark_check.ipynb #ff152240
 @dataclass
@@ -132,6 +133,63 @@ def _result_problems(o:Op) -> list:
                  'shape, strides, offsets)', 'ResultTensors[0]')]
     return []
 
+# %% ../../nbs/71_ark_check.ipynb #bb0495df
+_BINARY_OPS = frozenset({'Add', 'Sub', 'Mul', 'Div', 'Rope'})
+_UNARY_OPS = frozenset({'Exp', 'Rsqrt', 'Sqrt', 'Relu', 'Gelu', 'Sigmoid', 'ScalarAdd', 'ScalarMul', 'Cast', 'Copy'})
+_N_READS = {**dict.fromkeys(_BINARY_OPS, 2), **dict.fromkeys(_UNARY_OPS, 1), 'Matmul': 2, 'Embedding': 2, 'Transpose': 1,
+            'ReduceSum': 1, 'ReduceMax': 1, 'ReduceMean': 1}
+
+def fits(shape, w) -> bool:
+    "Whether a kernel result of `shape` can be stored into a write tensor of shape `w`, as the executor stores it."
+    shape, w = tuple(shape), tuple(w)
+    if shape == w or (math.prod(shape) == math.prod(w) and math.prod(shape) > 1): return True
+    try: return tuple(np.broadcast_shapes(shape, w)) == w
+    except ValueError: return False
+
+def kernel_shape(o:Op):
+    "The shape `o`'s kernel produces from its read tensors, or `(None, why)`; `(None, None)` for ops not checked here."
+    r = [t.shape for t in o.read]; t = o.type
+    if t in _BINARY_OPS:
+        try: return tuple(np.broadcast_shapes(tuple(r[0]), tuple(r[1]))), None
+        except ValueError: return None, f'{t} of shapes {list(r[0])} and {list(r[1])}, which do not broadcast'
+    if t in _UNARY_OPS: return tuple(r[0]), None
+    if t == 'Matmul':
+        x, w = list(r[0]), list(r[1])
+        if len(x) < 2 or len(w) < 2: return None, f'Matmul of shapes {x} and {w}; both operands need at least 2 dimensions'
+        if o.args.get('TransposeInput') and o.args['TransposeInput'].value: x[-1], x[-2] = x[-2], x[-1]
+        if o.args.get('TransposeOther') and o.args['TransposeOther'].value: w[-1], w[-2] = w[-2], w[-1]
+        if x[-1] != w[-2]:
+            return None, (f'Matmul of shapes {list(r[0])} and {list(r[1])}: after the transpose flags the inner dimensions are '
+                          f'{x[-1]} and {w[-2]}, which must be equal')
+        try: batch = tuple(np.broadcast_shapes(tuple(x[:-2]), tuple(w[:-2])))
+        except ValueError: return None, f'Matmul batch dimensions {x[:-2]} and {w[:-2]} do not broadcast'
+        return batch + (x[-2], w[-1]), None
+    if t in ('ReduceSum', 'ReduceMax', 'ReduceMean'):
+        ax = o.args.get('Axis')
+        if ax is None or ax.type != 'INT' or not 0 <= ax.value < len(r[0]): return None, None     # _arg_problems reports it
+        return tuple(1 if k == ax.value else d for k, d in enumerate(r[0])), None
+    if t == 'Transpose':
+        p = o.args.get('Permutation')
+        if p is None or p.type != 'DIMS' or sorted(p.value) != list(range(len(r[0]))): return None, None
+        return tuple(r[0][k] for k in p.value), None
+    if t == 'Embedding':
+        if len(r[1]) != 2: return None, f'Embedding table of shape {list(r[1])}; the table (second read tensor) is a matrix'
+        return tuple(r[0]) + (r[1][1],), None
+    return None, None
+
+def shape_problems(o:Op) -> list:
+    "`[(code, message, JSON sub-path)]` for `o`'s operand shapes and its result's fit into its write tensor."
+    n = _N_READS.get(o.type)
+    if n is None or o.is_virtual: return []
+    if len(o.read) < n:
+        return [('op.operands', f'{o.type} reads {n} tensor(s), this op lists {len(o.read)}', 'ReadTensors')]
+    out, why = kernel_shape(o)
+    if why: return [('op.shape', why, 'ReadTensors')]
+    if out is not None and o.write and not fits(out, o.write[0].shape):
+        return [('op.shape', f'the {o.type} result has shape {list(out)}, which does not fit write tensor t{o.write[0].id} of shape '
+                             f'{list(o.write[0].shape)}', 'WriteTensors[0]')]
+    return []
+
 # %% ../../nbs/71_ark_check.ipynb #c2f5fc44
 def check_model(m:ArkModel, file:str|None=None) -> list:
     "Every per-file problem of `m`, as `Diagnostic`s in file order."
@@ -145,7 +203,7 @@ def check_model(m:ArkModel, file:str|None=None) -> list:
     seen_t, producer, first_at, names, buf_seen, buf_types, shape_probs = {}, {}, {}, {}, {}, {}, {}
     for i, n in enumerate(m.nodes):
         if n.id != i: add(f'Nodes[{i}].Id', 'node.id', f'node at position {i} has Id {n.id}; Id is the position in Nodes (RULINGS ARK 6)')
-    touched, touched_b, buf_prod, seen_obj = [set() for _ in m.nodes], [set() for _ in m.nodes], {}, set()
+    touched, seen_obj = [set() for _ in m.nodes], set()
     for i, j, o in m.ops():
         if o.name:
             if o.name in names:
@@ -154,9 +212,9 @@ def check_model(m:ArkModel, file:str|None=None) -> list:
         if o.type not in KNOWN_OPS:
             add(f'{m.op_path(i, j)}.Type', 'op.type', f'unknown op type {o.type!r}; the checker knows {", ".join(sorted(KNOWN_OPS))}',
                 'warning')
-        for code, msg, sub in _result_problems(o) + _arg_problems(o, len(o.read[0].shape) if o.read else 0):
+        for code, msg, sub in _result_problems(o) + _arg_problems(o, len(o.read[0].shape) if o.read else 0) + shape_problems(o):
             add(f'{m.op_path(i, j)}.{sub}', code, msg)
-        ti, tb = touched[i], touched_b[i]
+        ti = touched[i]
         for lst, key in ((o.read, 'ReadTensors'), (o.write, 'WriteTensors'), (o.result, 'ResultTensors')):
             for k, t in enumerate(lst):
                 b = t.buffer
@@ -191,50 +249,62 @@ def check_model(m:ArkModel, file:str|None=None) -> list:
                     if types is None: buf_types[b.id] = {t.dtype: at}
                     elif t.dtype not in types: types[t.dtype] = at
                 if key == 'ResultTensors':
-                    buf_prod.setdefault(b.id, set()).add(i)
                     if t.id in producer:
                         add(where((i, j, key, k)), 'tensor.id',
                             f'tensor {t.id} is already the result of {m.op_path(*producer[t.id])}; a result is a new tensor')
                     else: producer[t.id] = (i, j)
-                else: ti.add(t.id); tb.add(b.id)
+                else: ti.add(t.id)
     for bid, types in buf_types.items():
         if len(types) > 1:
             add(where(next(iter(types.values()))) + '.Buffer', 'buffer.dtype',
                 f'buffer {bid} is used as {", ".join(types)}: a reinterpretation of its bytes', 'warning')
-    out += _graph_problems(m, file, producer, touched, touched_b, buf_prod)
+    out += _graph_problems(m, file, producer, touched)
+    out += [Diagnostic(file, f'buffer {bid}', 'buffer.size', msg) for bid, msg in size_problems(m)]
     return out
 
+def size_problems(m:ArkModel) -> list:
+    "`[(buffer id, message)]` for buffers larger than the memory budget (`nac_lab.nac.guard.max_bytes`): no run could hold them."
+    from nac_lab.nac.guard import max_bytes, MAX_BYTES_ENV
+    lim = max_bytes()
+    return [(bid, f'needs {n:,} bytes (Π Strides × element size), more than the memory budget of {lim:,} bytes ({MAX_BYTES_ENV})')
+            for bid, n in sorted(buffer_bytes(m).items()) if n > lim]
+
 # %% ../../nbs/71_ark_check.ipynb #c8d04fe0
-def _graph_problems(m:ArkModel, file, producer, touched, touched_b, buf_prod) -> list:
+def _graph_problems(m:ArkModel, file, producer, touched) -> list:
     out, n = [], len(m.nodes)
     def add(path, code, msg): out.append(Diagnostic(file, path, code, msg))
     pos = {}
     for i, nd in enumerate(m.nodes): pos.setdefault(nd.id, i)
-    expect = [set() for _ in range(n)]
+    expect = [set() for _ in range(n)]                       # derived edges: producers of the tensors a node touches
     for i in range(n):
         for tid in touched[i]:
             if tid in producer and producer[tid][0] != i: expect[i].add(m.nodes[producer[tid][0]].id)
-    inverse = [set() for _ in range(n)]
+    declared = [set(p for p in nd.producers if p in pos) for nd in m.nodes]
+    inverse = [set() for _ in range(n)]                      # consumers must be the inverse of the DECLARED producers
     for i in range(n):
-        for p in expect[i]: inverse[pos[p]].add(m.nodes[i].id)
+        for p in declared[i]: inverse[pos[p]].add(m.nodes[i].id)
     for i, nd in enumerate(m.nodes):
-        for key, have, want in (('ProducerNodeIds', nd.producers, expect[i]), ('ConsumerNodeIds', nd.consumers, inverse[i])):
+        for key, have in (('ProducerNodeIds', nd.producers), ('ConsumerNodeIds', nd.consumers)):
+            code = f'node.{key[:8].lower()}s'
             bad = [x for x in have if x not in pos]
-            if bad: add(f'Nodes[{i}].{key}', f'node.{key[:8].lower()}s', f'names node(s) {bad} that do not exist'); continue
-            hs = set(have)
-            if len(hs) != len(have): add(f'Nodes[{i}].{key}', f'node.{key[:8].lower()}s', f'{have} repeats a node')
-            ok = want
-            if key == 'ProducerNodeIds' and not hs <= want:     # compressed files: a removed virtual op's input producer stands in for it
-                ok = want | {m.nodes[p].id for b in touched_b[i] for p in buf_prod.get(b, ()) if p < i}
-            if not want <= hs or not hs <= ok:
-                miss, extra = sorted(want - set(have)), sorted(set(have) - ok)
-                add(f'Nodes[{i}].{key}', f'node.{key[:8].lower()}s', f'{list(have)} should be {sorted(want)} (from the tensors the ops '
-                                                                     'read and write)'
-                    + (f'; missing {miss}' if miss else '') + (f'; not a {key[:8].lower()}: {extra}' if extra else ''))
-        for p in expect[i]:
+            if bad: add(f'Nodes[{i}].{key}', code, f'names node(s) {bad} that do not exist'); continue
+            if len(set(have)) != len(have): add(f'Nodes[{i}].{key}', code, f'{have} repeats a node')
+        miss = sorted(expect[i] - declared[i])
+        if miss:
+            add(f'Nodes[{i}].ProducerNodeIds', 'node.producers',
+                f'{list(nd.producers)} lacks {miss}: node(s) whose results this node reads or writes (derived edges must be listed, '
+                'decision ARK 6)')
+        have_c = set(c for c in nd.consumers if c in pos)
+        if have_c != inverse[i]:
+            add(f'Nodes[{i}].ConsumerNodeIds', 'node.consumers',
+                f'{list(nd.consumers)} should be {sorted(inverse[i])}, the nodes that list this node as a producer (the two lists are '
+                'each other\'s inverse, decision ARK 6)'
+                + (f'; missing {sorted(inverse[i] - have_c)}' if inverse[i] - have_c else '')
+                + (f'; not a consumer: {sorted(have_c - inverse[i])}' if have_c - inverse[i] else ''))
+        for p in sorted(declared[i]):
             if pos[p] >= i:
                 add(f'Nodes[{i}].ProducerNodeIds', 'node.order',
-                    f'producer node {p} comes at or after this node; Nodes are in topological order (RULINGS ARK 6)')
+                    f'producer node {p} comes at or after this node; Nodes are in topological order (decision ARK 6)')
     # cycles in the declared graph (Kahn's algorithm)
     indeg = [0] * n; succ = [[] for _ in range(n)]
     for i, nd in enumerate(m.nodes):
@@ -277,6 +347,7 @@ def _fast_ok(m:ArkModel) -> bool:
     check = range(len(ops)) if not same else sorted(set(range(len(ops))) - set(common))
     if any(_result_problems(ops[k]) for k in check): return False
     if any(_arg_problems(o, len(o.read[0].shape) if o.read else 0) for o, t in zip(ops, types) if t in _RULED): return False
+    if any(map(shape_problems, ops)) or size_problems(m): return False
     rids = list(map(g['id'], chain.from_iterable(rs)))
     if len(set(rids)) != len(rids): return False
     objs = list(dict.fromkeys(chain(chain.from_iterable(rd), chain.from_iterable(wr), chain.from_iterable(rs))))

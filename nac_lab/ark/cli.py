@@ -8,7 +8,8 @@ import re
 from pathlib import Path
 import numpy as np
 from ..binio import NacLabError
-from .format import ArkModel, Tensor, read_ark, write_ark, ark_text, summary_text
+from .format import ArkModel, Tensor, read_ark, write_ark, ark_text, summary_text, ArkFormatError
+from .check import check_model
 
 # %% auto #0
 __all__ = ['TOUR_RANK', 'ark_graph', 'ArkCliError', 'parse_input', 'parse_shape', 'register', 'tour']
@@ -150,7 +151,11 @@ def _to_nac(args):
     from nac_lab.ark.nac import to_nac, load_weights, weights_path
     wp = Path(args.weights) if args.weights else weights_path(args.model)
     w, meta = load_weights(wp) if wp.is_file() else ({}, {})
-    nm = to_nac(read_ark(args.model), w, meta)
+    m = read_ark(args.model)
+    errs = [d for d in check_model(m, Path(args.model).name) if d.severity == 'error']
+    if errs:                             # a model the checker refuses is not compiled (its failure would only be torch's words)
+        raise ArkFormatError(f'{len(errs)} error(s) found by `nac-lab ark check`; first: ' + '; '.join(map(str, errs[:2])))
+    nm = to_nac(m, w, meta)
     from nac_lab.fileio import check_output
     check_output(args.output, [args.model, wp])
     nm.save(args.output)

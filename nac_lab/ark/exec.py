@@ -86,7 +86,11 @@ class RankState:
     def __init__(self, m:ArkModel):
         self.model, self.rank = m, m.rank
         sizes = buffer_bytes(m)
-        self.mem = {bid: np.zeros(n, np.uint8) for bid, b in m.buffers().items() if b.rank in (-1, m.rank) for n in [sizes.get(bid, 0)]}
+        mine = {bid: sizes.get(bid, 0) for bid, b in m.buffers().items() if b.rank in (-1, m.rank)}
+        from nac_lab.nac.guard import check_bytes, MemoryLimitError
+        try: check_bytes(sum(mine.values()), f'rank {m.rank}: the buffers of this rank')      # before any allocation
+        except MemoryLimitError as ex: raise ArkExecError(str(ex)) from None
+        self.mem = {bid: np.zeros(n, np.uint8) for bid, n in mine.items()}
         self.ops = [(i, j, o) for i, j, o in m.ops()]
         self.pc, self.views = 0, {}
 

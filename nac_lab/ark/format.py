@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 import numpy as np
-from ..binio import BadValueError, LimitError
+from ..binio import BadValueError, LimitError, printable
 from ..fileio import atomic_write, parse_json
 
 # %% auto #0
@@ -211,7 +211,9 @@ def parse_tensor(d, path, memo:dict|None=None) -> Tensor:
         if hit is not None and hit[0] == d: return hit[1]
     _obj(d, path, _TENSOR_REQUIRED)
     dt = d['DataType']
-    if dt not in DTYPES: raise ArkFormatError(f'unknown data type {dt!r}; expected one of {", ".join(DTYPES)}', path + '.DataType')
+    if type(dt) is not str: raise ArkFormatError(f'expected a data type name (a string), got {_kind(dt)}', path + '.DataType')
+    if dt not in DTYPES:
+        raise ArkFormatError(f'unknown data type {printable(dt)[:40]!r}; expected one of {", ".join(DTYPES)}', path + '.DataType')
     ps = d.get('PaddedShape')
     if ps is None and 'Pads' not in d: raise ArkFormatError("missing key 'PaddedShape'", path)
     t = Tensor(_int(d['Id'], path + '.Id'), dt, tuple(_ints(d['Shape'], path + '.Shape')), tuple(_ints(d['Strides'], path + '.Strides')),
@@ -570,9 +572,9 @@ def summary_text(m:ArkModel) -> str:
     bufs, size = m.buffers(), buffer_bytes(m)
     lines = [f'ARK model: rank {m.rank} of {m.world_size}, era {m.style.era!r}, {len(m.nodes)} nodes, {len(ops)} ops, '
              f'{len(m.tensors())} tensors, {len(bufs)} buffers', '', f'{"node":>4} {"op":<12} {"name":<14} reads -> writes -> results']
-    for i, j, o in ops:
-        a = ' '.join(f'{k}={v.value!r}' for k, v in sorted(o.args.items()))
-        lines.append(f'{m.nodes[i].id:>4} {o.type + ("*" if o.is_virtual else ""):<12} {o.name[:14]:<14} '
+    for i, j, o in ops:                  # names and argument text come from the file: escaped before they reach a terminal
+        a = printable(' '.join(f'{k}={v.value!r}' for k, v in sorted(o.args.items())))
+        lines.append(f'{m.nodes[i].id:>4} {printable(o.type) + ("*" if o.is_virtual else ""):<12} {printable(o.name)[:14]:<14} '
                      f'{", ".join(map(tensor_str, o.read)) or "-"} -> {", ".join(map(tensor_str, o.write)) or "-"} -> '
                      f'{", ".join(f"t{t.id}" for t in o.result) or "-"}' + (f'  [{a}]' if a else ''))
     lines += ['', f'{"buffer":>6} {"rank":>5} {"bytes":>12}  send/recv tags']

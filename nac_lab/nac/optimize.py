@@ -5,6 +5,7 @@
 # %% ../../nbs/17_nac_optimize.ipynb #3cd2503a
 from __future__ import annotations
 import inspect, operator, sys, warnings
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 import torch, torch.fx as fx
 from ..binio import NacLabError
@@ -59,11 +60,22 @@ def export_graph(module: torch.nn.Module, example_args: tuple, dynamic_shapes=No
     modes = [(m, m.training) for m in module.modules()]
     module.eval()
     try:
-        with warnings.catch_warnings():   # torch-internal deprecation and tracing chatter is not the user's business
-            warnings.simplefilter('ignore', FutureWarning); warnings.simplefilter('ignore', UserWarning)
+        with warnings.catch_warnings(), _torch_logs_quiet():   # torch-internal chatter is not the user's business: a failure
+            warnings.simplefilter('ignore', FutureWarning); warnings.simplefilter('ignore', UserWarning)   # becomes one error
             return _export_graph(module, example_args, dynamic_shapes)
     finally:
         for m, was_training in modes: m.training = was_training
+
+@contextmanager
+def _torch_logs_quiet():
+    "Silence torch's own loggers while exporting (a failed meta kernel logs a whole traceback before the exception we report)."
+    import logging
+    loggers = [logging.getLogger(n) for n in ('torch', 'torch._subclasses.fake_tensor', 'torch.export', 'torch._dynamo')]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers: lg.setLevel(logging.CRITICAL)
+    try: yield
+    finally:
+        for lg, lv in zip(loggers, levels): lg.setLevel(lv)
 
 def _export_graph(module, example_args, dynamic_shapes):
     from torch.export import export
