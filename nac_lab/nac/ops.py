@@ -236,7 +236,7 @@ def const_code(param_name: str, value) -> str:
 
 # %% ../../nbs/15_nac_ops.ipynb #5c867c81
 _DTYPES = {str(getattr(torch, n)): getattr(torch, n) for n in ('float32', 'float64', 'float16', 'bfloat16', 'int64', 'int32',
-           'int16', 'int8', 'uint8', 'bool', 'complex64')}
+           'int16', 'int8', 'uint8', 'uint16', 'uint32', 'uint64', 'bool', 'complex64')}
 _MEMFMT = {str(m): m for m in (torch.contiguous_format, torch.preserve_format, torch.channels_last, torch.channels_last_3d)}
 _LAYOUT = {str(torch.strided): torch.strided}
 
