@@ -11,11 +11,11 @@ from itertools import accumulate, chain, repeat
 from operator import add, attrgetter, itemgetter, lt, mul
 import numpy as np
 from .format import ArkModel, Node, Op, Tensor, Buffer, Arg, Style, ArkFormatError, DTYPE_SIZE, paused_gc, buffer_bytes
+from .shapes import shape_problems
 
 # %% auto #0
 __all__ = ['ARG_RULES', 'OPTIONAL_ARGS', 'KNOWN_OPS', 'Diagnostic', 'summary_line', 'view_key', 'tensor_problems',
-           'layout_problems', 'fits', 'kernel_shape', 'shape_problems', 'check_model', 'size_problems', 'ArkBuilder',
-           'tp_mlp', 'check_ranks']
+           'layout_problems', 'check_model', 'size_problems', 'ArkBuilder', 'tp_mlp', 'check_ranks']
 
 # %% ../../nbs/71_ark_check.ipynb #ff152240
 @dataclass
@@ -131,63 +131,6 @@ def _result_problems(o:Op) -> list:
         return [('op.results',
                  f'result t{r.id} must be the same view as {"read" if o.type == "SendDone" else "write"} tensor t{src.id} (same buffer, '
                  'shape, strides, offsets)', 'ResultTensors[0]')]
-    return []
-
-# %% ../../nbs/71_ark_check.ipynb #bb0495df
-_BINARY_OPS = frozenset({'Add', 'Sub', 'Mul', 'Div', 'Rope'})
-_UNARY_OPS = frozenset({'Exp', 'Rsqrt', 'Sqrt', 'Relu', 'Gelu', 'Sigmoid', 'ScalarAdd', 'ScalarMul', 'Cast', 'Copy'})
-_N_READS = {**dict.fromkeys(_BINARY_OPS, 2), **dict.fromkeys(_UNARY_OPS, 1), 'Matmul': 2, 'Embedding': 2, 'Transpose': 1,
-            'ReduceSum': 1, 'ReduceMax': 1, 'ReduceMean': 1}
-
-def fits(shape, w) -> bool:
-    "Whether a kernel result of `shape` can be stored into a write tensor of shape `w`, as the executor stores it."
-    shape, w = tuple(shape), tuple(w)
-    if shape == w or (math.prod(shape) == math.prod(w) and math.prod(shape) > 1): return True
-    try: return tuple(np.broadcast_shapes(shape, w)) == w
-    except ValueError: return False
-
-def kernel_shape(o:Op):
-    "The shape `o`'s kernel produces from its read tensors, or `(None, why)`; `(None, None)` for ops not checked here."
-    r = [t.shape for t in o.read]; t = o.type
-    if t in _BINARY_OPS:
-        try: return tuple(np.broadcast_shapes(tuple(r[0]), tuple(r[1]))), None
-        except ValueError: return None, f'{t} of shapes {list(r[0])} and {list(r[1])}, which do not broadcast'
-    if t in _UNARY_OPS: return tuple(r[0]), None
-    if t == 'Matmul':
-        x, w = list(r[0]), list(r[1])
-        if len(x) < 2 or len(w) < 2: return None, f'Matmul of shapes {x} and {w}; both operands need at least 2 dimensions'
-        if o.args.get('TransposeInput') and o.args['TransposeInput'].value: x[-1], x[-2] = x[-2], x[-1]
-        if o.args.get('TransposeOther') and o.args['TransposeOther'].value: w[-1], w[-2] = w[-2], w[-1]
-        if x[-1] != w[-2]:
-            return None, (f'Matmul of shapes {list(r[0])} and {list(r[1])}: after the transpose flags the inner dimensions are '
-                          f'{x[-1]} and {w[-2]}, which must be equal')
-        try: batch = tuple(np.broadcast_shapes(tuple(x[:-2]), tuple(w[:-2])))
-        except ValueError: return None, f'Matmul batch dimensions {x[:-2]} and {w[:-2]} do not broadcast'
-        return batch + (x[-2], w[-1]), None
-    if t in ('ReduceSum', 'ReduceMax', 'ReduceMean'):
-        ax = o.args.get('Axis')
-        if ax is None or ax.type != 'INT' or not 0 <= ax.value < len(r[0]): return None, None     # _arg_problems reports it
-        return tuple(1 if k == ax.value else d for k, d in enumerate(r[0])), None
-    if t == 'Transpose':
-        p = o.args.get('Permutation')
-        if p is None or p.type != 'DIMS' or sorted(p.value) != list(range(len(r[0]))): return None, None
-        return tuple(r[0][k] for k in p.value), None
-    if t == 'Embedding':
-        if len(r[1]) != 2: return None, f'Embedding table of shape {list(r[1])}; the table (second read tensor) is a matrix'
-        return tuple(r[0]) + (r[1][1],), None
-    return None, None
-
-def shape_problems(o:Op) -> list:
-    "`[(code, message, JSON sub-path)]` for `o`'s operand shapes and its result's fit into its write tensor."
-    n = _N_READS.get(o.type)
-    if n is None or o.is_virtual: return []
-    if len(o.read) < n:
-        return [('op.operands', f'{o.type} reads {n} tensor(s), this op lists {len(o.read)}', 'ReadTensors')]
-    out, why = kernel_shape(o)
-    if why: return [('op.shape', why, 'ReadTensors')]
-    if out is not None and o.write and not fits(out, o.write[0].shape):
-        return [('op.shape', f'the {o.type} result has shape {list(out)}, which does not fit write tensor t{o.write[0].id} of shape '
-                             f'{list(o.write[0].shape)}', 'WriteTensors[0]')]
     return []
 
 # %% ../../nbs/71_ark_check.ipynb #c2f5fc44
