@@ -39,16 +39,13 @@ def act_qparam(lo:float, hi:float) -> QParam:
 # %% ../../nbs/67_lower_quant.ipynb #1bc0d1c8
 def calibrate(model, g, samples) -> dict:
     "Observed (min, max) of every value of `g` (inputs and layer outputs) over the calibration `samples` (each a tuple of arrays)."
-    it = model.interpreter
     rng = {}
     idx = {l.nac: l.name for l in g.layers}
     for smp in samples:
-        vals = [None] * len(it.steps)
-        it.run_steps(it._inputs([torch.as_tensor(np.asarray(x) if np.issubdtype(np.asarray(x).dtype,
-                                                                                np.integer) else np.asarray(x, np.float32)) for x in smp],
-                                                                                    {}), values=vals)
-        for k, (i, n, kind, _) in enumerate(it.slots):
-            if kind == 'user': _upd(rng, n, vals[i])
+        vals = model.run_with_values(*[torch.as_tensor(np.asarray(x) if np.issubdtype(np.asarray(x).dtype, np.integer)
+                                                       else np.asarray(x, np.float32)) for x in smp])     # every instruction's value
+        for s in model.input_slots():
+            if s.kind == 'user': _upd(rng, s.name, vals[s.at])
         for i, n in idx.items(): _upd(rng, n, vals[i])
         rest = [l.name for l in g.layers if l.name not in idx.values() and l.op not in ('add_c', 'mul_c', 'clamp', 'relayout', 'slice')]
         if rest:                          # layers a rewrite added: their ranges from the layer graph itself
