@@ -146,3 +146,23 @@ def test_unknown_node_is_a_typed_error():
     m = nac_compile(build_model('mlp'), example_inputs('mlp', 2))
     g = NacGraph.from_model(m)
     with pytest.raises(NacGraphError, match=r'instruction 99 is not a node'): g.consumers(99)
+
+
+def test_cli_inspect_and_graph_shapes(tmp_path, capsys):
+    "`nac-lab inspect --shapes` lists each instruction's result type; `nac-lab graph --shapes` labels the edges with them."
+    import json
+    from nac_lab.cli import main
+    m = nac_compile(build_model('mlp'), example_inputs('mlp', 2), dynamic_shapes=({0: torch.export.Dim.AUTO},))
+    p = m.save(tmp_path / 'mlp.nac')
+    assert main(['inspect', str(p), '--shapes']) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert '   0  input x -> float32[x_dim0, 32]' in out
+    assert '   1  param fc1.weight -> float32[64, 32]' in out
+    assert '  11  nac.linear -> float32[x_dim0, 10]' in out                 # fc3: 64 -> 10
+    assert '   8  nac.gelu -> float32[x_dim0, 64]' in out                   # approximate='none' is the default: not shown
+    assert main(['inspect', str(p), '--shapes', '--json']) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s['shapes']['3'] == 'float32[x_dim0, 64]' and '12' not in s['shapes']     # 12: the <OUTPUT>, no value
+    assert main(['graph', str(p), '--shapes', '-o', str(tmp_path / 'g.svg')]) == 0
+    svg = (tmp_path / 'g.svg').read_text()
+    assert 'float32[x_dim0, 64]' in svg

@@ -17,7 +17,8 @@ from .guard import to_meta, escape
 
 # %% auto #0
 __all__ = ['NacGraphError', 'TensorType', 'ScalarType', 'ValueRef', 'InputRef', 'ParamRef', 'StateRef', 'ConstRef', 'ListRef',
-           'ref_nodes', 'Param', 'Node', 'bindings', 'symbolic_dim', 'merge_types', 'GraphInput', 'NacGraph']
+           'ref_nodes', 'Param', 'Node', 'bindings', 'symbolic_dim', 'merge_types', 'GraphInput', 'NacGraph',
+           'type_text', 'shown_attrs', 'shape_listing']
 
 # %% ../../nbs/19b_nac_graph.ipynb #107e3cc2
 class NacGraphError(NacRunError):
@@ -338,8 +339,9 @@ def _build(it, bindings_vals: list | None, envs: list, symbols: dict, weights_pa
     per = [[_types(v) for v in _values(it, vals)] for vals in bindings_vals] if bindings_vals else None
     nodes, users = [], {}
     for (i, kind, A, name, args, tgt, fname) in _skeleton(it):
-        outs = () if per is None or kind in ('output', 'intermediate', 'state_out', 'cond') else merge_types(
-            [p[i] for p in per], envs, f'instruction {i} ({escape(name)})')
+        if kind in ('output', 'intermediate', 'state_out', 'cond'): outs = ()
+        elif per is not None: outs = merge_types([p[i] for p in per], envs, f'instruction {i} ({escape(name)})')
+        else: outs = _types(it.params[tgt]) if kind in ('param', 'state') else ()     # known without any input
         n = Node(i, kind, A, name, MappingProxyType(args), outs, tgt, fname)
         nodes.append(n)
         for j in dict.fromkeys(n.reads()): users.setdefault(j, []).append(i)
@@ -396,3 +398,30 @@ def _from_interpreter(cls, it, example=None) -> NacGraph:
 
 NacGraph.from_model, NacGraph.from_nac, NacGraph.from_file = classmethod(_from_model), classmethod(_from_nac), classmethod(_from_file)
 NacGraph.from_interpreter = classmethod(_from_interpreter)
+
+# %% ../../nbs/19b_nac_graph.ipynb #81a4b370
+def type_text(t) -> str:
+    "A value type as text: `float32[batch, 16]`, `int`, several results joined by ', ', '?' when unknown."
+    if t is None or t == (): return '?'
+    return ', '.join(map(str, t)) if isinstance(t, tuple) else str(t)
+
+def shown_attrs(node: Node) -> dict:
+    "The constant arguments of op `node` that differ from its schema's defaults (what a drawing or listing shows)."
+    from nac_lab.nac.ops import op_by_name
+    if node.kind != 'op': return {}
+    dflt = {p.name: _freeze(p.default) for p in op_by_name(node.name).params if p.has_default}
+    return {k: v for k, v in node.attrs.items() if k not in dflt or dflt[k] != v}
+
+def shape_listing(g: NacGraph) -> str:
+    "One line per instruction: index, kind or op name, named attributes, and the type of each result."
+    lines = []
+    for n in g:
+        if n.kind in ('output', 'intermediate', 'state_out', 'cond'):
+            lines.append(f'{n.index:4d}  {n.name} {n.kind}: ' + ', '.join(f'%{j}' for j in n.reads())); continue
+        what = (f'{n.kind} {escape(g.inputs[n.target].name)}' if n.kind in ('input', 'lifted') else
+                f'param {escape(g.params[n.target].name)}' if n.kind == 'param' and n.target in g.params else f'{n.kind} {n.target}')
+        if n.kind == 'op':
+            at = shown_attrs(n)
+            what = n.name + (' ' + ' '.join(f'{k}={escape(repr(v))}' for k, v in at.items()) if at else '')
+        lines.append(f'{n.index:4d}  {what} -> {type_text(n.outputs if len(n.outputs) != 1 else n.outputs[0])}')
+    return '\n'.join(lines)
