@@ -166,3 +166,35 @@ def test_cli_inspect_and_graph_shapes(tmp_path, capsys):
     assert main(['graph', str(p), '--shapes', '-o', str(tmp_path / 'g.svg')]) == 0
     svg = (tmp_path / 'g.svg').read_text()
     assert 'float32[x_dim0, 64]' in svg
+
+
+def test_int8_lowering_keeps_the_files_int8_channel_weights():
+    "A .nac storing its weights INT8_CHANNEL: lowering quantizes with the file's int8 values and scales, not re-derived ones."
+    from nac_lab.nac.run import NacModel
+    from nac_lab.nac.weights import load_weights, set_weights
+    from nac_lab.lower.graph import import_nac
+    from nac_lab.lower.quant import calibrate, quantize_graph
+    m = nac_compile(build_model('mlp'), example_inputs('mlp', 2))
+    from nac_lab.nac.format import write_nac
+    qn = read_nac(m.to_bytes())
+    set_weights(qn, load_weights(qn), QuantMethod.INT8_CHANNEL)
+    t0 = qn.tensors[0]                                   # fc1.weight: row 0 halved, so its largest |q| is 63, not 127 -
+    t0.data = t0.data.copy(); t0.data[0] //= 2           # re-quantizing the dequantized floats would give other int8 values
+    nac = read_nac(write_nac(qn))                        # the file as stored, read back
+    q = NacModel(nac)
+    x = example_inputs('mlp', 2)[0].numpy()
+    g = import_nac(q, x)
+    _, ql = quantize_graph(g, calibrate(q, g, [(x,)]))
+    lin = [l for l in g.layers if l.op == 'linear']
+    assert len(lin) == 3
+    ids = {n: k for k, n in nac.param_names.items()}
+    for l, wname in zip(lin, ('fc1.weight', 'fc2.weight', 'fc3.weight')):
+        t = nac.tensors[ids[wname]]
+        assert np.array_equal(ql[l.name].wq, t.data) and np.array_equal(ql[l.name].sw, t.scales.astype(np.float64))
+    assert np.abs(ql[lin[0].name].wq[0].astype(int)).max() <= 64                   # the file's halved row, kept as stored
+    # a float file: the lowering derives the scales itself (absmax / 127 per output channel)
+    gf = import_nac(m, x)
+    _, qf = quantize_graph(gf, calibrate(m, gf, [(x,)]))
+    w0 = load_weights(m.nac)['fc1.weight'].astype(np.float64)
+    assert gf.layers[0].stored_q is None
+    assert np.allclose(qf[gf.layers[0].name].sw, np.abs(w0).max(axis=1) / 127)

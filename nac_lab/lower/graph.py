@@ -21,6 +21,13 @@ def _item(r):
     if isinstance(r, ListRef): return ('list', [_item(x) for x in r.items])
     return ('ref', r.node)
 
+def _stored_q(ng, names, wref, shape):
+    "(int8 weights, scales) of a weight the file stores INT8_CHANNEL along axis 0 (the output channels), else None."
+    if not wref or wref[0] != 'ref' or not isinstance(names.get(wref[1]), tuple): return None
+    p = ng.params.get(names[wref[1]][1])
+    if p is None or p.quant != 'INT8_CHANNEL' or p.axis != 0 or p.data is None or tuple(p.data.shape) != tuple(shape): return None
+    return p.data, p.scales
+
 def _args(node):
     "The node's arguments by parameter name ({name: ('ref', j) | ('const', v) | ('list', ...)}), defaults included."
     return {k: _item(r) for k, r in node.args.items()}
@@ -79,6 +86,7 @@ def import_nac(model, *example) -> LayerGraph:
         def C(k): return a[k][1]
         lay = _layer(s.name, a, A, P, C, where, lname, shape)
         lay.nac = s.index
+        if lay.op in ('linear', 'conv2d'): lay.stored_q = _stored_q(ng, names, a.get('weight'), lay.params['w'].shape)
         if lay.op in ('add', 'mul', 'sub'):
             sa, sb = (tuple(vals[a[k][1]].shape) for k in ('self', 'other'))
             if sa != sb:

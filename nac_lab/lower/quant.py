@@ -93,9 +93,12 @@ def quantize_graph(g, ranges:dict) -> tuple:
         else: qp[l.name] = act_qparam(*rr[l.name])
         if l.op in ('conv2d', 'linear'):
             w = l.params['w'].astype(np.float64)
-            m = np.abs(w.reshape(w.shape[0], -1)).max(axis=1)
-            sw = np.where(m > 0, m / 127.0, 1.0)
-            wq = np.clip(np.rint(w / sw.reshape((-1,) + (1,) * (w.ndim - 1))), -127, 127).astype(np.int8)
+            if getattr(l, 'stored_q', None) is not None:     # the file's own int8 weights and scales (INT8_CHANNEL), not re-derived
+                wq, sw = np.asarray(l.stored_q[0], np.int8), np.asarray(l.stored_q[1], np.float64)
+            else:
+                m = np.abs(w.reshape(w.shape[0], -1)).max(axis=1)
+                sw = np.where(m > 0, m / 127.0, 1.0)
+                wq = np.clip(np.rint(w / sw.reshape((-1,) + (1,) * (w.ndim - 1))), -127, 127).astype(np.int8)
             b = l.params.get('b', np.zeros(w.shape[0]))
             bq = np.clip(np.rint(np.asarray(b, np.float64) / (qp[l.inputs[0]].scale * sw)), -2**31, 2**31 - 1).astype(np.int32)
             ql[l.name] = QLayer(wq, sw, bq)

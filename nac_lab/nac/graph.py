@@ -92,7 +92,7 @@ def _ro(a):
 class Param:
     ("One tensor of the parameter table as the file stores it: `dtype`/`shape` of the stored data, the quantization method and its "
      "data read from the file (`scale` for INT8_TENSOR, `axis` + `scales` for INT8_CHANNEL, `scales` + `block_size` for BLOCK_FP8), and "
-     "`type`, what the runtime computes with after dequantization.")
+     "`type`, what the runtime computes with after dequantization; `data` is the stored array (read-only).")
     id: int
     name: str
     dtype: str
@@ -103,6 +103,7 @@ class Param:
     axis: int | None = None
     scales: np.ndarray | None = None
     block_size: int | None = None
+    data: np.ndarray | None = None    # the stored array itself (read-only), e.g. the int8 values of a quantized weight
 
     @property
     def logical_shape(self) -> tuple: return self.type.shape
@@ -112,7 +113,7 @@ def _param(pid: int, name: str, t, value) -> Param:
     vt = TensorType(tuple(value.shape), _dtype_name(value.dtype))
     if t is None: return Param(pid, name, vt.dtype, vt.shape, 'NONE', vt)
     return Param(pid, name, DTYPE_NAMES.get(t.dtype, str(t.dtype)), tuple(t.shape), QuantMethod(t.quant).name, vt,
-                 None if t.scale is None else float(t.scale), t.axis, _ro(t.scales), t.block_size)
+                 None if t.scale is None else float(t.scale), t.axis, _ro(t.scales), t.block_size, _ro(t.data))
 
 # %% ../../nbs/19b_nac_graph.ipynb #7ec6c72c
 @dataclass(frozen=True, eq=False)
@@ -399,7 +400,7 @@ def _from_interpreter(cls, it, example=None) -> NacGraph:
 NacGraph.from_model, NacGraph.from_nac, NacGraph.from_file = classmethod(_from_model), classmethod(_from_nac), classmethod(_from_file)
 NacGraph.from_interpreter = classmethod(_from_interpreter)
 
-# %% ../../nbs/19b_nac_graph.ipynb #81a4b370
+# %% ../../nbs/19b_nac_graph.ipynb #6c5b84f3
 def type_text(t) -> str:
     "A value type as text: `float32[batch, 16]`, `int`, several results joined by ', ', '?' when unknown."
     if t is None or t == (): return '?'
