@@ -90,3 +90,43 @@ def test_run_does_not_import_the_compiler(tmp_path):
     np.save(tmp_path / 'x.npy', np.linspace(-1, 1, 32, dtype=np.float32).reshape(2, 16))
     got = _modules_after('run', str(PKG.parent / 'data' / 'nac' / 'tiny_mlp.nac'), '-i', f'x={tmp_path / "x.npy"}')
     assert got == {'rc': 0, 'torch': True, 'nac_lab.nac.compile': False, 'nac_lab.nac.optimize': False}
+
+# The interpreter's decoded step list is its own business (issue #29): other areas read the typed graph
+# (`nac_lab.nac.graph`) and the public run API (`input_slots`, `prepare_inputs`, `run_values`, `NacModel.run_with_values`).
+PRIVATE_RUN = {'_inputs', 'run_steps', 'steps', 'n_run', 'slots'}
+STEP_OWNERS = {'nac_lab/nac/run.py', 'nac_lab/nac/graph.py'}
+#: modules that are themselves executors of the step list, beside the interpreter (still to move onto a public API)
+STEP_EXECUTORS = {'nac_lab/nac/mmap_sim.py': 'coupled MMAP run: executes the steps through simulated fast memory',
+                  'nac_lab/nac/check.py': 'decodes each instruction with Interpreter._decode on a partial interpreter'}
+
+def _interp_expr(node, names) -> bool:
+    "Whether `node` evidently is an interpreter: a name bound to one, `x.interpreter` / `x.it`, or `Interpreter(...)`."
+    if isinstance(node, ast.Name): return node.id in names
+    if isinstance(node, ast.Attribute): return node.attr in ('interpreter', 'it', '_interp')
+    if isinstance(node, ast.Call): return getattr(node.func, 'id', getattr(node.func, 'attr', '')) in ('Interpreter', '_interpreter')
+    return False
+
+def interpreter_internals(src: str) -> list:
+    "`(line, attribute)` of each read of a private interpreter attribute in module source `src`."
+    tree = ast.parse(src)
+    names = {'it', 'interp', 'interpreter'}
+    for node in ast.walk(tree):                                  # names bound to something that mentions an interpreter
+        if isinstance(node, ast.Assign) and 'nterpreter' in ast.unparse(node.value):
+            names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+    return sorted((n.lineno, n.attr) for n in ast.walk(tree)
+                  if isinstance(n, ast.Attribute) and n.attr in PRIVATE_RUN and _interp_expr(n.value, names))
+
+def test_interpreter_internals_scan():
+    assert interpreter_internals('it = m.interpreter\nx = it.steps[:it.n_run]\n') == [(2, 'n_run'), (2, 'steps')]
+    assert interpreter_internals('y = m.interpreter.slots\nz = Interpreter(nac)._inputs((), {})\n') == [(1, 'slots'), (2, '_inputs')]
+    assert interpreter_internals('v = model.interpreter\nv.run_steps([])\n') == [(2, 'run_steps')]
+    assert interpreter_internals('t = tiling()\nt.slots + args.steps\n') == []          # other objects' attributes of the same name
+
+def test_no_module_reads_interpreter_internals():
+    bad = {}
+    for f in sorted(PKG.rglob('*.py')):
+        rel = f.relative_to(PKG.parent).as_posix()
+        if rel in STEP_OWNERS or rel in STEP_EXECUTORS: continue
+        hits = interpreter_internals(f.read_text())
+        if hits: bad[rel] = hits
+    assert not bad, f'read the typed graph (nac.graph) or the public run API instead of interpreter internals: {bad}'

@@ -32,20 +32,28 @@ def weights_path(json_path) -> Path:
 
 # %% ../../nbs/73_ark_nac.ipynb #462a9a00
 def _c(item):
-    "The constant of an interpreter operand, or None for a reference."
+    "The constant of an operand, or None for a reference."
     return item[1] if item[0] == 'const' else None
+
+def _item(r):
+    "A typed ref of the NAC graph as an operand: ('ref', instruction) | ('const', value) | ('list', [...])."
+    from nac_lab.nac.graph import ConstRef, ListRef
+    if isinstance(r, ConstRef): return ('const', r.value)
+    if isinstance(r, ListRef): return ('list', [_item(x) for x in r.items])
+    return ('ref', r.node)
 
 class _FromNac:
     def __init__(self, nm, shapes:dict):
         from nac_lab.nac.run import Interpreter
-        self.it = it = nm if hasattr(nm, 'steps') else Interpreter(nm)
-        ins = {}
-        for k, (i, name, kind, _) in enumerate(it.slots):
-            if name not in shapes: raise ArkNacError(f'give the shape of input {name!r} (for example {name}=1,32)')
-            shp, dt = shapes[name]
-            ins[k] = torch.zeros(shp, dtype=dt)
-        self.vals = [None] * len(it.steps)
-        it.run_steps([ins[k] for k in range(len(it.slots))], values=self.vals)
+        from nac_lab.nac.graph import NacGraph
+        self.it = it = nm if isinstance(nm, Interpreter) else nm.interpreter if hasattr(nm, 'interpreter') else Interpreter(nm)
+        ins = []
+        for s in it.input_slots():
+            if s.name not in shapes: raise ArkNacError(f'give the shape of input {s.name!r} (for example {s.name}=1,32)')
+            shp, dt = shapes[s.name]
+            ins.append(torch.zeros(shp, dtype=dt))
+        self.vals = it.run_values(*ins)                   # every instruction's value (views keep their strides)
+        self.graph = NacGraph.from_interpreter(it, ins)   # the program: nodes with schema-bound arguments
         self.b, self.t, self.weights, self.names, self.inputs, self.outputs = ArkBuilder(), {}, {}, {}, {}, []
         self.lazy = {}                                # ARK tensor id -> the lazy view it was made from
 
@@ -286,14 +294,14 @@ _VIEW_OPS = set(_META) | {'nac.getitem'}
 
 # %% ../../nbs/73_ark_nac.ipynb #4a25c1d7
 def from_nac(nm, shapes:dict) -> tuple:
-    """ARK model + weights of NAC program `nm` (a `NacFile` or `Interpreter`); `shapes` maps each input name to
+    """ARK model + weights of NAC program `nm` (a `NacFile`, `NacModel` or `Interpreter`); `shapes` maps each input name to
     a shape or `(shape, torch dtype)`. Returns `(ArkModel, {tensor id: array}, meta)`."""
     shapes = {k: (tuple(v), torch.float32) if not (len(v) == 2 and isinstance(v[1], torch.dtype)) else (tuple(v[0]), v[1]) for k,
               v in shapes.items()}
     T = _FromNac(nm, shapes)
     it, b = T.it, T.b
     pname = {pid: n for pid, n in it.nac.param_names.items()}
-    for s in it.steps[:it.n_run]:
+    for s in T.graph:
         where = f'instruction {s.index} ({s.name})'
         out = T.vals[s.index]
         if s.kind in ('input', 'param', 'state'):
@@ -302,21 +310,21 @@ def from_nac(nm, shapes:dict) -> tuple:
             if dt is None: raise ArkNacError(f'{where}: dtype {out.dtype} has no ARK data type')
             t = b.tensor(_shape_ok(tuple(out.shape) or (1,), where), dt)
             T.t[s.index] = t
-            if s.kind == 'input': T.inputs[it.slots[s.target][1]] = t.id
+            if s.kind == 'input': T.inputs[T.graph.inputs[s.target].name] = t.id
             else:
                 T.weights[t.id] = out.detach().cpu().numpy().reshape(t.shape)
                 T.names[f't{t.id}'] = pname.get(s.target, f'param{s.target}')
         elif s.kind == 'op':
             fn = NAC_OPS_TO_ARK.get(s.name)
             if fn is None: raise ArkNacError(f'{where}: {s.name} has no ARK equivalent (supported: {", ".join(sorted(NAC_OPS_TO_ARK))})')
-            args = list(s.args) + list(s.kwargs.values())
+            args = [_item(r) for r in s.args.values()]       # schema order, defaults filled in
             if s.name in _VIEW_OPS: T.t[s.index] = fn(T, args, where, out); continue      # views: lazy where ARK needs it
             if not isinstance(out, torch.Tensor):
                 raise ArkNacError(f'{where}: {s.name} returns {type(out).__name__}, not one tensor; ARK ops return one tensor')
             _shape_ok(tuple(out.shape), where)
             T.t[s.index] = fn(T, args, where, out)
         elif s.kind == 'output':
-            T.outputs = [T.tensor_of(('ref', j), where).id for _, j in s.args]
+            T.outputs = [T.tensor_of(_item(r), where).id for r in s.args.values()]
         else: raise ArkNacError(f'{where}: {s.kind} instructions have no ARK form')
     m = b.model()
     used = m.tensors()                                # a weight only some folded value needed (a mask) is not kept

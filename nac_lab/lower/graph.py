@@ -14,16 +14,23 @@ from .ops import plan_layouts
 __all__ = ['import_nac']
 
 # %% ../../nbs/66_lower_import.ipynb #cc2ed91d
-def _args(s):
-    "The step's arguments by parameter name ({name: ('ref', j) | ('const', v) | ('list', ...)})."
-    from nac_lab.nac.ops import op_by_name
-    op = op_by_name(s.name)
-    pos = [p for p in op.params if not p.kw_only]
-    a = {p.name: x for p, x in zip(pos, s.args)}
-    a.update(s.kwargs)
-    for p in op.params:
-        if p.name not in a and p.has_default: a[p.name] = ('const', p.default)
-    return a
+def _item(r):
+    "A typed ref of the NAC graph in lowering's argument form: ('ref', instruction) | ('const', value) | ('list', [...])."
+    from nac_lab.nac.graph import ConstRef, ListRef
+    if isinstance(r, ConstRef): return ('const', r.value)
+    if isinstance(r, ListRef): return ('list', [_item(x) for x in r.items])
+    return ('ref', r.node)
+
+def _stored_q(ng, names, wref, shape):
+    "(int8 weights, scales) of a weight the file stores INT8_CHANNEL along axis 0 (the output channels), else None."
+    if not wref or wref[0] != 'ref' or not isinstance(names.get(wref[1]), tuple): return None
+    p = ng.params.get(names[wref[1]][1])
+    if p is None or p.quant != 'INT8_CHANNEL' or p.axis != 0 or p.data is None or tuple(p.data.shape) != tuple(shape): return None
+    return p.data, p.scales
+
+def _args(node):
+    "The node's arguments by parameter name ({name: ('ref', j) | ('const', v) | ('list', ...)}), defaults included."
+    return {k: _item(r) for k, r in node.args.items()}
 
 # %% ../../nbs/66_lower_import.ipynb #4525504a
 def _pair(v): return list(v) * 2 if len(v) == 1 else list(v)
@@ -33,38 +40,39 @@ def _np(t): return t.detach().to(torch.float32).cpu().numpy() if isinstance(t, t
 
 # %% ../../nbs/66_lower_import.ipynb #d317cfc2
 def import_nac(model, *example) -> LayerGraph:
-    "The layer graph of NAC model `model` (path, `NacFile` or `NacModel`), shapes from running it on `example` inputs."
+    "The layer graph of NAC model `model` (path, `NacFile` or `NacModel`), shapes from its typed graph for `example` inputs."
     from nac_lab.nac.run import NacModel, load
     from nac_lab.nac.format import NacFile
+    from nac_lab.nac.graph import NacGraph, TensorType
     if isinstance(model, NacFile): model = NacModel(model)
     elif not isinstance(model, NacModel): model = load(model)
-    it = model.interpreter
     if not example: raise LowerError('import_nac needs example inputs (their shapes fix every layer\'s shape)')
-    vals = [None] * len(it.steps)
-    it.run_steps(it._inputs([torch.as_tensor(np.asarray(x)) for x in example], {}), values=vals)
+    ng = NacGraph.from_model(model, [torch.as_tensor(np.asarray(x)) for x in example])
+    it = model.interpreter                                   # its `params`: the weights, dequantized
+    vals = [n.type for n in ng]                              # the type of each value (`.shape`), by instruction
     g, names, consts = LayerGraph({}, [], []), {}, {}
     def ref(i, where):
         j = i[1]
         if i[0] != 'ref': return None
-        if j not in names: raise LowerError(f'{where}: reads instruction {j} ({it.steps[j].name}, {it.steps[j].kind}), which is not a '
+        if j not in names: raise LowerError(f'{where}: reads instruction {j} ({ng.node(j).name}, {ng.node(j).kind}), which is not a '
                                             f'lowered value')
         return names[j]
-    for s in it.steps[:it.n_run]:
+    for s in ng:
         where = f'instruction {s.index} ({s.name})'
         if s.kind == 'input':
-            n = nem_input_name(it.slots[s.target][1], len(g.inputs)); names[s.index] = n; g.inputs[n] = tuple(vals[s.index].shape)
-            if not vals[s.index].dtype.is_floating_point: g.ints.add(n)
+            n = nem_input_name(ng.inputs[s.target].name, len(g.inputs)); names[s.index] = n; g.inputs[n] = tuple(vals[s.index].shape)
+            if not getattr(torch, vals[s.index].dtype).is_floating_point: g.ints.add(n)
             continue
         if s.kind == 'param': names[s.index] = ('param', s.target); continue
         if s.kind == 'output':
-            g.outputs = [ref(a, where) for a in s.args]; break
+            g.outputs = [ref(a, where) for a in _args(s).values()]; break
         if s.kind != 'op': raise LowerError(f'{where}: a {s.kind} value cannot be lowered (only user inputs, parameters and ops)')
         a = _args(s)
         r = import_more(s, a, names, vals, it, consts)         # the ops of lower.attn (transformers)
         if r is not None: g.layers += r[0]; names[s.index] = r[1]; continue
-        shape = tuple(vals[s.index].shape) if isinstance(vals[s.index], torch.Tensor) else None
+        shape = tuple(vals[s.index].shape) if isinstance(vals[s.index], TensorType) else None
         if shape is None:
-            raise LowerError(f'{where}: produces a {type(vals[s.index]).__name__}, not a tensor; NEM programs carry tensors only')
+            raise LowerError(f'{where}: produces {ng.value_type(s.index)}, not one tensor; NEM programs carry tensors only')
         lname = f'L{s.index}_{s.name.split(".")[-1]}'
         def P(k):
             x = a.get(k)
@@ -78,6 +86,7 @@ def import_nac(model, *example) -> LayerGraph:
         def C(k): return a[k][1]
         lay = _layer(s.name, a, A, P, C, where, lname, shape)
         lay.nac = s.index
+        if lay.op in ('linear', 'conv2d'): lay.stored_q = _stored_q(ng, names, a.get('weight'), lay.params['w'].shape)
         if lay.op in ('add', 'mul', 'sub'):
             sa, sb = (tuple(vals[a[k][1]].shape) for k in ('self', 'other'))
             if sa != sb:

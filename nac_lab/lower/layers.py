@@ -26,6 +26,7 @@ class Layer:
     params: dict = field(default_factory=dict)
     shape: tuple = ()
     nac: int = -1                # the NAC instruction it implements
+    stored_q: tuple | None = field(default=None, repr=False, compare=False)   # (int8 w, scales) as the .nac stores them (INT8_CHANNEL)
 
 # %% ../../nbs/66a_lower_layers.ipynb #7e99afc1
 @dataclass

@@ -39,16 +39,13 @@ def act_qparam(lo:float, hi:float) -> QParam:
 # %% ../../nbs/67_lower_quant.ipynb #1bc0d1c8
 def calibrate(model, g, samples) -> dict:
     "Observed (min, max) of every value of `g` (inputs and layer outputs) over the calibration `samples` (each a tuple of arrays)."
-    it = model.interpreter
     rng = {}
     idx = {l.nac: l.name for l in g.layers}
     for smp in samples:
-        vals = [None] * len(it.steps)
-        it.run_steps(it._inputs([torch.as_tensor(np.asarray(x) if np.issubdtype(np.asarray(x).dtype,
-                                                                                np.integer) else np.asarray(x, np.float32)) for x in smp],
-                                                                                    {}), values=vals)
-        for k, (i, n, kind, _) in enumerate(it.slots):
-            if kind == 'user': _upd(rng, n, vals[i])
+        vals = model.run_with_values(*[torch.as_tensor(np.asarray(x) if np.issubdtype(np.asarray(x).dtype, np.integer)
+                                                       else np.asarray(x, np.float32)) for x in smp])     # every instruction's value
+        for s in model.input_slots():
+            if s.kind == 'user': _upd(rng, s.name, vals[s.at])
         for i, n in idx.items(): _upd(rng, n, vals[i])
         rest = [l.name for l in g.layers if l.name not in idx.values() and l.op not in ('add_c', 'mul_c', 'clamp', 'relayout', 'slice')]
         if rest:                          # layers a rewrite added: their ranges from the layer graph itself
@@ -96,9 +93,12 @@ def quantize_graph(g, ranges:dict) -> tuple:
         else: qp[l.name] = act_qparam(*rr[l.name])
         if l.op in ('conv2d', 'linear'):
             w = l.params['w'].astype(np.float64)
-            m = np.abs(w.reshape(w.shape[0], -1)).max(axis=1)
-            sw = np.where(m > 0, m / 127.0, 1.0)
-            wq = np.clip(np.rint(w / sw.reshape((-1,) + (1,) * (w.ndim - 1))), -127, 127).astype(np.int8)
+            if getattr(l, 'stored_q', None) is not None:     # the file's own int8 weights and scales (INT8_CHANNEL), not re-derived
+                wq, sw = np.asarray(l.stored_q[0], np.int8), np.asarray(l.stored_q[1], np.float64)
+            else:
+                m = np.abs(w.reshape(w.shape[0], -1)).max(axis=1)
+                sw = np.where(m > 0, m / 127.0, 1.0)
+                wq = np.clip(np.rint(w / sw.reshape((-1,) + (1,) * (w.ndim - 1))), -127, 127).astype(np.int8)
             b = l.params.get('b', np.zeros(w.shape[0]))
             bq = np.clip(np.rint(np.asarray(b, np.float64) / (qp[l.inputs[0]].scale * sw)), -2**31, 2**31 - 1).astype(np.int32)
             ql[l.name] = QLayer(wq, sw, bq)

@@ -16,14 +16,22 @@ def _inspect(args):
     from nac_lab.nac.format import read_nac
     from nac_lab.nac.disasm import summary, summary_text, listing
     nac = read_nac(args.file)
+    typed = _typed(args) if getattr(args, 'shapes', False) else None
     if args.json:
         s = summary(nac)
         if args.ops: s['listing'] = listing(nac).splitlines()
+        if typed is not None:
+            from nac_lab.nac.graph import type_text
+            s['shapes'] = {str(n.index): type_text(n.outputs if len(n.outputs) != 1 else n.outputs[0]) for n in typed if n.outputs}
         if args.orch: from nac_lab.nac.mep import orch_listing; s['orch'] = orch_listing(nac).splitlines()
         print(json.dumps(s))
         return 0
     print(summary_text(nac))
     if args.ops: print('\n' + listing(nac))
+    if typed is not None:
+        from nac_lab.nac.graph import shape_listing
+        print('\n' + shape_listing(typed))
+        if not any(n.outputs for n in typed.ops): print('(no input signature in the file: result types unknown)')
     if args.orch: from nac_lab.nac.mep import orch_listing; print('\n' + orch_listing(nac))
     return 0
 
@@ -49,13 +57,19 @@ def _rewrite(args):
     print(msg)
     return 0
 
+def _typed(args):
+    "The typed graph of `args.file` (imports torch: only for --shapes)."
+    from nac_lab.nac.graph import NacGraph
+    return NacGraph.from_file(args.file)
+
 def _graph(args):
     from nac_lab.nac.format import read_nac
     from nac_lab.nac.disasm import graph
     from nac_lab.viz import render
     nac = read_nac(args.file)
-    p = render(graph(nac, start=args.start, stop=args.stop, fold_params=not args.params, show_mmap=args.mmap, max_nodes=args.max_nodes),
-               args.out)
+    typed = _typed(args) if args.shapes else None
+    p = render(graph(nac, start=args.start, stop=args.stop, fold_params=not args.params, show_mmap=args.mmap, max_nodes=args.max_nodes,
+                     typed=typed), args.out)
     print(f'wrote {p}')
     return 0
 
@@ -64,6 +78,7 @@ def register(sub):
     p = sub.add_parser('inspect', help='summary (and listing) of a .nac file')
     p.add_argument('file'); p.add_argument('--ops', action='store_true', help='add the instruction listing')
     p.add_argument('--json', action='store_true', help='print one JSON object')
+    p.add_argument('--shapes', action='store_true', help="add each instruction's result shape/dtype (from the typed graph; loads torch)")
     from nac_lab.nac.cli_mep import add_inspect_flags; add_inspect_flags(p)      # --orch (MEP plan listing)
     p.set_defaults(func=_inspect)
     p = sub.add_parser('rewrite', help='read a .nac file and write it back')
@@ -74,6 +89,7 @@ def register(sub):
     p.add_argument('--max-nodes', type=int, default=400, dest='max_nodes')
     p.add_argument('--params', action='store_true', help='draw parameter nodes instead of folding them into their ops')
     p.add_argument('--mmap', action='store_true', help='show the MMAP commands of each tick')
+    p.add_argument('--shapes', action='store_true', help='label edges with value types and ops with named attributes (loads torch)')
     p.set_defaults(func=_graph)
 
 # %% ../../nbs/13_nac_cli.ipynb #3a6afd0c

@@ -64,7 +64,7 @@ def cmd_run(args):
         return run_orchestrated(args, ins)
     ins = parse_inputs(args.input)
     m = load(args.file)
-    pos = positional(ins, len(m.interpreter.slots))
+    pos = positional(ins, len(m.input_slots()))
     outs = m.run(*pos, **ins)
     for k, t in enumerate(outs): print(_summary(k, t))
     if args.output:

@@ -206,8 +206,9 @@ _STYLE = {'user': dict(shape='oval', fillcolor='#d9f2d9'), 'param': dict(shape='
 class GraphRangeError(NacLabError, ValueError):
     "The window asked of `graph` holds no instruction."
 
-def graph(nac:NacFile, start:int=0, stop:int|None=None, fold_params:bool=True, max_nodes:int=400, show_mmap:bool=False):
-    "Graphviz `Digraph` of instructions `start..stop` (at most `max_nodes`), edges from D references."
+def graph(nac:NacFile, start:int=0, stop:int|None=None, fold_params:bool=True, max_nodes:int=400, show_mmap:bool=False, typed=None):
+    ("Graphviz `Digraph` of instructions `start..stop` (at most `max_nodes`), edges from D references; with `typed` (the program's "
+     "`nac.graph.NacGraph`) edges carry the type of their value and ops their named attributes.")
     import graphviz
     n = len(nac.ops)
     if start < 0 or max_nodes < 1 or (n and start >= n) or (stop is not None and stop <= start):
@@ -239,6 +240,9 @@ def graph(nac:NacFile, start:int=0, stop:int|None=None, fold_params:bool=True, m
         else:
             label = f'v{i} {o.name}'
             consts = [_fmt_const(nac.constants.get(a.const), 24) for a in o.args if a.const is not None]
+            if typed is not None and i < len(typed.nodes):               # named, as the op's schema calls them (nac.graph)
+                from nac_lab.nac.graph import shown_attrs
+                consts = [f'{k}={_fmt_const(v, 16)}' for k, v in shown_attrs(typed.nodes[i]).items()]
             if consts: label += '\n' + ', '.join(consts)
             if fold_params:
                 ps = [nac.param_names.get(nac.ops[a.ref].C[1] & 0xFFFF, '?') for a in o.args if a.ref is not None and is_param(a.ref)]
@@ -255,5 +259,9 @@ def graph(nac:NacFile, start:int=0, stop:int|None=None, fold_params:bool=True, m
                 src = f's{j}'
                 if j not in stubs:
                     stubs.add(j); g.node(src, f'v{j}…', shape='plain', style='', fontcolor='#888888')
-            g.edge(src, f'n{i}', label=shapes.get(j) or ('' if code in ('', 'T') else code))
+            label = shapes.get(j) or ('' if code in ('', 'T') else code)
+            if typed is not None and j < len(typed.nodes) and typed.nodes[j].outputs:
+                from nac_lab.nac.graph import type_text
+                label = type_text(typed.value_type(j))
+            g.edge(src, f'n{i}', label=label)
     return g

@@ -17,7 +17,8 @@ from .guard import escape
 
 # %% auto #0
 __all__ = ['TUPLE_FIRST_OPS', 'Step', 'regroup', 'control_step', 'Interpreter', 'is_lost_constant', 'first_of_tuples',
-           'meta_size_check', 'check_sizes', 'run_with_intermediate', 'NacModel', 'load']
+           'meta_size_check', 'check_sizes', 'run_with_intermediate', 'InputSlot', 'input_slots', 'prepare_inputs',
+           'run_values', 'NacModel', 'load']
 
 # %% ../../nbs/19_nac_run.ipynb #f47921ed
 from ..errors import NacRunError  # noqa: F401 (defined with the other shared errors)
@@ -408,6 +409,32 @@ def run_with_intermediate(self, *inputs, **named) -> tuple:
 
 Interpreter.run_with_intermediate = run_with_intermediate
 
+# %% ../../nbs/19_nac_run.ipynb #9c595722
+from typing import NamedTuple
+
+class InputSlot(NamedTuple):
+    "One input of the program: instruction `at`, its `name`, `kind` ('user' for <INPUT B=0>, 'lifted' for <INPUT B=3>), `default`."
+    at: int
+    name: str
+    kind: str
+    default: object
+
+def input_slots(self) -> list:
+    "The inputs in the order positional arguments fill them, as `InputSlot`s."
+    return [InputSlot(*s) for s in self.slots]
+
+def prepare_inputs(self, *inputs, **named) -> list:
+    "The checked argument list of a call: arrays as tensors on the device, lifted defaults filled in, the signature checked."
+    return self._inputs(inputs, named)
+
+def run_values(self, *inputs, **named) -> list:
+    "The value of every instruction for one call (None where it has none); the persistent states are not changed."
+    vals = [None] * len(self.steps)
+    self.run_steps(self._inputs(inputs, named), states=dict(self.states), values=vals)
+    return vals
+
+Interpreter.input_slots, Interpreter.prepare_inputs, Interpreter.run_values = input_slots, prepare_inputs, run_values
+
 # %% ../../nbs/19_nac_run.ipynb #f2e47230
 class NacModel:
     "A compiled NAC model: the `NacFile` plus a lazily built interpreter."
@@ -470,3 +497,13 @@ def _run_with_intermediate(self:NacModel, *inputs, **named) -> tuple:
     "`(outputs, [values of each <OUTPUT B=1>, as tuples])` for one call (see `compile(..., intermediate=)`)."
     return self.interpreter.run_with_intermediate(*inputs, **named)
 NacModel.run_with_intermediate = _run_with_intermediate
+
+def _run_with_values(self:NacModel, *inputs, **named) -> list:
+    "The value of every instruction for one call, indexed by instruction (see `Interpreter.run_values`)."
+    return self.interpreter.run_values(*inputs, **named)
+NacModel.run_with_values = _run_with_values
+
+def _input_slots(self:NacModel) -> list:
+    "The model's inputs in positional order, as `InputSlot`s."
+    return self.interpreter.input_slots()
+NacModel.input_slots = _input_slots
