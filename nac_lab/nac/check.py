@@ -9,6 +9,7 @@ import numpy as np
 from dataclasses import dataclass, field
 from pathlib import Path
 from ..binio import NacLabError, FormatError, Reader, map_file
+from .guard import escape
 from .container import NacFile, Instruction, SysOp, HEADER_ORDER, TAGS, _has_c, _check_layout, _check_refs, state_writes
 from .reader import _read_header, _READERS, _read_orch, _read_sys, _input_name_problem
 
@@ -48,10 +49,11 @@ class CheckReport:
         else: self.add(place or 'file', str(ex))
 
     def __str__(self):
-        notes = [f'  note: {n}' for n in self.notes]
-        if self.ok: return '\n'.join([f'{self.source}: OK ({len(self.checks)} checks: {", ".join(self.checks)})'] + notes)
-        lines = [f'{self.source}: {len(self.problems)} problem{"s" if len(self.problems) != 1 else ""}']
-        return '\n'.join(lines + [f'  {p}' for p in self.problems] + notes)
+        "One line per problem and note; every piece escaped on its own (`nac.guard.escape`), so a name from the file adds no line."
+        src, notes = escape(self.source), [f'  note: {escape(n)}' for n in self.notes]
+        if self.ok: return '\n'.join([f'{src}: OK ({len(self.checks)} checks: {", ".join(self.checks)})'] + notes)
+        lines = [f'{src}: {len(self.problems)} problem{"s" if len(self.problems) != 1 else ""}']
+        return '\n'.join(lines + [f'  {escape(str(p))}' for p in self.problems] + notes)
 
     def as_dict(self) -> dict:
         return {'source': self.source, 'ok': self.ok, 'checks': list(self.checks), 'notes': list(self.notes),
