@@ -95,6 +95,10 @@ def test_tiny_file_asking_for_3_gb_is_a_problem_under_the_default_budget(tmp_pat
     assert 'the result would take 3200000000 bytes, above the limit of 2147483648 bytes' in rep.problems[0].message
     rc, out, _ = run_cli('check', str(f))
     assert rc == 1 and 'NAC_LAB_MAX_BYTES' in out
+    from nac_lab.nac.mmap import build_schedule
+    sched = _repeat([4, 4], [10000, 5000]); sched.mmap = build_schedule(sched)      # with a schedule: refused before the coupled run
+    rep = check(write_nac(sched))
+    assert [p.place for p in rep.problems] == ['MMAP run'] and '3200000000 bytes' in rep.problems[0].message, str(rep)
     monkeypatch.setenv('NAC_LAB_MAX_BYTES', str(64 * 40000))     # the budget is the variable's: 4000 x 40 float32 = 640,000 bytes
     assert check(write_nac(_repeat([4, 4], [1000, 10]))).ok
 
