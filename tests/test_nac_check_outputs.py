@@ -39,10 +39,31 @@ def test_pre_ruling_b1_state_write_still_runs():
     old = read_nac(m.to_bytes())
     k = next(i for i, ins in enumerate(old.ops) if ins.A == SysOp.OUTPUT and ins.B == 2)
     old.ops[k].B = 1                                                   # how nac_lab wrote it before the ruling
-    back = nac_lab.NacModel(read_nac(write_nac(old)))
+    blob = write_nac(old)
+    assert blob[3] == 2                                                # a B=1 state write is an extension too: marked
+    back = nac_lab.NacModel(read_nac(blob))
     assert state_writes(back.nac, k) is not None
     for got, want in zip([back.run(x)[0] for x in XS], eager_calls(XS)): assert torch.allclose(got, want, atol=1e-6)
     assert back.interpreter.intermediate == []
+
+def test_state_write_back_is_marked_with_version_2():
+    "Issue 28 item 6: §7.2 has no state write; files with one carry version byte 2, which spec-only readers refuse (RULINGS 1)."
+    blob = nac_lab.compile(Acc().eval(), (XS[0],)).to_bytes()
+    assert blob[:4] == b'NAC\x02'
+    plain = nac_lab.compile(torch.nn.Linear(3, 3).eval(), (XS[0],)).to_bytes()
+    assert plain[:4] == b'NAC\x01'                                     # no state: the spec's version, unchanged
+    def spec_reader_header(b):                                           # RULINGS 1: any byte but 1 is refused, naming it
+        if b[3] != 1: raise ValueError(f'unsupported version {b[3]}')
+    with pytest.raises(ValueError, match='unsupported version 2'): spec_reader_header(blob)
+    spec_reader_header(plain)
+    old = bytearray(blob); old[3] = 1                                    # written between ruling 13 and this decision
+    back = nac_lab.NacModel(read_nac(bytes(old)))
+    assert back.nac.version == 1 and nac_lab.check(bytes(old)).ok
+    for got, want in zip([back.run(x)[0] for x in XS], eager_calls(XS)): assert torch.allclose(got, want, atol=1e-6)
+    assert write_nac(back.nac)[:4] == b'NAC\x02'                       # marked when written again
+    bad = bytearray(blob); bad[3] = 3
+    with pytest.raises(Exception, match='unsupported version 3'): read_nac(bytes(bad))
+
 
 def test_intermediate_outputs_compiled():
     torch.manual_seed(0)

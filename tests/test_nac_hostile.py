@@ -163,6 +163,26 @@ def test_control_characters_are_escaped_in_tables_and_errors(tmp_path):
     assert '\\x1b[2J\\x0a\\u202e' in out
 
 
+
+def test_newlines_in_names_do_not_fake_table_rows(tmp_path):
+    "Issue 28 item 14: a parameter, input, op or resource name with a newline stays in its own row/line, escaped."
+    def named(sep, name):
+        nac, _ = demo_nac()
+        nac.param_names[1] = f'W1{sep} 9  fake.weight  float32  1  NONE  4'
+        nac.input_names[0] = f'x{sep}7         fake_input'
+        nac.cmap[201] = f'aten.relu.default{sep}fake.op   9'
+        nac.rsrc = {**(nac.rsrc or {}), f'notes{sep}.txt': b'abc'}
+        f = tmp_path / name; f.write_bytes(write_nac(nac)); return str(f)
+    f, plain = named('\n', 'n.nac'), named('_', 'p.nac')            # the same names with '_' for the newline
+    for cmd in [('inspect', '{}'), ('inspect', '{}', '--ops'), ('schedule', 'show', '{}'), ('check', '{}')]:
+        rc, out, err = run_cli(*[a.format(f) for a in cmd])
+        rc0, out0, _ = run_cli(*[a.format(plain) for a in cmd])
+        assert out.count('\n') == out0.count('\n'), (cmd, out)           # not one line more than with '_'
+        assert 'fake' not in ''.join(l for l in out.splitlines() if '\\x0a' not in l and '\\n' not in l), (cmd, out)   # repr: \\n
+    rc, out, _ = run_cli('inspect', f)
+    assert 'W1\\x0a 9  fake.weight' in out and 'x\\x0a7         fake_input' in out and 'notes\\x0a.txt (3 B)' in out
+
+
 def test_tiny_bandwidth_gives_finite_stalls_or_an_error(tmp_path):
     nac, sizes = demo_nac()
     f = tmp_path / 'd.nac'; f.write_bytes(write_nac(nac))

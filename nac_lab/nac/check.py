@@ -9,11 +9,12 @@ import numpy as np
 from dataclasses import dataclass, field
 from pathlib import Path
 from ..binio import NacLabError, FormatError, Reader, map_file
+from .guard import escape
 from .container import NacFile, Instruction, SysOp, HEADER_ORDER, TAGS, _has_c, _check_layout, _check_refs, state_writes
 from .reader import _read_header, _READERS, _read_orch, _read_sys, _input_name_problem
 
 # %% auto #0
-__all__ = ['NacCheckError', 'Problem', 'CheckReport', 'check']
+__all__ = ['MAX_RUN_ELEMENTS', 'NacCheckError', 'Problem', 'CheckReport', 'check']
 
 # %% ../../nbs/24d_nac_check.ipynb #ac9a3666
 class NacCheckError(NacLabError, ValueError):
@@ -48,10 +49,11 @@ class CheckReport:
         else: self.add(place or 'file', str(ex))
 
     def __str__(self):
-        notes = [f'  note: {n}' for n in self.notes]
-        if self.ok: return '\n'.join([f'{self.source}: OK ({len(self.checks)} checks: {", ".join(self.checks)})'] + notes)
-        lines = [f'{self.source}: {len(self.problems)} problem{"s" if len(self.problems) != 1 else ""}']
-        return '\n'.join(lines + [f'  {p}' for p in self.problems] + notes)
+        "One line per problem and note; every piece escaped on its own (`nac.guard.escape`), so a name from the file adds no line."
+        src, notes = escape(self.source), [f'  note: {escape(n)}' for n in self.notes]
+        if self.ok: return '\n'.join([f'{src}: OK ({len(self.checks)} checks: {", ".join(self.checks)})'] + notes)
+        lines = [f'{src}: {len(self.problems)} problem{"s" if len(self.problems) != 1 else ""}']
+        return '\n'.join(lines + [f'  {escape(str(p))}' for p in self.problems] + notes)
 
     def as_dict(self) -> dict:
         return {'source': self.source, 'ok': self.ok, 'checks': list(self.checks), 'notes': list(self.notes),
@@ -183,38 +185,66 @@ def _runtime(nac: NacFile, rep: CheckReport, wrong: set, ts):
         except Exception as ex: rep.add(f'OPS instruction {i}', f'not executable: {str(ex).removeprefix(f"instruction {i} ")}')
 
 def _mmap(nac: NacFile, rep: CheckReport, offs: dict):
+    "Every violation `validate_schedule` finds (the validation of `nac-lab schedule check`); no inputs, no signature needed."
     from nac_lab.nac.mmap import mmap_violations
-    for v in mmap_violations(nac.mmap, nac, section_offset=offs['MMAP']):
+    from nac_lab.nac.mmap_sim import validate_schedule
+    try: vs = validate_schedule(nac, section_offset=offs['MMAP']).violations
+    except NacLabError as ex:             # a bad reference or <CONTROL_FLOW> block (reported by its layer): static rules only
+        rep.notes.append(f'MMAP replay: not run ({ex})')
+        vs = mmap_violations(nac.mmap, nac, section_offset=offs['MMAP'])
+    for v in vs:
         at = '' if v.offset is None else f' at offset {v.offset:#x}'
-        rep.add(f'MMAP record {v.record} (tick {v.tick}){at}',
-                f'{v.command}' + ('' if v.target is None else f' -> {v.target}') + f': {v.why}')
+        place = f'MMAP tick {v.tick}' if v.record is None else f'MMAP record {v.record} (tick {v.tick}){at}'
+        rep.add(place, f'{v.command}' + ('' if v.target is None else f' -> {v.target}') + f': {v.why}')
 
-def _example_inputs(nac: NacFile) -> dict | None:
-    "`{input name: tensor}` made from the file's signature (named sizes at their smallest legal value, at least 1), or None."
+MAX_RUN_ELEMENTS = 1 << 24      # a check runs the program on inputs of at most this many elements each
+
+def _example_inputs(nac: NacFile, rep: CheckReport, name: str) -> dict | None:
+    ("`{input name: tensor}` made from the file's signature (named sizes at their smallest legal value, at least 1), or None with a "
+     "note saying why; `MemoryLimitError` when an input alone is over the memory budget.")
     import torch
+    from nac_lab.nac.guard import check_bytes
     from nac_lab.nac.signature import signature_of, eval_dim, _parse_expr, _NAME
     sig = signature_of(nac)
     users = {i for i, ins in enumerate(nac.ops) if ins.A == SysOp.INPUT and ins.B == 0}
-    if sig is None or {s.at for s in sig.inputs} != users: return None
+    if sig is None: rep.notes.append(f'{name}: not run (no signature.json to make inputs from)'); return None
+    if {s.at for s in sig.inputs} != users:
+        rep.notes.append(f'{name}: not run (the signature does not describe every <INPUT B=0>)'); return None
     env = {k: max(lo, 1) if hi is None else min(max(lo, 1), hi) for k, (lo, hi) in sig.dims.items()}
     g, out = torch.Generator().manual_seed(0), {}
     for s in sig.inputs:
         shape = [d if type(d) is int else env.get(d) if _NAME.fullmatch(d) else eval_dim(_parse_expr(d), env) for d in s.shape]
-        if any(x is None or x < 0 for x in shape) or np.prod(shape, dtype=np.float64) > 1 << 24: return None
-        dt = getattr(torch, s.dtype)
+        if any(x is None or x < 0 for x in shape):
+            rep.notes.append(f'{name}: not run (the signature gives input {s.name!r} no size)'); return None
+        dt, n = getattr(torch, s.dtype), int(np.prod(shape, dtype=object))
+        check_bytes(n * dt.itemsize, f'signature input {s.name!r} {shape}')
+        if n > MAX_RUN_ELEMENTS:
+            rep.notes.append(f'{name}: not run (input {s.name!r} has {n} elements, more than the {MAX_RUN_ELEMENTS} a check uses)')
+            return None
         out[s.name] = torch.randn(shape, generator=g).to(dt) if dt.is_floating_point else torch.zeros(shape, dtype=dt)
     return out
 
-def _mmap_run(nac: NacFile, rep: CheckReport):
-    "Run the program once through the MMAP schedule's simulated fast memory (`mmap_sim.coupled_check`) on inputs from the signature."
+def _signature_run(nac: NacFile, rep: CheckReport):
+    ("Run the program once on inputs made from its signature, under the memory budget; with an MMAP schedule, through its simulated "
+     "fast memory (`mmap_sim.coupled_check`). A refused allocation or a failed run is a problem.")
+    from nac_lab.nac.guard import MemoryLimitError
     from nac_lab.nac.mmap_sim import coupled_check
     from nac_lab.nac.run import Interpreter
-    ins = _example_inputs(nac)
-    if ins is None: rep.notes.append('MMAP run: no inputs can be made (no complete signature)'); return
-    try: cr = coupled_check(Interpreter(nac), **ins)
-    except Exception as ex: rep.notes.append(f'MMAP run: the program did not run on signature inputs ({type(ex).__name__}: '
-                                             f'{str(ex)[:160]})'); return
-    rep.checks.append('MMAP run')
+    name = 'MMAP run' if nac.mmap else 'run'
+    try:
+        ins = _example_inputs(nac, rep, name)
+        if ins is None: return
+        rep.checks.append(name)
+        it = Interpreter(nac)
+        sized = it.check_sizes(it._inputs((), ins))      # every result's size on `meta` first: a refusal allocates nothing
+        if not nac.mmap or not sized: it.run(**ins)       # not sized on `meta`: the guarded run goes op by op
+        cr = coupled_check(it, **ins) if nac.mmap else None
+    except MemoryLimitError as ex:
+        if name not in rep.checks: rep.checks.append(name)
+        rep.add(name, f'allocation refused: {ex}'); return
+    except Exception as ex:
+        rep.add(name, f'the program fails on inputs made from its signature: {type(ex).__name__}: {str(ex)[:240]}'); return
+    if cr is None: return
     for v in cr.violations: rep.add(f'MMAP run, tick {v.tick}',
                                     f'{v.command}' + ('' if v.target is None else f' -> {v.target}') + f': {v.why}')
     if not cr.outputs_match: rep.add('MMAP run', 'the outputs read through the schedule differ from the plain run')
@@ -240,7 +270,7 @@ def _resources(nac: NacFile, rep: CheckReport, bad: set):
 # %% ../../nbs/24d_nac_check.ipynb #144f764e
 def check(src, *, path=None, run: bool = True) -> CheckReport:
     ("Check a `.nac` file (path, `bytes` or `memoryview`) completely; returns a `CheckReport` listing every problem. `run`: also run the "
-     "program once through its MMAP schedule when nothing else is wrong.")
+     "program once on inputs from its signature (through its MMAP schedule, if any) when nothing else is wrong.")
     if isinstance(src, (str, os.PathLike)):
         path = Path(src)
         try: buf = map_file(path)
@@ -259,7 +289,7 @@ def check(src, *, path=None, run: bool = True) -> CheckReport:
     if ops_ok and not bad & {'CMAP', 'CNST', 'PERM', 'DATA'}:       # a broken table would only repeat its own problem
         rep.checks.append('runtime')
         _runtime(nac, rep, wrong, ts)
-        if nac.mmap and 'MMAP' not in bad: rep.checks.append('MMAP'); _mmap(nac, rep, offs)
+    if ops_ok and nac.mmap and 'MMAP' not in bad: rep.checks.append('MMAP'); _mmap(nac, rep, offs)     # always, signature or not
     _resources(nac, rep, bad)
-    if run and rep.ok and ops_ok and nac.mmap: _mmap_run(nac, rep)
+    if run and rep.ok and ops_ok: _signature_run(nac, rep)
     return rep

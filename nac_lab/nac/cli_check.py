@@ -7,14 +7,13 @@ __all__ = ['register']
 
 # %% ../../nbs/24e_nac_check_cli.ipynb #ccf50fbc
 import json
-from .guard import escape
 
 # %% ../../nbs/24e_nac_check_cli.ipynb #bf4d8603
 def _check_cmd(args) -> int:
     from nac_lab.nac.check import check
     rep = check(args.file)
-    # names from the file never reach the terminal raw
-    print(json.dumps(rep.as_dict()) if args.json else '\n'.join(escape(l) for l in str(rep).split('\n')))
+    # names from the file never reach the terminal raw: str(rep) escapes each problem on its own, json.dumps escapes controls
+    print(json.dumps(rep.as_dict()) if args.json else str(rep))
     return 0 if rep.ok else 1
 
 def register(sub):

@@ -95,14 +95,10 @@ def resolve_sizes(nac, spec=None, inputs=None):
     return sz, None if complete else 'result sizes unknown (counted as 0): peak and capacity cover parameters only; pass --sizes'
 
 def _report(args):
-    from nac_lab.nac.mmap_sim import simulate
+    from nac_lab.nac.mmap_sim import validate_schedule      # the same validation as `nac-lab check` (every path of <CONTROL_FLOW> too)
     nac = _read(args.file)
     sizes, note = resolve_sizes(nac, args.sizes, args.inputs)
-    off = (getattr(nac, 'sections', {}) or {}).get('MMAP', (None,))[0]
-    rep = simulate(nac, sizes=sizes, capacity=args.capacity, bandwidth=args.bandwidth, section_offset=off)
-    if any(ins.A == 6 for ins in nac.ops):              # <CONTROL_FLOW>: replay every path too (nac.control)
-        from nac_lab.nac.mmap_sim import check_paths
-        rep.violations += check_paths(nac, sizes=sizes)
+    rep = validate_schedule(nac, sizes, capacity=args.capacity, bandwidth=args.bandwidth)
     return nac, rep, note
 
 def _check(args):

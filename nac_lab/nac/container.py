@@ -15,9 +15,10 @@ from .optable import (op_name, UnknownOpError)  # noqa: F401
 
 # %% auto #0
 __all__ = ['HEADER_SIZE', 'HEADER_ORDER', 'WRITE_ORDER', 'TAGS', 'DTYPE_NAMES', 'DTYPE_NP', 'TENSOR_CODES', 'CONST_CODES',
-           'INPUT_KINDS', 'QuantMethod', 'DType', 'CnstType', 'MmapAction', 'SysOp', 'BadRefError', 'MmapError',
-           'F32List', 'Constant', 'cnst_type', 'Instruction', 'MmapCommand', 'MmapRecord', 'DataTensor', 'Orch',
-           'NacFile', 'signature', 'Arg', 'Operands', 'decode_operands', 'iter_operands', 'state_writes']
+           'INPUT_KINDS', 'NAC_VERSION', 'STATE_EXT_VERSION', 'NAC_VERSIONS', 'QuantMethod', 'DType', 'CnstType',
+           'MmapAction', 'SysOp', 'BadRefError', 'MmapError', 'F32List', 'Constant', 'cnst_type', 'Instruction',
+           'MmapCommand', 'MmapRecord', 'DataTensor', 'Orch', 'NacFile', 'signature', 'Arg', 'Operands',
+           'decode_operands', 'iter_operands', 'state_writes', 'file_version']
 
 # %% ../../nbs/10b_nac_container.ipynb #563e107f
 HEADER_SIZE = 88
@@ -345,3 +346,13 @@ def state_writes(nac:NacFile, i:int) -> list|None:
     if not ids or any(o.A == SysOp.OUTPUT and o.B == 2 for o in nac.ops): return None
     reads = {o.C[1] & 0xFFFF for o in nac.ops if o.A == SysOp.INPUT and o.B == 2 and len(o.C) > 1}
     return ids if reads and all(x in reads for x in ids) else None
+
+# %% ../../nbs/10b_nac_container.ipynb #b6d2e002
+NAC_VERSION = 1                 # the spec's format revision (RULINGS 1)
+STATE_EXT_VERSION = 2           # revision 1 plus state write-back (`<OUTPUT B=2>`): a version reference readers refuse
+NAC_VERSIONS = (NAC_VERSION, STATE_EXT_VERSION)
+
+def file_version(nac:NacFile) -> int:
+    "The version byte `nac` is written with: `STATE_EXT_VERSION` when some instruction writes states back, else `NAC_VERSION`."
+    n = len(nac.ops)
+    return STATE_EXT_VERSION if any(nac.ops[i].A == SysOp.OUTPUT and state_writes(nac, i) is not None for i in range(n)) else NAC_VERSION

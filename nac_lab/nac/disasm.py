@@ -115,9 +115,9 @@ def _signature_info(nac:NacFile) -> dict|None:
 
 def _signature_lines(info) -> list:
     if info is None: return []
-    if 'error' in info: return [f"signature: damaged ({info['error']})"]
+    if 'error' in info: return [f"signature: damaged ({escape(info['error'])})"]
     from nac_lab.nac.signature import format_shape
-    out = [f"signature: input {e['name']} (v{e['at']}): {e['dtype']} {format_shape(e['shape'])}" for e in info['inputs']]
+    out = [f"signature: input {escape(e['name'])} (v{e['at']}): {e['dtype']} {format_shape(e['shape'])}" for e in info['inputs']]
     if info['dims']: out.append('dimensions: ' + ', '.join(f"{k} in {lo}..{'' if hi is None else hi}" for k,
                                                            (lo, hi) in info['dims'].items()))
     return out
@@ -168,8 +168,8 @@ def summary(nac:NacFile) -> dict:
     }
 
 def _table(rows, head, right=()) -> str:
-    "A plain-text table; columns whose index is in `right` are right-aligned."
-    rows = [[str(c) for c in r] for r in rows]
+    "A plain-text table; columns whose index is in `right` are right-aligned. Every cell is escaped: a name may not add a row."
+    rows = [[escape(str(c)) for c in r] for r in rows]
     w = [max(len(h), *(len(r[k]) for r in rows)) if rows else len(h) for k, h in enumerate(head)]
     fmt = lambda r: '  '.join(c.rjust(w[k]) if k in right else c.ljust(w[k]) for k, c in enumerate(r)).rstrip()
     return '\n'.join([fmt(head), fmt(['-' * x for x in w])] + [fmt(r) for r in rows])
@@ -190,12 +190,12 @@ def summary_text(nac:NacFile) -> str:
                        ['id', 'parameter', 'dtype', 'shape', 'quant', 'bytes'], right=(0, 5)), '']
     out += [_table([[k, v] for k, v in s['inputs'].items()], ['input at', 'name']), '',
             'outputs: ' + '; '.join(', '.join(f'v{r}' for r in o) for o in s['outputs'])]
-    if s['resources']: out.append('resources: ' + ', '.join(f'{k} ({n} B)' for k, n in s['resources'].items()))
+    if s['resources']: out.append('resources: ' + ', '.join(f'{escape(k)} ({n} B)' for k, n in s['resources'].items()))
     if s['proc_bytes'] is not None: out.append(f"PROC manifest: {s['proc_bytes']} B")
     if s['orch'] is not None: out.append(f"ORCH: {s['orch']['bytecode_bytes']} B bytecode, {s['orch']['n_consts']} constants, "
                                          f"{s['orch']['pool_bytes']} B pool")
     out += _signature_lines(s['signature'])
-    return '\n'.join(escape(l) for l in '\n'.join(out).split('\n'))
+    return '\n'.join(out)             # each string from the file was escaped on its own, before the lines were joined
 
 # %% ../../nbs/12_nac_disasm.ipynb #4e887cec
 _STYLE = {'user': dict(shape='oval', fillcolor='#d9f2d9'), 'param': dict(shape='folder', fillcolor='#eeeeee'),

@@ -10,8 +10,8 @@ from ..binio import NacLabError, LimitError, WriteError, printable
 from ..fileio import check_output, same_file
 
 # %% auto #0
-__all__ = ['escape', 'MAX_RANK', 'MAX_BYTES_ENV', 'in_file', 'shape_problem', 'MemoryLimitError', 'physical_memory', 'max_bytes',
-           'value_bytes', 'to_meta', 'check_bytes', 'companion', 'check_nac_outputs']
+__all__ = ['escape', 'MAX_RANK', 'MAX_BYTES_ENV', 'DEFAULT_MAX_BYTES', 'in_file', 'shape_problem', 'MemoryLimitError',
+           'physical_memory', 'max_bytes', 'value_bytes', 'to_meta', 'check_bytes', 'companion', 'check_nac_outputs']
 
 # %% ../../nbs/24_nac_guard.ipynb #7499bf15
 escape = printable      # the foundation's one escaper for untrusted text (nac_lab.binio)
@@ -37,6 +37,7 @@ def shape_problem(shape, itemsize:int=1) -> str|None:
 
 # %% ../../nbs/24_nac_guard.ipynb #8ed77d0e
 MAX_BYTES_ENV = 'NAC_LAB_MAX_BYTES'
+DEFAULT_MAX_BYTES = 2 << 30          # 2 GiB: the budget when $NAC_LAB_MAX_BYTES is not set
 
 class MemoryLimitError(LimitError):
     "An operation would allocate more than `max_bytes()`."
@@ -47,15 +48,14 @@ def physical_memory() -> int|None:
     except (ValueError, OSError, AttributeError): return None
 
 def max_bytes() -> int:
-    "The largest single allocation the interpreter allows: `$NAC_LAB_MAX_BYTES`, else half the physical memory (else 8 GiB)."
+    "The largest single allocation the interpreter allows: `$NAC_LAB_MAX_BYTES`, else `DEFAULT_MAX_BYTES` (2 GiB)."
     v = os.environ.get(MAX_BYTES_ENV)
     if v is not None:
         try: n = int(v.strip().replace('_', ''))
         except ValueError: raise NacLabError(f'{MAX_BYTES_ENV}={escape(v)[:40]!r} is not a whole number of bytes') from None
         if n < 0: raise NacLabError(f'{MAX_BYTES_ENV}={n} must not be negative')
         return n
-    m = physical_memory()
-    return m // 2 if m else 8 << 30
+    return DEFAULT_MAX_BYTES
 
 def value_bytes(v) -> int:
     "Bytes of a tensor (real or meta) or a list/tuple of them; 0 for anything else."
@@ -78,7 +78,7 @@ def check_bytes(n:int, where:str, limit:int|None=None) -> None:
     limit = max_bytes() if limit is None else limit
     if n > limit:
         raise MemoryLimitError(f'{where}: the result would take {n} bytes, above the limit of {limit} bytes '
-                               f'(half the physical memory by default; set {MAX_BYTES_ENV} to change it)')
+                               f'(2 GiB by default; set {MAX_BYTES_ENV} to change it)')
 
 # %% ../../nbs/24_nac_guard.ipynb #05aec411
 def companion(path) -> Path:

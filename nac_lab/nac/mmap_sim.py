@@ -16,7 +16,7 @@ from .mmap import (liveness, ops_of, as_sizes, live_bytes, commands_of, mmap_vio
 # %% auto #0
 __all__ = ['Timeline', 'SimReport', 'simulate', 'without_frees', 'param_id', 'sizes_from_file', 'demo_nac', 'plot_timeline',
            'sizes_from_run', 'CoupledReport', 'coupled_check', 'branch_choices', 'path_stream', 'check_paths',
-           'zoo_row', 'zoo_table']
+           'validate_schedule', 'zoo_row', 'zoo_table']
 
 # %% ../../nbs/26_nac_mmap_sim.ipynb #1eb67008
 @dataclass
@@ -437,6 +437,16 @@ def check_paths(nac, records=None, sizes=None, *, limit:int=64, cap:int=256) -> 
             out.append(Violation(kept[v.tick] if v.tick < len(kept) else v.tick, v.command,
                                  kept[v.target] if v.target is not None and v.target < len(kept) else v.target, f'{where}: {v.why}'))
     return out
+
+# %% ../../nbs/26_nac_mmap_sim.ipynb #a8c41e02
+def validate_schedule(nac, sizes=None, *, capacity:int|None=None, bandwidth:float|None=None, section_offset:int|None=None) -> SimReport:
+    ("`simulate` the MMAP schedule of `nac` (sizes default: `sizes_from_file`; offsets in messages: the file's MMAP section) and add "
+     "`check_paths`'s violations when the program has `<CONTROL_FLOW>`.")
+    if sizes is None: sizes = sizes_from_file(nac)[0]
+    if section_offset is None: section_offset = (getattr(nac, 'sections', None) or {}).get('MMAP', (None,))[0]
+    rep = simulate(nac, sizes=sizes, capacity=capacity, bandwidth=bandwidth, section_offset=section_offset)
+    if any(ins.A == SysOp.CONTROL_FLOW for ins in nac.ops): rep.violations += check_paths(nac, sizes=sizes)
+    return rep
 
 # %% ../../nbs/26_nac_mmap_sim.ipynb #3f305b23
 def zoo_row(name:str, bandwidths=(4096, 65536)) -> dict:

@@ -14,7 +14,7 @@ from .optable import (op_name, UnknownOpError)
 from .container import (BadRefError, CnstType, CONST_CODES, DataTensor, DType, DTYPE_NAMES, DTYPE_NP,
                                    F32List, HEADER_ORDER, HEADER_SIZE, Instruction, MmapAction, MmapCommand,
                                    MmapError, MmapRecord, NacFile, Orch, QuantMethod, SysOp, TAGS, TENSOR_CODES,
-                                   _check_refs, _has_c)
+                                   NAC_VERSIONS, _check_refs, _has_c)
 
 # %% auto #0
 __all__ = ['read_nac']
@@ -27,7 +27,8 @@ def _read_header(r:Reader, nac:NacFile) -> list:
         r.need(HEADER_SIZE, 'the 88-byte header')
         r.expect(b'NAC', 'magic')
         v = r.u8('version')
-        if v != 1: raise r.error(BadMagicError, f'unsupported version {v} (this is NAC format revision 1)', 3)
+        if v not in NAC_VERSIONS: raise r.error(BadMagicError, f'unsupported version {v} (nac_lab reads 1, the NAC format revision, '
+                                                         f'and 2, revision 1 with state write-back)', 3)
         q = r.u8('quant byte')
         if q & 0x7F > 4: raise r.error(BadValueError, f'unknown quantization method {q & 0x7F} (0..4)', 4)
         nac.version, nac.quant_method, nac.weights_internal = v, QuantMethod(q & 0x7F), bool(q & 0x80)

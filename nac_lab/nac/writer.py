@@ -17,7 +17,8 @@ from .optable import op_name
 from .reader import _read_meta, _input_name_problem   # the writer holds tensor metadata and input names to the reader's rules
 from .container import (cnst_type, CnstType, CONST_CODES, Constant, DataTensor, DTYPE_NP, DTYPE_NAMES,
                                    HEADER_ORDER, HEADER_SIZE, Instruction, NacFile, QuantMethod, TAGS, TENSOR_CODES,
-                                   WRITE_ORDER, _check_layout, _check_refs, _has_c)
+                                   WRITE_ORDER, NAC_VERSIONS, file_version, _check_layout, _check_refs,
+                                   _has_c)
 
 # %% auto #0
 __all__ = ['SAFETENSORS_TO_NAC', 'NAC_TO_SAFETENSORS', 'ST_DTYPES', 'ST_NAMES', 'write_nac', 'safetensors_bytes', 'save_external']
@@ -157,7 +158,7 @@ def _present(nac:NacFile, s:str, in_layout:bool) -> bool:
 def write_nac(nac:NacFile, *, align:int=64, check:bool=True) -> bytes:
     ("Serialise `nac`; a file read with `read_nac` is written back byte for byte. `check=False` skips the OPS and input-name checks (to "
      "make bad files for tests).")
-    if nac.version != 1: raise WriteError(f'version {nac.version}: nac_lab writes NAC format revision 1 only (RULINGS 1)')
+    if nac.version not in NAC_VERSIONS: raise WriteError(f'version {nac.version}: nac_lab writes versions 1 and 2 only (RULINGS 1)')
     if not 0 <= int(nac.quant_method) <= 4: raise WriteError(f'quantization method {nac.quant_method} is not 0..4 (§2.2.2)')
     if nac.orch is not None and nac.orch.n_consts > len(nac.orch.pool):
         raise WriteError(f'ORCH: {nac.orch.n_consts} MEP constants cannot fit in a {len(nac.orch.pool)}-byte pool')
@@ -178,6 +179,7 @@ def write_nac(nac:NacFile, *, align:int=64, check:bool=True) -> bytes:
     except (TypeError, ValueError, AttributeError, struct.error) as ex:
         raise WriteError(f'cannot write {s} section: {ex}') from None
     q = int(nac.quant_method) | (0x80 if nac.weights_internal else 0)
+    nac.version = file_version(nac)              # 2 marks state write-back, which §7.2 cannot express (nac.container)
     w.patch(0, '<3sBBHHBH9Q4s', b'NAC', nac.version, q, nac.n_inputs, nac.n_outputs, nac.reserved, nac.d_model,
             *[offs.get(s, 0) for s in HEADER_ORDER], bytes(nac.padding), what='header')
     nac.sections = {s: sections[s] for s in HEADER_ORDER if s in sections}
