@@ -12,7 +12,7 @@ from .gen import HwConfig, generate
 from .sim import simulate
 
 # %% auto #0
-__all__ = ['run_model', 'cycle_report', 'format_cycles']
+__all__ = ['run_model', 'cycle_report', 'format_cycles', 'calibrated_device']
 
 # %% ../../nbs/83_hw_model.ipynb #9bb6e8c0
 def run_model(lowered_dir, x, cfg: HwConfig | None = None, simulator: str = 'icarus', workdir=None) -> tuple:
@@ -55,3 +55,24 @@ def format_cycles(rows) -> str:
         out.append(f'{r["layer"]:14} {r["hw_cycles"]:>10} {f(r["nem_cycles"], ">11")} {f(r["ratio"], ">7.3f")} {f(r["macs"], ">8")} '
                    f'{f(r["mac_rate"], ">9.2f")}')
     return '\n'.join(out)
+
+# %% ../../nbs/83_hw_model.ipynb #48841082
+def calibrated_device(folder, cfg: HwConfig | None = None, base: str = 'npm_lite') -> Path:
+    "Write `folder/hw_calib.nem`: device `hw_calib`, shipped device `base` with the NMU array and free transfers of `cfg`'s hardware."
+    from nac_lab.core import data_path
+    import shutil
+    cfg = cfg or HwConfig()
+    if base not in ('npm_lite', 'npm_mid', 'npm_pro', 'npm_pro_x1'): raise HwError(f'base must be a shipped device name, not {base[:40]!r}')
+    d = Path(folder); d.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(data_path('nem', 'devices', f'{base}.nem'), d / f'{base}.nem')
+    big = 1 << 20
+    (d / 'hw_calib.nem').write_text(
+        f'include "{base}.nem"\n\ndevice hw_calib extends {base} {{\n    unit_characteristics {{\n'
+        f'        NMU {{\n            int8_macs = {cfg.rows * cfg.cols}\n            array_rows = {cfg.rows}\n'
+        f'            array_cols = {cfg.cols}\n            pipeline_cycles = 2\n        }}\n'
+        f'        DMA {{\n            bytes_per_cycle = {big}\n            l2_bytes_per_cycle = {big}\n'
+        f'            latency = 0\n        }}\n'
+        f'        sDMA {{\n            bytes_per_cycle = {big}\n            ddr_bytes_per_cycle = {big}\n'
+        f'            latency = 0\n        }}\n'
+        f'        CSTL {{\n            latency = 0\n            store_bytes_per_cycle = {big}\n        }}\n    }}\n}}\n')
+    return d / 'hw_calib.nem'
