@@ -10,7 +10,8 @@ import numpy as np
 from .layer import HwError
 
 # %% auto #0
-__all__ = ['SIMULATORS', 'HwSimError', 'tool_available', 'require', 'run_tool', 'read_manifest', 'testbench', 'lint', 'simulate']
+__all__ = ['SIMULATORS', 'HwSimError', 'tool_available', 'require', 'run_tool', 'read_manifest', 'testbench', 'lint', 'simulate',
+           'vcd_table']
 
 # %% ../../nbs/82_hw_sim.ipynb #9ccea1c4
 class HwSimError(HwError):
@@ -133,3 +134,33 @@ def simulate(rtl_dir, x, simulator: str = 'icarus', timeout: float = 300, vcd: b
     try: y = np.array([int(v, 16) for v in vals], np.int64)
     except ValueError: raise HwSimError('simulation wrote undefined output values (x/z)') from None
     return ((y ^ 128) - 128).astype(np.int8).reshape(m['output']['shape']), cyc, dt
+
+# %% ../../nbs/82_hw_sim.ipynb #ad8785f7
+def vcd_table(path, signals=('start', 'state', 'k_first', 'k_last', 'epi', 'done'), scope='tb.dut', first: int = 0, n: int = 24) -> str:
+    "Signals of `scope` in VCD file `path`, one column per clock cycle (values just before each rising edge of `clk`)."
+    ids, cur, stack, changes = {}, {}, [], []
+    want = set(signals) | {'clk'}
+    t = 0
+    for ln in Path(path).read_text().split('\n'):
+        w = ln.split()
+        if not w: continue
+        if w[0] == '$scope': stack.append(w[2])
+        elif w[0] == '$upscope': stack.pop()
+        elif w[0] == '$var' and '.'.join(stack) == scope and w[4] in want: ids.setdefault(w[3], w[4])
+        elif w[0].startswith('#'): t = int(w[0][1:])
+        elif w[0][0] in 'bB' and len(w) == 2 and w[1] in ids: changes.append((t, ids[w[1]], w[0][1:]))
+        elif w[0][0] in '01xzXZ' and w[0][1:] in ids: changes.append((t, ids[w[0][1:]], w[0][0]))
+    missing = want - set(ids.values())
+    if missing: raise HwError(f'{path}: no signal {", ".join(sorted(missing))} in scope {scope}')
+    cols, prev_clk, before, last_t = [], '0', {}, None
+    for tt, name, v in changes:             # a rising edge at time T shows the values as they were before T
+        if tt != last_t: before, last_t = dict(cur), tt
+        if name == 'clk':
+            if v == '1' and prev_clk == '0': cols.append(before)
+            prev_clk = v
+        else: cur[name] = v
+    cols = cols[first:first + n]
+    fmt = lambda v: str(int(v, 2)) if v and set(v) <= {'0', '1'} else (v or '?')
+    out = [f'{"cycle":8}' + ''.join(f'{first + k:>4}' for k in range(len(cols)))]
+    out += [f'{s:8}' + ''.join(f'{fmt(c.get(s, "")):>4}' for c in cols) for s in signals]
+    return '\n'.join(out)
