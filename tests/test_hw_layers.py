@@ -63,3 +63,14 @@ def test_missing_simulator_and_bad_names(tmp_path, monkeypatch):
     with pytest.raises(HwError, match='no manifest.json'): S.read_manifest(tmp_path)
     (tmp_path / 'manifest.json').write_text('{"top": "evil; module", "layer": "x", "input": 1, "output": 1, "files": [], "cycles": 1}')
     with pytest.raises(HwError, match='is not hw_<layer>'): S.read_manifest(tmp_path)
+
+@pytest.mark.slow
+@needs_verilator
+@pytest.mark.parametrize('name', ['depthwise', 'conv1x1', 'gemm'])
+def test_other_kinds_bit_exact_under_verilator(tmp_path, name):
+    "The other three kinds under Verilator too (each build takes ~10 s of CPU: NAC_LAB_TEST_FLAGS=slow)."
+    low, d, xq, ref = _lowered(tmp_path, name, seed=2)
+    (layer,) = load_layers(d)
+    y, cyc, _ = simulate(_rtl(tmp_path, layer, HwConfig(4, 4)), xq, 'verilator')
+    np.testing.assert_array_equal(y.reshape(-1), ref.reshape(-1))
+    assert cyc == STEPS[name] + 2
