@@ -1,7 +1,7 @@
 ("The generated layer hardware (nac_lab.hw) against `nem run` on the same lowered program and inputs, bit for bit: 3x3 conv with "
  "stride and padding (+ fused ReLU), depthwise, 1x1 and gemm under Icarus, the 3x3 under Verilator too; lint clean; cycles; a "
  "whole model chained through the host.")
-import json
+import json, os
 import numpy as np, pytest, torch, torch.nn as nn
 from nac_lab.nac.compile import compile as nac_compile
 from nac_lab.lower.api import lower
@@ -65,6 +65,7 @@ def test_missing_simulator_and_bad_names(tmp_path, monkeypatch):
     with pytest.raises(HwError, match='is not hw_<layer>'): S.read_manifest(tmp_path)
 
 @pytest.mark.slow
+@pytest.mark.skipif('slow' not in os.environ.get('NAC_LAB_TEST_FLAGS', '').split(), reason='slow: set NAC_LAB_TEST_FLAGS=slow')
 @needs_verilator
 @pytest.mark.parametrize('name', ['depthwise', 'conv1x1', 'gemm'])
 def test_other_kinds_bit_exact_under_verilator(tmp_path, name):
