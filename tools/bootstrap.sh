@@ -28,6 +28,16 @@ if [ "$mode" = "--test" ] && ! command -v iverilog >/dev/null; then
   apt_install iverilog || echo "bootstrap: iverilog could not be installed; the RTL test will be skipped" >&2
 fi
 
+if [ "$mode" = "--test" ] && ! command -v verilator >/dev/null; then
+  echo "bootstrap: installing verilator (the generated layer hardware: lint and fast simulation)"
+  apt_install verilator || echo "bootstrap: verilator could not be installed; the Verilator hardware tests will be skipped" >&2
+fi
+
+if [ "$mode" = "--test" ] && ! command -v yosys >/dev/null; then
+  echo "bootstrap: installing yosys (the generated layer hardware: synthesis cost)"
+  apt_install yosys || echo "bootstrap: yosys could not be installed; the hardware cost tests will be skipped" >&2
+fi
+
 pip_install() {  # pip_install ARGS... : on a terminal with pip's own progress bars, else quiet (CI, logs)
   # pip draws its bars only when its standard output is a terminal, so there only stderr goes through the filter
   # that drops pip's "Location ... is ignored" notes about the configured find-links folder.
