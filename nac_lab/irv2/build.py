@@ -14,7 +14,7 @@ from .maps import (DIM_NAMES, DIM_IDS, KernelMaps, load_maps, load_json, check_s
                                IrError, known_ops, show)
 from ..binio import align_up
 from ..fileio import atomic_write
-from ..config import config_field, read_hf_config
+from ..config import config_field, read_hf_config, rope_theta_field
 
 # %% auto #0
 __all__ = ['GATED_ACTS', 'CONFIG_KEYS', 'DTYPES', 'BLOCK_DTYPES', 'C_INT_MAX', 'MAX_LAYERS', 'ELEM_ALIGN', 'IR_NOTES', 'ALIGN',
@@ -115,18 +115,7 @@ def read_config(src, ctx:int|None=None, dtype:str|None=None, where:str|None=None
     out['context_length'] = ctx if ctx is not None else maxpos
     out['rms_norm_eps'] = _field(cfg, 'rms_norm_eps', where, 'float', required=False, default=1e-6)
     if out['rms_norm_eps'] <= 0: raise ConfigError(f'{where}: rms_norm_eps must be > 0, got {out["rms_norm_eps"]}')
-    rp = cfg.get('rope_parameters')
-    theta = _field(cfg, 'rope_theta', where, 'float', required=False)
-    if isinstance(rp, dict):
-        if 'rope_theta' in rp:
-            t2 = rp['rope_theta']
-            if isinstance(t2, bool) or not isinstance(t2, (int, float)) or not math.isfinite(t2):
-                raise ConfigError(f'{where}: rope_parameters.rope_theta must be a number, got {t2!r}')
-            t2 = float(t2)
-            if theta is not None and t2 != theta: raise ConfigError(f'{where}: contradictory values for rope_theta: {theta} and '
-                                                                    f'rope_parameters.rope_theta={t2}')
-            theta = t2
-    out['rope_theta'] = 10000.0 if theta is None else theta
+    out['rope_theta'] = rope_theta_field(cfg, where, keys=CONFIG_KEYS['rope_theta'], err=ConfigError)[0]   # both layouts (nac_lab.config)
     if out['rope_theta'] < 0: raise ConfigError(f'{where}: rope_theta must be >= 0, got {out["rope_theta"]}')
     if out['rope_theta'] > 0 and hd % 2: raise ConfigError(f'{where}: RoPE needs an even head_dim, got {hd}')
     if scaling is not None:

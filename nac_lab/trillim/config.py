@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from pathlib import Path
 from ..binio import NacLabError, FormatError, align_up
-from ..config import config_field, show_value, read_hf_config
+from ..config import config_field, show_value, read_hf_config, rope_theta_field
 from ..fileio import read_json
 
 # %% auto #0
@@ -172,12 +172,13 @@ def arch_from_hf(cfg:dict, tensor_names=(), tokenizer_eos=(), where:str='config.
     mt = config_field(cfg, 'model_type', 'str', where=where, required=False, default='', err=ArchConfigError).lower()
     bias = config_field(cfg, 'attention_bias', 'bool', where=where, required=False, default=False, err=ArchConfigError) \
            or mt == 'qwen2' or any(n.endswith('q_proj.bias') for n in tensor_names)
-    rs = cfg.get('rope_scaling')
-    if rs not in (None, {}) and (not isinstance(rs, dict) or rs.get('rope_type', rs.get('type')) not in ('default', None)):
-        raise ArchConfigError(f'{where}: rope_scaling {show_value(rs)} is not supported by protocol v1 (plain RoPE only)')
+    for key in ('rope_scaling', 'rope_parameters'):        # both layouts (RULINGS Trillim 5); the base is read below
+        rs = cfg.get(key)
+        if rs not in (None, {}) and (not isinstance(rs, dict) or rs.get('rope_type', rs.get('type')) not in ('default', None)):
+            raise ArchConfigError(f'{where}: {key} {show_value(rs)} is not supported by protocol v1 (plain RoPE only)')
     c = ArchConfig(at, ARCH_INFO[at], align_up(hidden, ALIGN), align_up(inter, ALIGN), _need(cfg, 'num_hidden_layers', where), heads, kv,
                    _need(cfg, 'vocab_size', where), hd, _need(cfg, 'max_position_embeddings', where, 2048),
-                   _pos_float(cfg, 'rms_norm_eps', where, 1e-6), _pos_float(cfg, 'rope_theta', where, 10000.0),
+                   _pos_float(cfg, 'rms_norm_eps', where, 1e-6), rope_theta_field(cfg, where, positive=True, err=ArchConfigError)[0],
                    config_field(cfg, 'tie_word_embeddings', 'bool', where=where, required=False, default=False, err=ArchConfigError),
                    bias, ids, hidden, inter)
     check_arch(c)
