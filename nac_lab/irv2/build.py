@@ -55,7 +55,7 @@ CONFIG_KEYS = {
 DTYPES = {'fp32': 4, 'bf16': 2, 'fp16': 2, 'i32': 4}
 "Bytes per element of the IR dtypes."
 BLOCK_DTYPES = {'q8_0': (32, 34), 'q4_k': (256, 144), 'q6_k': (256, 210), 'q4_0': (32, 18), 'q4_1': (32, 20), 'q5_0': (32, 22),
-                'q5_1': (32, 24)}
+                'q5_1': (32, 24), 'q2_k': (256, 84), 'q3_k': (256, 110), 'q5_k': (256, 176)}
 "Block weight dtypes (GGML layouts): elements and bytes per block (see `irv2.qkernels`)."
 _TORCH_DTYPES = {'float32': 'fp32', 'bfloat16': 'bf16', 'float16': 'fp16'}
 

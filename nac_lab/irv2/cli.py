@@ -149,7 +149,7 @@ def register(sub):
     b.add_argument('--weights', default=None, metavar='FILE.gguf',
                    help='with CONFIG: the matrix dtypes from this GGUF file\'s tensor types')
     b.add_argument('--weights-dtype', default=None, choices=['fp32', 'bf16', 'fp16', 'q8_0', 'q4_0', 'q4_1', 'q5_0', 'q5_1', 'q4_k',
-                                                                  'q6_k'],
+                                                                  'q2_k', 'q3_k', 'q5_k', 'q6_k'],
                    help='store the weight matrices in this dtype (norms and biases stay fp32); the C runtime reads all of them')
     b.add_argument('--ctx', type=int, default=None, help='planning context length (default: max_position_embeddings)')
     b.add_argument('--dtype', default='fp32', choices=['fp32', 'bf16', 'fp16'], help='weight dtype of the IR (the C runtime needs fp32)')
