@@ -36,3 +36,14 @@ def test_contradiction_named_by_both_paths(tmp_path):
 def test_default_only_when_neither_layout_has_it(tmp_path):
     (tmp_path/'config.json').write_text(json.dumps(BASE))
     assert load_hf_config(tmp_path).rope_theta == 10000.0 and read_config(BASE)['rope_theta'] == 10000.0
+
+def test_cli_config_vector_and_verbose_sources(tmp_path):
+    from nac_lab.cli import run_cli
+    from nac_lab.trillim.manifest import tiny_checkpoint
+    tiny_checkpoint(tmp_path / 'm', layers=1, vocab=100)
+    c = json.loads((tmp_path / 'm' / 'config.json').read_text()); c.pop('rope_theta', None)
+    c['rope_parameters'] = {'rope_type': 'default', 'rope_theta': 500000}
+    (tmp_path / 'm' / 'config.json').write_text(json.dumps(c))
+    rc, out, err = run_cli('trillim', 'config', tmp_path / 'm', '-v')
+    assert rc == 0 and out.split()[11] == '500000.0'
+    assert 'rope_theta = 500000.0 from rope_parameters.rope_theta' in err.splitlines()

@@ -15,7 +15,8 @@ from ..fileio import read_json
 # %% auto #0
 __all__ = ['ConfigError', 'ALIGN', 'MAX_EOS', 'MAX_THREADS', 'ARCH_INFO', 'END_TOKENS', 'LIMITS', 'MAX_ROPE_BYTES',
            'CONFIG_FIELDS', 'TrillimError', 'ArchConfigError', 'ArchType', 'ActivationType', 'ArchInfo', 'ArchConfig',
-           'eos_from_tokenizer', 'arch_from_hf', 'check_arch', 'load_hf_config', 'config_args', 'parse_config_args']
+           'eos_from_tokenizer', 'arch_from_hf', 'check_arch', 'load_hf_config', 'config_args', 'config_sources',
+           'parse_config_args']
 
 # %% ../../nbs/40_trillim_config.ipynb #12efb223
 class TrillimError(NacLabError):
@@ -229,6 +230,16 @@ def config_args(c:ArchConfig, num_threads:int=0) -> list:
             int(bool(c.tie_word_embeddings)), int(bool(c.has_qkv_bias)), int(bool(i.has_attn_sub_norm)),
             int(bool(i.has_ffn_sub_norm)), int(num_threads), len(c.eos_tokens), *c.eos_tokens]
     return [str(v) for v in vals]
+
+# %% ../../nbs/40_trillim_config.ipynb #af3394a8
+def config_sources(cfg:dict, where:str='config.json') -> dict:
+    "Where each `--config` field that has a default got its value: the HF key (or nested path) it was read from, or the default used."
+    def src(key, default): return key if cfg.get(key) is not None else f'default ({default})'
+    return {'num_kv_heads': src('num_key_value_heads', '= num_attention_heads'), 'head_dim': src('head_dim', 'hidden_size / heads'),
+            'max_position_embeddings': src('max_position_embeddings', 2048), 'norm_eps': src('rms_norm_eps', 1e-6),
+            'rope_theta': (lambda s: 'default (10000.0)' if s == 'default' else s)(rope_theta_field(cfg, where, positive=True,
+                                                                                                   err=ArchConfigError)[1]),
+            'tie_word_embeddings': src('tie_word_embeddings', 'false')}
 
 # %% ../../nbs/40_trillim_config.ipynb #31265d52
 def parse_config_args(args) -> ArchConfig:
