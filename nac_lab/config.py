@@ -12,7 +12,7 @@ from .fileio import read_json
 
 
 # %% auto #0
-__all__ = ['show_value', 'config_field', 'read_hf_config']
+__all__ = ['show_value', 'config_field', 'read_hf_config', 'rope_theta_field']
 
 # %% ../nbs/07_config.ipynb #40875d79
 def show_value(v, limit:int=60) -> str:
@@ -65,3 +65,19 @@ def read_hf_config(src, where:str|None=None, err=BadValueError) -> tuple:
         if not isinstance(tc, dict): raise err(f'{where}: "text_config" must be an object')
         cfg.update(tc)
     return cfg, where
+
+# %% ../nbs/07_config.ipynb #013b079c
+def rope_theta_field(cfg:dict, where:str='config', *, keys=('rope_theta',), default:float=10000.0, positive:bool=False,
+                     err=BadValueError) -> tuple:
+    "RoPE base of HF config `cfg` from a top-level key (any of `keys`) or `rope_parameters.rope_theta`: `(value, source)`."
+    top = config_field(cfg, 'rope_theta', 'float', keys=keys, where=where, required=False, positive=positive, err=err)
+    src = next((k for k in keys if cfg.get(k) is not None), None)
+    rp = cfg.get('rope_parameters')
+    if rp is not None and not isinstance(rp, dict): raise err(f'{where}: rope_parameters must be an object, got {show_value(rp)}')
+    nested = None if rp is None else config_field(rp, 'rope_theta', 'float', where=f'{where}: rope_parameters', required=False,
+                                                  positive=positive, err=err)
+    if nested is not None and top is not None and nested != top:
+        raise err(f'{where}: contradictory values for rope_theta: {src}={top!r} and rope_parameters.rope_theta={nested!r}')
+    if top is not None: return top, src
+    if nested is not None: return nested, 'rope_parameters.rope_theta'
+    return (None if default is None else float(default)), 'default'

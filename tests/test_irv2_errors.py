@@ -297,7 +297,7 @@ def test_other_families():
 
 
 @pytest.mark.parametrize('edit, msg', [
-    ({'rope_parameters': {'rope_theta': 'x'}}, "rope_parameters.rope_theta must be a number, got 'x'"),
+    ({'rope_parameters': {'rope_theta': 'x'}}, "rope_parameters: rope_theta must be a finite number, got 'x'"),
     ({'sliding_window': 'x', 'use_sliding_window': True}, "sliding_window must be a positive integer or null, got 'x'"),
     ({'max_position_embeddings': 10**15}, 'max_position_embeddings=1000000000000000 exceeds 2147483647'),
     ({'intermediate_size': 10**12}, 'intermediate_size=1000000000000 exceeds 2147483647'),

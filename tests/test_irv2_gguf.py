@@ -75,9 +75,9 @@ def _finish(w):
 def test_unsupported_architecture_and_dtype(tmp_path):
     w = _writer(tmp_path / 'a.gguf', 'gpt2'); w.add_tensor('token_embd.weight', np.zeros((8, 32), np.float32)); _finish(w)
     with pytest.raises(GGUFError, match="unsupported architecture 'gpt2'"): read_gguf(tmp_path / 'a.gguf')
-    w = _writer(tmp_path / 'b.gguf'); w.add_tensor('token_embd.weight', np.zeros((8, 176), np.uint8),
-                                                   raw_dtype=gguf.GGMLQuantizationType.Q5_K); _finish(w)
-    with pytest.raises(GGUFError, match="type Q5_K, not one of"): read_gguf(tmp_path / 'b.gguf')
+    w = _writer(tmp_path / 'b.gguf'); w.add_tensor('token_embd.weight', np.zeros((8, 74), np.uint8),
+                                                   raw_dtype=gguf.GGMLQuantizationType.IQ2_XS); _finish(w)
+    with pytest.raises(GGUFError, match="type IQ2_XS, not one of"): read_gguf(tmp_path / 'b.gguf')
     w = _writer(tmp_path / 'c.gguf'); w.add_tensor('token_embd.weight', np.zeros((8, 32), np.float32))
     w.add_tensor('rope_freqs.weight', np.ones(8, np.float32)); _finish(w)
     with pytest.raises(GGUFError, match='RoPE scaling'): read_gguf(tmp_path / 'c.gguf')
@@ -154,3 +154,72 @@ def test_bias_tensors_set_the_bias_flags_and_are_never_dropped(tmp_path):
     src2['model.layers.0.self_attn.o_proj.bias'] = np.zeros(cfg2['hidden_size'], np.float32)
     with pytest.raises(GGUFError, match='qwen2 has no attn_output bias'):
         gguf_config(open_gguf(write_gguf(tmp_path / 'q.gguf', {**cfg2, 'model_type': 'qwen2'}, src2)))
+
+
+NEW_KINDS = ['Q4_0', 'Q4_1', 'Q5_0', 'Q5_1', 'Q2_K', 'Q3_K', 'Q5_K']
+
+def test_more_ggml_kinds_decode_like_gguf_and_run(tmp_path):
+    """A tiny Llama whose matrices use the seven kinds added for #28 (and every one at least twice): each tensor decodes
+    bit for bit like the gguf package's decoder, and the C runtime run straight on the GGUF equals the runtime on the
+    same (dequantized) weights from safetensors."""
+    from nac_lab.irv2.gguf_run import gguf_ir
+    from nac_lab.irv2.build import build_ir
+    from nac_lab.irv2.run import Runtime, save_weights
+    cfg, src = tiny_llama(seed=7, layers=2)
+    mats = sorted(n for n in src if src[n].ndim == 2)
+    kinds = {n: NEW_KINDS[i % len(NEW_KINDS)] for i, n in enumerate(mats)}
+    path = write_gguf(tmp_path / 'k.gguf', cfg, src, kinds)
+    r = open_gguf(path); c = gguf_config(r)
+    assert sorted({t.tensor_type.name for t in r.tensors} - {'F32'}) == sorted(NEW_KINDS)
+    deq = {}
+    for t in r.tensors:
+        name, ours = gguf_tensor(r, t, c)
+        theirs = gq.dequantize(t.data, t.tensor_type).astype(np.float32)
+        if '.attn_q.' in t.name: theirs = unpermute_qk(theirs, cfg['num_attention_heads'])
+        if '.attn_k.' in t.name: theirs = unpermute_qk(theirs, cfg['num_key_value_heads'])
+        assert np.array_equal(ours.view(np.uint32), theirs.view(np.uint32)), t.name
+        assert np.abs(ours - src[name]).max() < 0.1, t.name                   # a real quantization of the source weights
+        deq[name] = ours
+    prompt = [3, 17, 9, 40, 2]
+    ir = gguf_ir(path, ctx=16)
+    dts = {b['dtype'] for b in ir['buffers'] if b['role'] == 'weight'}
+    assert {'q4_0', 'q4_1', 'q5_0', 'q5_1', 'q2_k', 'q3_k', 'q5_k'} <= dts          # every kind runs on its own C kernel
+    got = Runtime(ir, path, cache=tmp_path).prefill(prompt)
+    want = Runtime(build_ir(cfg, ctx=16), save_weights(deq, tmp_path / 'k.safetensors'), cache=tmp_path).prefill(prompt)
+    assert np.abs(got - want).max() < 1e-4
+
+# (key, writer method, value): every metadata key gguf_config reads, written with a wrong type
+WRONG_TYPES = [('general.architecture', 'add_array', ['llama', 'qwen2']), ('general.architecture', 'add_uint32', 7),
+               ('llama.block_count', 'add_string', 'two'), ('llama.block_count', 'add_float32', 2.0),
+               ('llama.context_length', 'add_array', [16]), ('llama.embedding_length', 'add_bool', True),
+               ('llama.feed_forward_length', 'add_int32', -64), ('llama.attention.head_count', 'add_string', '2'),
+               ('llama.attention.head_count_kv', 'add_array', [2, 2]), ('llama.vocab_size', 'add_float64', 8.5),
+               ('llama.attention.key_length', 'add_string', '16'),
+               ('llama.attention.layer_norm_rms_epsilon', 'add_string', '1e-5'), ('llama.rope.freq_base', 'add_array', [1e4]),
+               ('llama.rope.freq_base', 'add_bool', False), ('llama.rope.scaling.type', 'add_uint8', 1)]
+
+@pytest.mark.parametrize('key,method,value', WRONG_TYPES, ids=[f'{k}-{m}' for k, m, _ in WRONG_TYPES])
+def test_metadata_of_the_wrong_type_is_a_typed_error_naming_key_and_offset(tmp_path, key, method, value):
+    w = _writer(tmp_path / 'w.gguf'); getattr(w, method)(key, value)
+    w.add_tensor('token_embd.weight', np.zeros((8, 32), np.float32)); _finish(w)
+    r = open_gguf(tmp_path / 'w.gguf')
+    with pytest.raises(GGUFError) as ex: gguf_config(r)
+    msg = str(ex.value)
+    assert f"metadata '{key}' must be" in msg and f'at offset {r.fields[key].offset:#x}' in msg, msg
+
+def test_metadata_type_fuzz(tmp_path):
+    """Random keys of gguf_config's set given random value types (scalars, strings, arrays, nested arrays): only
+    NacLabErrors come out, never a Python exception."""
+    rng = np.random.default_rng(13)
+    makers = [('add_uint8', lambda: int(rng.integers(0, 255))), ('add_int64', lambda: int(rng.integers(-9, 9))),
+              ('add_float32', lambda: float(rng.normal())), ('add_bool', lambda: bool(rng.integers(0, 2))),
+              ('add_string', lambda: 'x\x1b[31m'), ('add_array', lambda: [int(v) for v in rng.integers(0, 9, int(rng.integers(0, 3)))]),
+              ('add_array', lambda: [['a'], ['b']]), ('add_float64', lambda: float('nan'))]
+    keys = sorted({k for k, _, _ in WRONG_TYPES})
+    for i in range(40):
+        w = _writer(tmp_path / f'f{i}.gguf')
+        for k in rng.choice(keys, int(rng.integers(1, 4)), replace=False):
+            m, v = makers[int(rng.integers(0, len(makers)))]; getattr(w, m)(str(k), v())
+        w.add_tensor('token_embd.weight', np.zeros((8, 32), np.float32)); _finish(w)
+        try: read_gguf(tmp_path / f'f{i}.gguf')
+        except NacLabError as ex: assert '\x1b' not in str(ex)                 # file strings are escaped

@@ -19,7 +19,8 @@ from nac_lab.irv2.maps import IrError
 
 # max |logit| difference allowed against transformers on the decoded weights, per dtype: fp32 arithmetic in both,
 # only the summation order differs (logits are O(1)); the same bound for every dtype, since the weights are identical.
-TOL = {'fp32': 1e-4, 'bf16': 1e-4, 'fp16': 1e-4, 'q8_0': 1e-4, 'q4_k': 1e-4, 'q6_k': 1e-4}
+TOL = {'fp32': 1e-4, 'bf16': 1e-4, 'fp16': 1e-4, 'q8_0': 1e-4, 'q4_k': 1e-4, 'q6_k': 1e-4, 'q4_0': 1e-4, 'q4_1': 1e-4, 'q5_0': 1e-4,
+       'q5_1': 1e-4, 'q2_k': 1e-4, 'q3_k': 1e-4, 'q5_k': 1e-4}
 CFG = dict(model_type='llama', hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
            num_key_value_heads=2, vocab_size=128, max_position_embeddings=32, rms_norm_eps=1e-5, rope_theta=10000.0,
            tie_word_embeddings=False)
@@ -53,6 +54,27 @@ def test_c_decoder_matches_gguf_package(dtype, libs):
     bound = 1e-5 * (np.abs(x.astype(np.float64)) @ np.abs(theirs.T.astype(np.float64))) + 1e-6    # fp32 rounding of the sum
     assert (np.abs(y - exact) <= bound).all()
 
+
+
+@pytest.mark.parametrize('dtype', [d for d in WEIGHT_DTYPES if row_block(d) > 1])
+def test_c_decoder_on_random_blocks_with_edge_scales(dtype, libs):
+    """Random bytes as blocks, their f16 scales drawn from 0, -0, subnormals, the largest half, inf and NaN half the
+    time: the C decoder gives the bits of `quant.dequantize` (NaN where it has NaN)."""
+    from nac_lab.irv2.quant import dequantize, BLOCKS
+    kind = WEIGHT_DTYPES[dtype]; be, bb = BLOCKS[kind]; rng = np.random.default_rng(29)
+    scales = {'Q8_0': [0], 'Q4_0': [0], 'Q5_0': [0], 'Q4_1': [0, 2], 'Q5_1': [0, 2], 'Q4_K': [0, 2], 'Q6_K': [208], 'Q5_K': [0, 2],
+              'Q2_K': [80, 82], 'Q3_K': [108]}[kind]
+    edge = np.array([0, 0x8000, 0x0001, 0x03FF, 0x7BFF, 0xFBFF, 0x7C00, 0xFC00, 0x7E00, 0x3C00], np.uint16)
+    rows, per_row = 6, 3; raw = rng.integers(0, 256, (rows * per_row, bb), dtype=np.uint8)
+    for off in scales:
+        h = np.where(rng.random(len(raw)) < 0.5, edge[rng.integers(0, len(edge), len(raw))],
+                     rng.normal(0, 1, len(raw)).astype(np.float16).view(np.uint16)).astype(np.uint16)
+        raw[:, off:off + 2] = h[:, None].view(np.uint8)
+    want = dequantize(raw.reshape(-1), kind, (rows, per_row * be))
+    for lib in libs:
+        got = c_dequant(lib, raw.reshape(-1), dtype, rows, per_row * be)
+        assert np.array_equal(np.isnan(got), np.isnan(want))
+        assert np.array_equal(got.view(np.uint32)[~np.isnan(got)], want.view(np.uint32)[~np.isnan(want)])
 
 def _hf(cfg, sd):
     import transformers

@@ -13,7 +13,7 @@ from .build import validate_ir, plan_memory, load_ir
 from .batch_plan import apply_batch, batch_of, slot_buffers
 from .rope import rope_init_c
 from . import families
-from .run import Runtime
+from .run import Runtime, greedy_token
 from ..fileio import atomic_write, check_output
 from fastcore.basics import patch
 
@@ -394,8 +394,10 @@ def generate_batch(self:BatchRuntime, prompts, steps:int) -> list:
     for g in range(0, len(ps), self.batch):
         group = ps[g:g + self.batch]
         last = [lg[-1] for lg in self.prefill_batch(group)]
-        toks = [[int(np.argmax(x))] for x in last] if steps else [[] for _ in group]
-        for _ in range(steps - 1):
-            for t, x in zip(toks, self.decode_batch([t[-1] for t in toks])): t.append(int(np.argmax(x)))
+        toks = [[greedy_token(x, f'prompt {g + j} position {len(p) - 1}')] for j, (x, p) in enumerate(zip(last, group))] if steps \
+            else [[] for _ in group]
+        for s in range(steps - 1):
+            for j, (t, x) in enumerate(zip(toks, self.decode_batch([t[-1] for t in toks]))):
+                t.append(greedy_token(x, f'prompt {g + j} position {len(group[j]) + s}'))
         out += toks
     return out

@@ -15,7 +15,7 @@ from .maps import (DIM_NAMES, DIM_IDS, KernelMaps, load_maps, load_json, check_s
 from ..binio import align_up
 from ..dtypes import check_code_map, elem_type
 from ..fileio import atomic_write
-from ..config import config_field, read_hf_config
+from ..config import config_field, read_hf_config, rope_theta_field
 
 # %% auto #0
 __all__ = ['GATED_ACTS', 'CONFIG_KEYS', 'IRV2_DTYPES', 'DTYPES', 'BLOCK_DTYPES', 'C_INT_MAX', 'MAX_LAYERS', 'ELEM_ALIGN',
@@ -57,7 +57,8 @@ IRV2_DTYPES = check_code_map('IR v2', {'fp32': 'float32', 'bf16': 'bfloat16', 'f
 "IR v2's element dtype spelling -> canonical element type (`nac_lab.dtypes`)."
 DTYPES = {k: elem_type(v).size for k, v in IRV2_DTYPES.items()}
 "Bytes per element of the IR dtypes."
-BLOCK_DTYPES = {'q8_0': (32, 34), 'q4_k': (256, 144), 'q6_k': (256, 210)}
+BLOCK_DTYPES = {'q8_0': (32, 34), 'q4_k': (256, 144), 'q6_k': (256, 210), 'q4_0': (32, 18), 'q4_1': (32, 20), 'q5_0': (32, 22),
+                'q5_1': (32, 24), 'q2_k': (256, 84), 'q3_k': (256, 110), 'q5_k': (256, 176)}
 "Block weight dtypes (GGML layouts): elements and bytes per block (see `irv2.qkernels`)."
 _TORCH_DTYPES = {v: k for k, v in IRV2_DTYPES.items() if elem_type(v).is_float}     # torch dtype name -> IR dtype
 
@@ -118,18 +119,7 @@ def read_config(src, ctx:int|None=None, dtype:str|None=None, where:str|None=None
     out['context_length'] = ctx if ctx is not None else maxpos
     out['rms_norm_eps'] = _field(cfg, 'rms_norm_eps', where, 'float', required=False, default=1e-6)
     if out['rms_norm_eps'] <= 0: raise ConfigError(f'{where}: rms_norm_eps must be > 0, got {out["rms_norm_eps"]}')
-    rp = cfg.get('rope_parameters')
-    theta = _field(cfg, 'rope_theta', where, 'float', required=False)
-    if isinstance(rp, dict):
-        if 'rope_theta' in rp:
-            t2 = rp['rope_theta']
-            if isinstance(t2, bool) or not isinstance(t2, (int, float)) or not math.isfinite(t2):
-                raise ConfigError(f'{where}: rope_parameters.rope_theta must be a number, got {t2!r}')
-            t2 = float(t2)
-            if theta is not None and t2 != theta: raise ConfigError(f'{where}: contradictory values for rope_theta: {theta} and '
-                                                                    f'rope_parameters.rope_theta={t2}')
-            theta = t2
-    out['rope_theta'] = 10000.0 if theta is None else theta
+    out['rope_theta'] = rope_theta_field(cfg, where, keys=CONFIG_KEYS['rope_theta'], err=ConfigError)[0]   # both layouts (nac_lab.config)
     if out['rope_theta'] < 0: raise ConfigError(f'{where}: rope_theta must be >= 0, got {out["rope_theta"]}')
     if out['rope_theta'] > 0 and hd % 2: raise ConfigError(f'{where}: RoPE needs an even head_dim, got {hd}')
     if scaling is not None:

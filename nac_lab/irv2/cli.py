@@ -6,6 +6,7 @@
 from __future__ import annotations
 from pathlib import Path
 from .maps import Irv2Error
+from ..config import show_value
 from ..fileio import atomic_write, check_output
 
 # %% auto #0
@@ -13,10 +14,14 @@ __all__ = ['TOUR_RANK', 'register', 'tour']
 
 # %% ../../nbs/54_irv2_cli.ipynb #0df40e18
 def _tokens(text:str) -> list:
-    toks = []
+    "Comma-separated token ids; a bad item is named by its number and column, echoed escaped and cut to a few characters."
+    toks, col = [], 1
     for i, part in enumerate(text.split(',')):
         try: toks.append(int(part.strip()))
-        except ValueError: raise Irv2Error(f'--tokens: item {i + 1} {part.strip()!r} is not an integer (expected e.g. 1,2,3)') from None
+        except ValueError:
+            raise Irv2Error(f'--tokens: item {i + 1} (column {col}) is not an integer: {show_value(part.strip(), 16)} '
+                            f'(expected e.g. 1,2,3)') from None
+        col += len(part) + 1
     return toks
 
 def _prompt_lines(path) -> list:
@@ -143,7 +148,8 @@ def register(sub):
                    help='take the config from this GGUF file and each matrix dtype from its tensor types')
     b.add_argument('--weights', default=None, metavar='FILE.gguf',
                    help='with CONFIG: the matrix dtypes from this GGUF file\'s tensor types')
-    b.add_argument('--weights-dtype', default=None, choices=['fp32', 'bf16', 'fp16', 'q8_0', 'q4_k', 'q6_k'],
+    b.add_argument('--weights-dtype', default=None, choices=['fp32', 'bf16', 'fp16', 'q8_0', 'q4_0', 'q4_1', 'q5_0', 'q5_1', 'q4_k',
+                                                                  'q2_k', 'q3_k', 'q5_k', 'q6_k'],
                    help='store the weight matrices in this dtype (norms and biases stay fp32); the C runtime reads all of them')
     b.add_argument('--ctx', type=int, default=None, help='planning context length (default: max_position_embeddings)')
     b.add_argument('--dtype', default='fp32', choices=['fp32', 'bf16', 'fp16'], help='weight dtype of the IR (the C runtime needs fp32)')

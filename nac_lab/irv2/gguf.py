@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 from ..binio import FormatError, TruncatedError, BadMagicError, BadValueError
 from ..fileio import atomic_write
+from ..config import show_value as show
 from .quant import dequantize, quantize, QuantError, BLOCKS
 
 # %% ../../nbs/57_irv2_gguf.ipynb #f4e262d5
@@ -142,38 +143,50 @@ def gguf_metadata(reader) -> dict:
                                                                                      offset=f.offset) from None
     return out
 
-def _int(meta, key, required=True, default=None):
+def _bad(reader, key, want, v=None):
+    "GGUFError naming metadata `key`, the byte offset of its field and what it should hold (`v`: what it holds, escaped)."
+    f = reader.fields.get(key); off = getattr(f, 'offset', None)
+    if f is None: return GGUFError(f'missing metadata {show(key)} ({want})', fmt='GGUF')
+    got = f'an array of {len(v)}' if isinstance(v, list) else show(v)
+    return GGUFError(f'metadata {show(key)} must be {want}, got {got}', fmt='GGUF', offset=off)
+
+def _int(reader, meta, key, required=True, default=None):
     v = meta.get(key, default)
     if v is None and not required: return None
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-        raise GGUFError(f'metadata {key!r} must be a positive integer, got {v!r}' if key in meta else f'missing metadata {key!r}',
-                        fmt='GGUF')
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1: raise _bad(reader, key, 'a positive integer', v)
     return int(v)
+
+def _num(reader, meta, key, default):
+    v = meta.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not np.isfinite(v):
+        raise _bad(reader, key, 'a finite number', v)
+    return float(v)
+
+def _str(reader, meta, key, default=None):
+    v = meta.get(key, default)
+    if v is not None and not isinstance(v, str): raise _bad(reader, key, 'a string', v)
+    return v
 
 def gguf_config(reader) -> dict:
     "HF-style config dict (the keys `irv2.build.read_config` reads) from an open reader's metadata."
-    meta = gguf_metadata(reader); arch = meta.get('general.architecture')
-    if arch not in ARCHS: raise GGUFError(f'unsupported architecture {arch!r} (supported: {", ".join(ARCHS)})', fmt='GGUF')
+    meta = gguf_metadata(reader); arch = _str(reader, meta, 'general.architecture')
+    if arch is None: raise _bad(reader, 'general.architecture', 'a string')
+    if arch not in ARCHS: raise GGUFError(f'unsupported architecture {show(arch)} (supported: {", ".join(ARCHS)})', fmt='GGUF')
     names = {t.name: t for t in reader.tensors}
-    if 'rope_freqs.weight' in names or meta.get(f'{arch}.rope.scaling.type', 'none') not in ('none', None):
+    if 'rope_freqs.weight' in names or _str(reader, meta, f'{arch}.rope.scaling.type', 'none') != 'none':
         raise GGUFError('RoPE scaling (rope_freqs / rope.scaling.type) is not supported', fmt='GGUF')
-    heads = _int(meta, f'{arch}.attention.head_count')
+    heads = _int(reader, meta, f'{arch}.attention.head_count')
     cfg = dict(model_type=arch, architectures=list(ARCHS[arch]['architectures']),
-               hidden_size=_int(meta, f'{arch}.embedding_length'), num_hidden_layers=_int(meta, f'{arch}.block_count'),
-               intermediate_size=_int(meta, f'{arch}.feed_forward_length'), num_attention_heads=heads,
-               num_key_value_heads=_int(meta, f'{arch}.attention.head_count_kv', default=heads),
-               max_position_embeddings=_int(meta, f'{arch}.context_length'), hidden_act='silu')
-    hd = _int(meta, f'{arch}.attention.key_length', required=False)
+               hidden_size=_int(reader, meta, f'{arch}.embedding_length'), num_hidden_layers=_int(reader, meta, f'{arch}.block_count'),
+               intermediate_size=_int(reader, meta, f'{arch}.feed_forward_length'), num_attention_heads=heads,
+               num_key_value_heads=_int(reader, meta, f'{arch}.attention.head_count_kv', default=heads),
+               max_position_embeddings=_int(reader, meta, f'{arch}.context_length'), hidden_act='silu')
+    hd = _int(reader, meta, f'{arch}.attention.key_length', required=False)
     if hd is not None: cfg['head_dim'] = hd
     emb = names.get('token_embd.weight')
     if emb is None: raise GGUFError('missing tensor token_embd.weight', fmt='GGUF')
-    cfg['vocab_size'] = _int(meta, f'{arch}.vocab_size', default=int(emb.shape[-1]) if len(emb.shape) == 2 else None)
-    eps, theta = meta.get(f'{arch}.attention.layer_norm_rms_epsilon', 1e-5), meta.get(f'{arch}.rope.freq_base', 10000.0)
-    for k, v in (('layer_norm_rms_epsilon', eps), ('rope.freq_base', theta)):
-        if isinstance(v, bool) or not isinstance(v, (int, float,
-                                                     np.floating)) or not np.isfinite(v): raise GGUFError(f'metadata {arch}.{k} must be a '
-                                                                                                          f'finite number, got {v!r}',
-                                                                                                              fmt='GGUF')
+    cfg['vocab_size'] = _int(reader, meta, f'{arch}.vocab_size', default=int(emb.shape[-1]) if len(emb.shape) == 2 else None)
+    eps, theta = _num(reader, meta, f'{arch}.attention.layer_norm_rms_epsilon', 1e-5), _num(reader, meta, f'{arch}.rope.freq_base', 10000.0)
     cfg.update(rms_norm_eps=float(eps), rope_theta=float(theta), tie_word_embeddings='output.weight' not in names)
     cfg['qkv_bias'] = 'blk.0.attn_q.bias' in names                   # biases are present or not: the tensors say which
     cfg['attention_bias'] = 'blk.0.attn_output.bias' in names

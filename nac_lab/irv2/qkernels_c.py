@@ -12,13 +12,20 @@ __all__ = ['C_QKERNELS', 'WEIGHT_DTYPES', 'KIND_CODES', 'TYPED_ARGS', 'row_block
 
 # %% ../../nbs/56a_irv2_qkernels_c.ipynb #a6b829fe
 C_QKERNELS = r'''
-/* ---- weight dtypes (nac_lab.irv2.qkernels): bf16, fp16, Q8_0, Q4_K, Q6_K rows, dequantized on the fly ---------- */
+/* ---- weight dtypes (nac_lab.irv2.qkernels): bf16, fp16, Q8_0, Q4_0/1, Q5_0/1, Q2_K..Q6_K rows, decoded on the fly */
 #define NAC_W_F32 0
 #define NAC_W_BF16 1
 #define NAC_W_F16 2
 #define NAC_W_Q8_0 3
 #define NAC_W_Q4_K 4
 #define NAC_W_Q6_K 5
+#define NAC_W_Q4_0 6
+#define NAC_W_Q4_1 7
+#define NAC_W_Q5_0 8
+#define NAC_W_Q5_1 9
+#define NAC_W_Q2_K 10
+#define NAC_W_Q3_K 11
+#define NAC_W_Q5_K 12
 #define NAC_CHUNK 256
 #if defined(__AVX2__)
 /* x86 AVX2 (e.g. -march=native): the same float32 operations on eight lanes at a time (mul then add, never fused). */
@@ -68,6 +75,13 @@ NAC_UNUSED static size_t nac_row_bytes(int kind, int n) {
     case NAC_W_Q8_0: return (size_t)(n / 32) * 34;
     case NAC_W_Q4_K: return (size_t)(n / 256) * 144;
     case NAC_W_Q6_K: return (size_t)(n / 256) * 210;
+    case NAC_W_Q4_0: return (size_t)(n / 32) * 18;
+    case NAC_W_Q4_1: return (size_t)(n / 32) * 20;
+    case NAC_W_Q5_0: return (size_t)(n / 32) * 22;
+    case NAC_W_Q5_1: return (size_t)(n / 32) * 24;
+    case NAC_W_Q2_K: return (size_t)(n / 256) * 84;
+    case NAC_W_Q3_K: return (size_t)(n / 256) * 110;
+    case NAC_W_Q5_K: return (size_t)(n / 256) * 176;
     default: return (size_t)n * 4;
     }
 }
@@ -92,6 +106,67 @@ static void nac_deq_q4_k(const uint8_t *blk, float *out) {
         for (int l = 0; l < 32; l++) o[l] = d1 * (float)(q[l] & 15) - m1;
         for (int l = 0; l < 32; l++) o[32 + l] = d2 * (float)(q[l] >> 4) - m2;
 #endif
+    }
+}
+
+/* The legacy 32-element kinds (GGML Q4_0, Q4_1, Q5_0, Q5_1): f16 d (and f16 m for the _1 kinds), for Q5 a little-endian
+ * u32 of fifth bits (bit j: element j), then 16 bytes of nibbles (element j low nibble of byte j, element j+16 high). */
+static void nac_deq_legacy(int kind, const uint8_t *blk, float *out) {
+    int has_m = kind == NAC_W_Q4_1 || kind == NAC_W_Q5_1, five = kind == NAC_W_Q5_0 || kind == NAC_W_Q5_1;
+    float d = nac_h2f(nac_le16(blk)), m = has_m ? nac_h2f(nac_le16(blk + 2)) : 0.f;
+    const uint8_t *p = blk + (has_m ? 4 : 2);
+    uint32_t qh = five ? (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24) : 0u;
+    const uint8_t *qs = p + (five ? 4 : 0);
+    int bias = has_m ? 0 : (five ? 16 : 8);
+    for (int l = 0; l < 16; l++) {
+        int a = (int)((qs[l] & 15) | (((qh >> l) & 1u) << 4)) - bias, b = (int)((qs[l] >> 4) | (((qh >> (l + 16)) & 1u) << 4)) - bias;
+        if (has_m) { out[l] = d * (float)a + m; out[l + 16] = d * (float)b + m; }
+        else { out[l] = d * (float)a; out[l + 16] = d * (float)b; }
+    }
+}
+
+/* Q5_K: Q4_K's scales and mins, plus 32 bytes of fifth bits (element e: bit e / 32 of byte e % 32). */
+static void nac_deq_q5_k(const uint8_t *blk, float *out) {
+    float d = nac_h2f(nac_le16(blk)), dmin = nac_h2f(nac_le16(blk + 2));
+    const uint8_t *s = blk + 4, *qh = blk + 16, *qs = blk + 48;
+    for (int j = 0; j < 4; j++) {
+        int a = 2 * j, b = 2 * j + 1;
+        int sa = a < 4 ? (s[a] & 63) : ((s[a + 4] & 15) | ((s[a - 4] >> 6) << 4));
+        int ma = a < 4 ? (s[a + 4] & 63) : ((s[a + 4] >> 4) | ((s[a] >> 6) << 4));
+        int sb = b < 4 ? (s[b] & 63) : ((s[b + 4] & 15) | ((s[b - 4] >> 6) << 4));
+        int mb = b < 4 ? (s[b + 4] & 63) : ((s[b + 4] >> 4) | ((s[b] >> 6) << 4));
+        float d1 = d * (float)sa, m1 = dmin * (float)ma, d2 = d * (float)sb, m2 = dmin * (float)mb;
+        const uint8_t *q = qs + 32 * j;
+        float *o = out + 64 * j;
+        for (int l = 0; l < 32; l++) o[l] = d1 * (float)((q[l] & 15) | (((qh[l] >> a) & 1) << 4)) - m1;
+        for (int l = 0; l < 32; l++) o[32 + l] = d2 * (float)((q[l] >> 4) | (((qh[l] >> b) & 1) << 4)) - m2;
+    }
+}
+
+/* Q2_K: per 16 elements a 4-bit scale and a 4-bit min; 2-bit quants, byte l of each 32-byte half holding elements
+ * l, l+32, l+64, l+96 of that half (bits 0-1, 2-3, 4-5, 6-7). */
+static void nac_deq_q2_k(const uint8_t *blk, float *out) {
+    const uint8_t *s = blk, *qs = blk + 16;
+    float d = nac_h2f(nac_le16(blk + 80)), dmin = nac_h2f(nac_le16(blk + 82));
+    for (int e = 0; e < 256; e++) {
+        int r = e % 128, q = (qs[32 * (e / 128) + r % 32] >> (2 * (r / 32))) & 3;
+        float dl = d * (float)(s[e / 16] & 15), ml = dmin * (float)(s[e / 16] >> 4);
+        out[e] = dl * (float)q - ml;
+    }
+}
+
+/* Q3_K: sixteen 6-bit scales (minus 32), 2-bit quants as Q2_K, and a high bit (hmask) that, when clear, subtracts 4. */
+static void nac_deq_q3_k(const uint8_t *blk, float *out) {
+    const uint8_t *hm = blk, *qs = blk + 32, *p = blk + 96;
+    float d = nac_h2f(nac_le16(blk + 108)), dl[16];
+    for (int j = 0; j < 16; j++) {
+        int lo = j < 8 ? (p[j] & 15) : (p[j - 8] >> 4), hi = (p[8 + j % 4] >> (2 * (j / 4))) & 3;
+        dl[j] = d * (float)((lo | (hi << 4)) - 32);
+    }
+    for (int e = 0; e < 256; e++) {
+        int r = e % 128, q = (qs[32 * (e / 128) + r % 32] >> (2 * (r / 32))) & 3;
+        q -= ((hm[e % 32] >> (e / 32)) & 1) ? 0 : 4;
+        out[e] = dl[e / 16] * (float)q;
     }
 }
 
@@ -186,6 +261,14 @@ NAC_UNUSED static void nac_dequant_chunk(int kind, const uint8_t *row, int start
         }
         break;
     case NAC_W_Q4_K: nac_deq_q4_k(row + (size_t)(start / 256) * 144, out); break;
+    case NAC_W_Q5_K: nac_deq_q5_k(row + (size_t)(start / 256) * 176, out); break;
+    case NAC_W_Q2_K: nac_deq_q2_k(row + (size_t)(start / 256) * 84, out); break;
+    case NAC_W_Q3_K: nac_deq_q3_k(row + (size_t)(start / 256) * 110, out); break;
+    case NAC_W_Q4_0: case NAC_W_Q4_1: case NAC_W_Q5_0: case NAC_W_Q5_1: {
+        size_t bb = kind == NAC_W_Q4_0 ? 18 : kind == NAC_W_Q4_1 ? 20 : kind == NAC_W_Q5_0 ? 22 : 24;
+        for (int b = 0; b < count / 32; b++) nac_deq_legacy(kind, row + (size_t)(start / 32 + b) * bb, out + 32 * b);
+        break;
+    }
     case NAC_W_Q6_K: nac_deq_q6_k(row + (size_t)(start / 256) * 210, out); break;
     default: memcpy(out, row + (size_t)start * 4, sizeof(float) * (size_t)count); break;
     }
@@ -311,9 +394,10 @@ NAC_UNUSED static int embedding_wq_forward(const int32_t *ids, int n, const void
 "C source of the weight-dtype kernels, appended to the generated file after `codegen.C_KERNELS`."
 
 # %% ../../nbs/56a_irv2_qkernels_c.ipynb #54865516
-WEIGHT_DTYPES = {'fp32': 'F32', 'bf16': 'BF16', 'fp16': 'F16', 'q8_0': 'Q8_0', 'q4_k': 'Q4_K', 'q6_k': 'Q6_K'}
+WEIGHT_DTYPES = {'fp32': 'F32', 'bf16': 'BF16', 'fp16': 'F16', 'q8_0': 'Q8_0', 'q4_k': 'Q4_K', 'q6_k': 'Q6_K', 'q4_0': 'Q4_0',
+                 'q4_1': 'Q4_1', 'q5_0': 'Q5_0', 'q5_1': 'Q5_1', 'q2_k': 'Q2_K', 'q3_k': 'Q3_K', 'q5_k': 'Q5_K'}
 "IR weight dtype -> GGML kind (`quant.quantize` / `dequantize` name)."
-_C_KIND = {'fp32': 'NAC_W_F32', 'bf16': 'NAC_W_BF16', 'fp16': 'NAC_W_F16', 'q8_0': 'NAC_W_Q8_0', 'q4_k': 'NAC_W_Q4_K', 'q6_k': 'NAC_W_Q6_K'}
+_C_KIND = {k: f'NAC_W_{v}' for k, v in WEIGHT_DTYPES.items()}
 KIND_CODES = {k: i for i, k in enumerate(WEIGHT_DTYPES)}
 "IR weight dtype -> the `NAC_W_*` number the C kernels take."
 

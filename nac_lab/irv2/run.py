@@ -16,8 +16,8 @@ from .rope import inv_freq
 from .weights import LOADABLE_ST_DTYPES, ST_DTYPES, SafeTensors, merged_shapes, weights_image  # noqa: F401 (re-exported: weight files have their own module)
 
 # %% auto #0
-__all__ = ['cache_dir', 'compile_ir', 'physical_memory', 'LibModel', 'Runtime', 'TorchReference', 'random_weights',
-           'save_weights']
+__all__ = ['cache_dir', 'compile_ir', 'greedy_token', 'physical_memory', 'LibModel', 'Runtime', 'TorchReference',
+           'random_weights', 'save_weights']
 
 # %% ../../nbs/53_irv2_run.ipynb #3464327f
 def cache_dir(path=None) -> Path:
@@ -50,6 +50,15 @@ def compile_ir(ir:dict, cache=None, openmp:bool=False, extra=(), maps=None, emit
         os.replace(Path(tmp)/'model.c', d/'model.c')
         os.replace(Path(tmp)/'libmodel.so', lib)
     return lib
+
+# %% ../../nbs/53_irv2_run.ipynb #567c1e1c
+def greedy_token(logits, where:str) -> int:
+    "The argmax of `logits`; RuntimeFailure naming `where` when any is NaN or infinite (never a token picked from garbage)."
+    logits = np.asarray(logits)
+    if not np.isfinite(logits).all():
+        raise RuntimeFailure(f'the model produced NaN or infinite logits at {where} ({int(np.isnan(logits).sum())} NaN, '
+                             f'{int(np.isinf(logits).sum())} infinite of {logits.size}): the weights hold non-finite or extreme values')
+    return int(np.argmax(logits))
 
 # %% ../../nbs/53_irv2_run.ipynb #d025735c
 def physical_memory() -> int|None:
@@ -141,7 +150,7 @@ class Runtime(LibModel):
                                  f'{self.context} (build with a larger --ctx)')
         logits = self.prefill(tokens)[-1]; out = []
         for i in range(steps):
-            nxt = int(np.argmax(logits)); out.append(nxt)
+            nxt = greedy_token(logits, f'position {n - 1 + i}'); out.append(nxt)
             if i + 1 < steps: logits = self.decode(nxt)
         return out
 

@@ -59,10 +59,18 @@ def _decode(args):
                               f'{rec[1].dtype.name}')
 
 def _config(args):
-    from nac_lab.trillim.config import load_hf_config, config_args
+    from nac_lab.trillim.config import load_hf_config, config_args, config_sources, ArchConfigError
     from nac_lab.trillim.manifest import shard_files, tensor_table
+    from nac_lab.config import read_hf_config
     names = list(tensor_table(shard_files(args.model_dir)))
-    print(' '.join(config_args(load_hf_config(args.model_dir, names), args.threads)))
+    vec = config_args(load_hf_config(args.model_dir, names), args.threads)
+    print(' '.join(vec))
+    if args.verbose:                                 # RULINGS Trillim 5: which source each defaulted field came from
+        import sys
+        from nac_lab.trillim.config import CONFIG_FIELDS
+        p = Path(args.model_dir)/'config.json'
+        for f, s in config_sources(read_hf_config(p, err=ArchConfigError)[0], str(p)).items():
+            print(f'{f} = {vec[CONFIG_FIELDS.index(f)]} from {s}', file=sys.stderr)
 
 def _quantize(args):
     from nac_lab.trillim.config import load_hf_config
@@ -99,6 +107,7 @@ def register(sub):
     a.set_defaults(func=_decode)
     a = ts.add_parser('config', help='print the --config vector of a checkpoint')
     a.add_argument('model_dir'); a.add_argument('--threads', type=int, default=0)
+    a.add_argument('-v', '--verbose', action='store_true', help='also list, on stderr, where each defaulted field came from')
     a.set_defaults(func=_config)
     a = ts.add_parser('quantize', help='write qmodel.tensors, rope.cache (and qmodel.lora)')
     a.add_argument('model_dir'); a.add_argument('--adapter'); a.add_argument('--manifest', help='use this manifest instead of building one')

@@ -9,13 +9,14 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from pathlib import Path
 from ..binio import NacLabError, FormatError, align_up
-from ..config import config_field, show_value, read_hf_config
+from ..config import config_field, show_value, read_hf_config, rope_theta_field
 from ..fileio import read_json
 
 # %% auto #0
 __all__ = ['ConfigError', 'ALIGN', 'MAX_EOS', 'MAX_THREADS', 'ARCH_INFO', 'END_TOKENS', 'LIMITS', 'MAX_ROPE_BYTES',
            'CONFIG_FIELDS', 'TrillimError', 'ArchConfigError', 'ArchType', 'ActivationType', 'ArchInfo', 'ArchConfig',
-           'eos_from_tokenizer', 'arch_from_hf', 'check_arch', 'load_hf_config', 'config_args', 'parse_config_args']
+           'eos_from_tokenizer', 'arch_from_hf', 'check_arch', 'load_hf_config', 'config_args', 'config_sources',
+           'parse_config_args']
 
 # %% ../../nbs/40_trillim_config.ipynb #12efb223
 class TrillimError(NacLabError):
@@ -172,12 +173,13 @@ def arch_from_hf(cfg:dict, tensor_names=(), tokenizer_eos=(), where:str='config.
     mt = config_field(cfg, 'model_type', 'str', where=where, required=False, default='', err=ArchConfigError).lower()
     bias = config_field(cfg, 'attention_bias', 'bool', where=where, required=False, default=False, err=ArchConfigError) \
            or mt == 'qwen2' or any(n.endswith('q_proj.bias') for n in tensor_names)
-    rs = cfg.get('rope_scaling')
-    if rs not in (None, {}) and (not isinstance(rs, dict) or rs.get('rope_type', rs.get('type')) not in ('default', None)):
-        raise ArchConfigError(f'{where}: rope_scaling {show_value(rs)} is not supported by protocol v1 (plain RoPE only)')
+    for key in ('rope_scaling', 'rope_parameters'):        # both layouts (RULINGS Trillim 5); the base is read below
+        rs = cfg.get(key)
+        if rs not in (None, {}) and (not isinstance(rs, dict) or rs.get('rope_type', rs.get('type')) not in ('default', None)):
+            raise ArchConfigError(f'{where}: {key} {show_value(rs)} is not supported by protocol v1 (plain RoPE only)')
     c = ArchConfig(at, ARCH_INFO[at], align_up(hidden, ALIGN), align_up(inter, ALIGN), _need(cfg, 'num_hidden_layers', where), heads, kv,
                    _need(cfg, 'vocab_size', where), hd, _need(cfg, 'max_position_embeddings', where, 2048),
-                   _pos_float(cfg, 'rms_norm_eps', where, 1e-6), _pos_float(cfg, 'rope_theta', where, 10000.0),
+                   _pos_float(cfg, 'rms_norm_eps', where, 1e-6), rope_theta_field(cfg, where, positive=True, err=ArchConfigError)[0],
                    config_field(cfg, 'tie_word_embeddings', 'bool', where=where, required=False, default=False, err=ArchConfigError),
                    bias, ids, hidden, inter)
     check_arch(c)
@@ -228,6 +230,16 @@ def config_args(c:ArchConfig, num_threads:int=0) -> list:
             int(bool(c.tie_word_embeddings)), int(bool(c.has_qkv_bias)), int(bool(i.has_attn_sub_norm)),
             int(bool(i.has_ffn_sub_norm)), int(num_threads), len(c.eos_tokens), *c.eos_tokens]
     return [str(v) for v in vals]
+
+# %% ../../nbs/40_trillim_config.ipynb #af3394a8
+def config_sources(cfg:dict, where:str='config.json') -> dict:
+    "Where each `--config` field that has a default got its value: the HF key (or nested path) it was read from, or the default used."
+    def src(key, default): return key if cfg.get(key) is not None else f'default ({default})'
+    return {'num_kv_heads': src('num_key_value_heads', '= num_attention_heads'), 'head_dim': src('head_dim', 'hidden_size / heads'),
+            'max_position_embeddings': src('max_position_embeddings', 2048), 'norm_eps': src('rms_norm_eps', 1e-6),
+            'rope_theta': (lambda s: 'default (10000.0)' if s == 'default' else s)(rope_theta_field(cfg, where, positive=True,
+                                                                                                   err=ArchConfigError)[1]),
+            'tie_word_embeddings': src('tie_word_embeddings', 'false')}
 
 # %% ../../nbs/40_trillim_config.ipynb #31265d52
 def parse_config_args(args) -> ArchConfig:
