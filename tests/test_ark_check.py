@@ -182,3 +182,61 @@ def test_show_escapes_names_from_the_file(tmp_path):
     f = tmp_path / 'm.json'; f.write_text(json.dumps(d))
     rc, out, err = run_cli('ark', 'show', f)
     assert rc == 0 and '\x1b' not in out and '\\x1b' in out and not any(l.startswith('fake row') for l in out.split('\n'))
+
+
+def _compressed():
+    """A file shaped like ARK's `compress()` output, built by hand: x -> relu (node 0); an identity of relu's
+    result was removed, and its consumer (node 2, an add reading x and a fresh tensor) inherited the identity's
+    dependency on node 0 as an ordering edge; node 1 (exp of x) is a plain derived edge-free node."""
+    b = ArkBuilder()
+    x = b.tensor((2, 4)); y = b.tensor((2, 4))
+    b.relu(x); b.exp(x); b.add(x, y)
+    m = b.model()
+    assert [n.producers for n in m.nodes] == [[], [], []]            # no derived edge at all
+    m.nodes[2].producers.append(0); m.nodes[0].consumers.append(2)     # the inherited edge, listed symmetrically
+    return m
+
+
+def test_compressed_inherited_edge_passes():
+    assert check_model(_compressed()) == []
+
+
+def test_inherited_edge_must_be_symmetric_and_backward():
+    m = _compressed(); m.nodes[0].consumers.clear()                    # producer lists it, consumer list does not
+    assert [(d.path, d.code) for d in check_model(m)] == [('Nodes[0].ConsumerNodeIds', 'node.consumers')]
+    m = _compressed(); m.nodes[0].producers.append(2); m.nodes[2].consumers.append(0)   # a forward extra edge
+    codes = {(d.path, d.code) for d in check_model(m)}
+    assert ('Nodes[0].ProducerNodeIds', 'node.order') in codes and ('Nodes', 'node.cycle') in codes
+
+
+def test_missing_derived_edge_is_an_error():
+    b = ArkBuilder()
+    x = b.tensor((2, 4))
+    b.exp(b.relu(x))                                                   # node 1 reads node 0's result
+    m = b.model()
+    m.nodes[1].producers.clear(); m.nodes[0].consumers.clear()        # symmetric, but the derived edge is gone
+    assert [(d.path, d.code) for d in check_model(m)] == [('Nodes[1].ProducerNodeIds', 'node.producers')]
+
+
+def test_four_rank_all_reduce_with_inherited_edges_passes():
+    "4 ranks, each sends its partial to every other and adds what it receives, with compress()-style ordering edges."
+    models = []
+    for r in range(4):
+        b = ArkBuilder(r, 4)
+        part = b.relu(b.tensor((2, 4)))
+        acc = part
+        for k in range(4):
+            if k == r: continue
+            b.send_done(b.send(part, k, 10 * r + k))
+        for k in range(4):
+            if k == r: continue
+            acc = b.add(acc, b.recv(b.tensor((2, 4)), k, 10 * k + r))
+        m = b.model()
+        recvs = [i for i, n in enumerate(m.nodes) if n.ops[0].type == 'Recv']
+        for i in recvs:                                               # each Recv inherits the ordering edge on the last SendDone
+            p = recvs[0] - 1
+            if p not in m.nodes[i].producers: m.nodes[i].producers.append(p); m.nodes[p].consumers.append(i)
+        models.append(read_ark(ark_text(m)))
+    assert check_ranks(models) == []
+
+

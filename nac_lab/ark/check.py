@@ -202,14 +202,15 @@ def check_model(m:ArkModel, file:str|None=None) -> list:
             add(where(next(iter(types.values()))) + '.Buffer', 'buffer.dtype',
                 f'buffer {bid} is used as {", ".join(types)}: a reinterpretation of its bytes', 'warning')
     out += _graph_problems(m, file, producer, touched)
-    out += [Diagnostic(file, f'buffer {bid}', 'buffer.size', msg) for bid, msg in size_problems(m)]
+    out += [Diagnostic(file, where(buf_seen[bid][1]) + '.Buffer' if bid in buf_seen else f'buffer {bid}', 'buffer.size', msg)
+            for bid, msg in size_problems(m)]
     return out
 
 def size_problems(m:ArkModel) -> list:
     "`[(buffer id, message)]` for buffers larger than the memory budget (`nac_lab.nac.guard.max_bytes`): no run could hold them."
     from nac_lab.nac.guard import max_bytes, MAX_BYTES_ENV
     lim = max_bytes()
-    return [(bid, f'needs {n:,} bytes (Π Strides × element size), more than the memory budget of {lim:,} bytes ({MAX_BYTES_ENV})')
+    return [(bid, f'needs {n} bytes (Π Strides × element size), more than the memory budget of {lim} bytes ({MAX_BYTES_ENV})')
             for bid, n in sorted(buffer_bytes(m).items()) if n > lim]
 
 # %% ../../nbs/71_ark_check.ipynb #c8d04fe0
