@@ -13,7 +13,7 @@ from nac_lab.ark.exec import ArkExecutor, ArkExecError, resize
 
 
 def _flat_index(idx, offsets, strides):
-    "Element index of `idx` in a region of sizes `strides` (RULINGS ARK 5), written out independently."
+    "Element index of `idx` in a region of sizes `strides` (decision ARK 5), written out independently."
     pos = 0
     for d in range(len(strides)):
         pos = pos * strides[d] + offsets[d] + idx[d]

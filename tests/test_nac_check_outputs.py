@@ -47,12 +47,12 @@ def test_pre_ruling_b1_state_write_still_runs():
     assert back.interpreter.intermediate == []
 
 def test_state_write_back_is_marked_with_version_2():
-    "Issue 28 item 6: §7.2 has no state write; files with one carry version byte 2, which spec-only readers refuse (RULINGS 1)."
+    "Issue 28 item 6: §7.2 has no state write; files with one carry version byte 2, which spec-only readers refuse (decision NAC 1)."
     blob = nac_lab.compile(Acc().eval(), (XS[0],)).to_bytes()
     assert blob[:4] == b'NAC\x02'
     plain = nac_lab.compile(torch.nn.Linear(3, 3).eval(), (XS[0],)).to_bytes()
     assert plain[:4] == b'NAC\x01'                                     # no state: the spec's version, unchanged
-    def spec_reader_header(b):                                           # RULINGS 1: any byte but 1 is refused, naming it
+    def spec_reader_header(b):                                           # decision NAC 1: any byte but 1 is refused, naming it
         if b[3] != 1: raise ValueError(f'unsupported version {b[3]}')
     with pytest.raises(ValueError, match='unsupported version 2'): spec_reader_header(blob)
     spec_reader_header(plain)

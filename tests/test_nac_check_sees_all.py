@@ -15,7 +15,7 @@ from nac_lab.nac.signature import Signature, InputSpec, attach_signature
 
 def _reference_style_frees():
     """The demo stream (10 instructions) with every FREE one tick early: the reference compiler frees a value on the
-    tick of its last read (RULINGS 10). Static rules hold (each FREE names an earlier instruction); the replay does not.
+    tick of its last read (decision NAC 10). Static rules hold (each FREE names an earlier instruction); the replay does not.
     FREEs of the demo: 1 at 3, 3 at 5, 6 at 8, 0 at 9; last readers: 1 -> 2, 3 -> 4, 6 -> 7, 0 -> 8."""
     nac, _ = demo_nac()
     cmds = [Command(c.tick - 1, c.action, c.target) if c.action == MmapAction.FREE else c for c in commands_of(nac.mmap)]
@@ -30,7 +30,7 @@ def test_reference_style_schedule_without_signature_is_a_problem(tmp_path):
     rep = check(f)
     got = [(p.place, p.message) for p in rep.problems]
     assert got == [(f'MMAP tick {t}', f'FREE -> {v}: freed during its last read by instruction {t}: FREE belongs on tick {t + 1} '
-                    f'(RULINGS 10)') for t, v in ((2, 1), (4, 3), (7, 6), (8, 0))], got
+                    f'(decision NAC 10)') for t, v in ((2, 1), (4, 3), (7, 6), (8, 0))], got
     rc, out, err = run_cli('check', str(f))
     assert rc == 1 and '4 problems' in out, (rc, out, err)
     rc2, out2, _ = run_cli('schedule', 'check', str(f), '--json')

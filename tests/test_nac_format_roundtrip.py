@@ -1,7 +1,7 @@
 """Property and golden tests for nac_lab.nac.format / weights.
 
 * `test_golden_handmade`: a .nac assembled here byte by byte with `struct` straight from the spec
-  (§2.2, §3, §4, §5, §6, §9 and RULINGS 2-8), independently of nac_lab's writer; the reader must decode
+  (§2.2, §3, §4, §5, §6, §9 and decision NAC 2-8), independently of nac_lab's writer; the reader must decode
   the values we put in, and the writer must reproduce the same bytes.
 * `test_random_models_round_trip` (hypothesis): random valid models -- random programs over every
   instruction kind, every CNST type, tensors of every dtype and quantization method, random MMAP,
@@ -25,7 +25,7 @@ def _sec_str(s, lenfmt):
 
 
 def handmade() -> bytes:
-    "A complete .nac built by hand, sections in the RULINGS 3 order, weights internal, quant INT8_TENSOR."
+    "A complete .nac built by hand, sections in the decision NAC 3 order, weights internal, quant INT8_TENSOR."
     mmap = b'MMAP' + struct.pack('<I', 1) + struct.pack('<HB', 2, 2) + struct.pack('<BH', 40, 1) + struct.pack('<BH', 10, 2)
     # program: 0 input x; 1 param 0; 2 nac.add(v0, v1) sig 'TT'; 3 custom op 201 sig 'TA' (v2, const 5); 4 return v3
     ops = (b'OPS ' + struct.pack('<I', 5)

@@ -89,7 +89,7 @@ def test_reference_style_file_with_example(tmp_path):
     assert (conv.attrs['stride'], conv.attrs['padding'], conv.attrs['groups']) == ((2, 2), (1, 1), 1)
     assert isinstance(conv.args['input'], InputRef) and conv.args['weight'] == ParamRef(1, c - 2)
     assert g.value_type(c) == TensorType((2, 4, 4, 4), 'float32')       # (8 + 2 - 3) // 2 + 1 = 4
-    assert g.value_type(bn) == TensorType((2, 4, 4, 4), 'float32')      # the tuple-first op yields element 0 (RULINGS 13)
+    assert g.value_type(bn) == TensorType((2, 4, 4, 4), 'float32')      # the tuple-first op yields element 0 (decision NAC 13)
     assert g.value_type(fl) == TensorType((2, 64), 'float32')
     assert g.value_type(parts) == (TensorType((2, 10), 'float32'),) * 6 + (TensorType((2, 4), 'float32'),)   # 64 = 6*10 + 4
     assert g.value_type(second) == TensorType((2, 10), 'float32')

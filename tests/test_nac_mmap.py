@@ -45,7 +45,7 @@ def brute_readers(ops):
 
 
 def brute_next(ops, v):
-    "The first instruction after v that is not a parameter load (RULINGS 10: FORWARD skips parameter loads)."
+    "The first instruction after v that is not a parameter load (decision NAC 10: FORWARD skips parameter loads)."
     k = v + 1
     while k < len(ops) and ops[k].A == 2 and ops[k].B == 1: k += 1
     return k
@@ -58,7 +58,7 @@ def brute_live(ops, sizes):
         for v in range(n):
             ins = ops[v]
             if ins.A == 3: continue
-            if ins.A == 2 and ins.B == 1:           # RULINGS 10: preloaded on the tick before its load instruction at the latest
+            if ins.A == 2 and ins.B == 1:           # decision NAC 10: preloaded on the tick before its load instruction at the latest
                 if rd[v] and max(v - 1, 0) <= t <= rd[v][-1]: tot += sizes[v]
             elif v <= t <= (rd[v][-1] if rd[v] else v): tot += sizes[v]
         out.append(tot)
@@ -300,7 +300,7 @@ def test_cli_check_lists_hand_corrupted_commands_precisely(tmp_path):
     rc, vs, d = check('fwd.nac', [(c + 1, (9).to_bytes(2, 'little'))])
     assert rc == 1 and vs == [(7, 'FORWARD', 9), (8, 'EXEC', 7)]
     assert d['violations'][0]['offset'] == c and 'next instruction 8' in d['violations'][0]['why']
-    # PRELOAD -> 6 (W2, at tick 5: just in time, RULINGS 10) rewritten as PRELOAD -> 5 (relu, an op): static error,
+    # PRELOAD -> 6 (W2, at tick 5: just in time, decision NAC 10) rewritten as PRELOAD -> 5 (relu, an op): static error,
     # then W2 is read without a preload
     c = at[5, 40, 6]
     rc, vs, d = check('pre.nac', [(c + 1, (5).to_bytes(2, 'little'))])
@@ -310,7 +310,7 @@ def test_cli_check_lists_hand_corrupted_commands_precisely(tmp_path):
     rec = at[9, 20, 0] - 3
     rc, vs, d = check('free.nac', [(rec, (8).to_bytes(2, 'little'))])
     assert rc == 1 and (8, 'FREE', 0) in vs and 'FREE belongs on tick 9' in d['violations'][vs.index((8, 'FREE', 0))]['why']
-    # the untouched file with a capacity below the 4672 B peak (RULINGS 10: weights arrive the tick before their load):
+    # the untouched file with a capacity below the 4672 B peak (decision NAC 10: weights arrive the tick before their load):
     # tick 2: W1 4096 + b1 256 (preloaded for instruction 3) + x 64 + x@W1 256; tick 5: W2 4096 (preloaded for
     # instruction 6) + x 64 + the value forwarded into 5 (256) + relu 256; tick 7: x 64 + relu 256 + W2 4096 + y 64 = 4480
     rc, vs, d = check('ok.nac', [], '--capacity', '4671')
@@ -322,7 +322,7 @@ def test_cli_check_lists_hand_corrupted_commands_precisely(tmp_path):
 
 
 def test_files_laid_out_the_old_way_still_schedule_and_run():
-    """A stream with every parameter load at the top (the layout before RULINGS 10's revision) still schedules,
+    """A stream with every parameter load at the top (the layout before decision NAC 10's revision) still schedules,
     simulates valid at the lower bound of its own order and runs to the same outputs as the just-in-time layout."""
     import torch
     from nac_lab.nac.mmap import apply_order

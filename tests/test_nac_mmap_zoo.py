@@ -35,7 +35,7 @@ def test_compiler_schedule_is_valid(zoo):
 
 
 def test_parameter_loads_are_just_in_time(zoo):
-    """RULINGS 10: every <INPUT B=1> sits right before its first reader (only other parameter loads between them),
+    """decision NAC 10: every <INPUT B=1> sits right before its first reader (only other parameter loads between them),
     every PRELOAD comes at a tick before its load instruction, each parameter is preloaded once, and the schedule's
     peak equals the lower bound."""
     name, m, xs, sz = zoo

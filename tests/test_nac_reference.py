@@ -1,4 +1,4 @@
-"""Reference-style NAC v1.6 files (RULINGS 6, 8, 13-15), built here with nac_lab's writer the way the reference
+"""Reference-style NAC v1.6 files (decision NAC 6, 8, 13-15), built here with nac_lab's writer the way the reference
 compiler lays them out, and run against torch eager.
 
 The reference habits reproduced: CMAP names every op by its full ATen overload (`aten.linear.default`) at ids
@@ -102,7 +102,7 @@ def test_linear_relu_and_getitem(tmp_path):
 
 
 def test_deleted_getitem_after_batch_norm_and_layer_norm(tmp_path):
-    "The consumer of _native_batch_norm_legit_no_training / native_layer_norm reads element 0 (RULINGS 13)."
+    "The consumer of _native_batch_norm_legit_no_training / native_layer_norm reads element 0 (decision NAC 13)."
     b = RefBuilder()
     x = b.input('x')
     cw, cb = rnd(4, 3, 3, 3), rnd(4, seed=2)
@@ -155,7 +155,7 @@ def test_getitem_and_direct_reads_of_one_tuple_are_refused(tmp_path):
 
 @pytest.mark.parametrize('quant', [QuantMethod.INT8_TENSOR, QuantMethod.INT8_CHANNEL, QuantMethod.BLOCK_FP8])
 def test_external_quantized_weights_with_reference_metadata(tmp_path, quant):
-    "The reference's `{'quant_type': ...}` metadata is read and written; values are dequantized (RULINGS 8, 15)."
+    "The reference's `{'quant_type': ...}` metadata is read and written; values are dequantized (decision NAC 8, 15)."
     b = RefBuilder()
     x = b.input('x')
     W, bias = rnd(16, 12, seed=30), rnd(16, seed=31)
@@ -175,7 +175,7 @@ def test_external_quantized_weights_with_reference_metadata(tmp_path, quant):
     p.with_suffix('.safetensors').write_bytes(safetensors_bytes({'fc.weight': qt, 'fc.bias': bias_t}, {'fc.weight': json.dumps(ref_meta)}))
     xin = rnd(4, 12, seed=32)
     got = load(p).run(xin)[0]
-    # expected: dequantize by the rules of RULINGS 8, computed here with numpy
+    # expected: dequantize by the rules of decision NAC 8, computed here with numpy
     q = qt.data.astype(np.float32)
     if quant == QuantMethod.INT8_TENSOR: Wd = q * np.float32(qt.scale)
     elif quant == QuantMethod.INT8_CHANNEL: Wd = q * np.asarray(qt.scales, np.float32)[:, None]

@@ -253,7 +253,7 @@ def test_device_file_overrides_same_named_device(tmp_path):
     r = check(tmp_path / 'q.nem', name='q.nem', device='twin')                        # --device NAME: the included twin
     assert r.device.topology['l2_size_bytes'] == 1000 and r.errors == []
 
-# ---------------- the spec's worked examples (RULINGS NEM 9) ----------------
+# ---------------- the spec's worked examples (decision NEM 9) ----------------
 def test_conv2d_relu_example_errors():
     r = check(NEM / 'examples' / 'conv2d_relu.nem', name='conv2d_relu.nem')
     # the type error points at the opcode (column 10), the shape error at the output operand C (column 58)

@@ -1,4 +1,4 @@
-"""Float execution (RULINGS E5, rulings K1-K5 of nem.kernels): f32 bit-exact IEEE, bf16/f16 widened exactly and
+"""Float execution (decision NEM E5, rulings K1-K5 of nem.kernels): f32 bit-exact IEEE, bf16/f16 widened exactly and
 rounded to nearest even (reference: torch's conversions), views on bf16, ping-pong loops; transcendental and
 reduction paths against float64 references."""
 import math

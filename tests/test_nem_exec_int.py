@@ -1,4 +1,4 @@
-"""Bit-exact quantized integer execution (RULINGS E3, E4): conv2d and gemm with per-channel requantization,
+"""Bit-exact quantized integer execution (decision NEM E3, E4): conv2d and gemm with per-channel requantization,
 zero points, padding, strides, dilations and groups, against an independent reference written here with
 Python integers (TFLite QuantizeMultiplier and gemmlowp's rounding from their published definitions)."""
 import math

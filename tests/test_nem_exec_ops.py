@@ -1,5 +1,5 @@
 """Every opcode of data/nem/opcodes.yaml runs on f32 operands through `nac_lab.nem.run`, against a float64 numpy
-reference written here (ONNX meaning on NEM layouts, RULINGS E2)."""
+reference written here (ONNX meaning on NEM layouts, decision NEM E2)."""
 import math
 import numpy as np
 import pytest

@@ -389,7 +389,7 @@ CASES.update({
                                                                                           'token.limit 33|32\n',
 })
 
-# ---------------- let bindings (RULINGS NEM 2) ----------------
+# ---------------- let bindings (decision NEM 2) ----------------
 CASES.update({
 'let_int_in_loop_ok': LITE + BUFS + 'loop i in [0..3]:\n  let off = (i mod 2) * 128\n  let X = region(A, off, 128, elem=f16, shape=[1, '
                                     '64], layout=NC)\n  let Y = region(B, off, 128, elem=f16, shape=[1, 64], layout=NC)\n  t = relu.sync '
@@ -401,7 +401,7 @@ CASES.update({
 'let_float_not_integer': 'const K = 2\nlet eps = 0.5\nbuffer Z : L2 (size=eps * K)  #! expr.undefined eps\n',
 })
 
-# ---------------- opcode layouts (RULINGS NEM 7: conv X NHWC, W HWIO) ----------------
+# ---------------- opcode layouts (decision NEM 7: conv X NHWC, W HWIO) ----------------
 CASES.update({
 'conv_layout_nchw': LITE + 'buffer A : L1 (size=65536)\nX = region(A, 0, 2048, elem=f16, shape=[1, 16, 8, 8], layout=NCHW)\nW = region(A, '
                            '2048, 9216, elem=f16, shape=[3, 3, 16, 32], layout=HWIO)\nY = region(A, 12288, 2304, elem=f16, shape=[1, 6, '

@@ -1,7 +1,7 @@
 """NEM parser: every construct of the grammar parses to the expected AST; syntax errors carry precise positions.
 
 Expected ASTs and positions are written by hand from the grammar (nem_spec.md, Formal Language Definition)
-and the rulings (RULINGS NEM 2-6), not produced by the parser.
+and the rulings (decision NEM 2-6), not produced by the parser.
 """
 import pytest
 from hypothesis import given, settings, strategies as st

@@ -153,7 +153,7 @@ CASES = [
     dict(id='llama-sharded-tied-bias', arch='llama', tied=True, bias=True, shards=3),
     dict(id='bitnet', arch='bitnet', heads=4, kv=4, hidden=64, inter=160),
     dict(id='bitnet-sharded-tied', arch='bitnet', tied=True, shards=2, hidden=64, heads=4, kv=1, inter=130),
-    # vocab == hidden: the embedding's rows are padded too (RULINGS Trillim 2) and must be cut off again
+    # vocab == hidden: the embedding's rows are padded too (decision Trillim 2) and must be cut off again
     dict(id='llama-vocab-eq-hidden', arch='llama', hidden=96, heads=4, kv=2, inter=256, vocab=96, eos=(95,), layers=1),
 ]
 

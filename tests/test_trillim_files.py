@@ -1,4 +1,4 @@
-"""Manifests byte for byte against an independent writer of RULINGS Trillim 1-2; round trips; and every reader
+"""Manifests byte for byte against an independent writer of decision Trillim 1-2; round trips; and every reader
 (safetensors header, manifest, qmodel.tensors, rope.cache, qmodel.lora) rejecting corrupt input with typed errors."""
 import json, math, os, random, shutil, struct
 from pathlib import Path
@@ -15,7 +15,7 @@ from trillim_blobs import tiny_trillim_blobs
 from nac_lab.trillim.files import quantize, read_tensors, read_rope, read_lora
 
 # ----------------------------------------------------------------------------------------------------------------
-# independent manifest writer, straight from RULINGS Trillim 1-2 (own header parser, own order, own packing)
+# independent manifest writer, straight from decision Trillim 1-2 (own header parser, own order, own packing)
 
 DT = {'F32': (0, 4), 'F16': (1, 2), 'BF16': (2, 2), 'I8': (3, 1), 'U8': (4, 1)}
 
@@ -165,7 +165,7 @@ def files(tmp_path_factory):
     return {k: (readers[k], b[k]) for k in readers}
 
 def lora_start(blob) -> int:
-    "Where the optional LoRA block of a manifest starts, from the byte layout of §6 / RULINGS Trillim 1 (own parse)."
+    "Where the optional LoRA block of a manifest starts, from the byte layout of §6 / decision Trillim 1 (own parse)."
     ns, pos = struct.unpack_from('<H', blob, 0)[0], 2
     for _ in range(ns): pos += 2 + struct.unpack_from('<H', blob, pos)[0]
     return pos + 4 + 55 * struct.unpack_from('<I', blob, pos)[0]

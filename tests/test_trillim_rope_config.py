@@ -1,4 +1,4 @@
-"""RULINGS Trillim 5: the RoPE base comes from both HF config layouts through the one shared reader
+"""decision Trillim 5: the RoPE base comes from both HF config layouts through the one shared reader
 (`nac_lab.config.rope_theta_field`), so Trillim's `--config` vector and `rope.cache` and IR v2's config agree."""
 import json, math
 import numpy as np

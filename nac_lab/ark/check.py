@@ -34,7 +34,7 @@ def summary_line(diags:list) -> str:
     e = sum(d.severity == 'error' for d in diags); w = len(diags) - e
     return 'ok' if not diags else f'{e} error{"s" * (e != 1)}, {w} warning{"s" * (w != 1)}'
 
-#: required arguments per op type: name -> accepted declared types (RULINGS ARK 3); `Factor|Value` = one of them
+#: required arguments per op type: name -> accepted declared types (decision ARK 3); `Factor|Value` = one of them
 ARG_RULES = {
     'Matmul': {'TransposeInput': ('BOOL',), 'TransposeOther': ('BOOL',)},
     'ReduceSum': {'Axis': ('INT',), 'KeepDim': ('BOOL',)}, 'ReduceMax': {'Axis': ('INT',), 'KeepDim': ('BOOL',)},
@@ -56,7 +56,7 @@ def view_key(t:Tensor) -> tuple:
     return (t.dtype, t.shape, t.strides, t.offsets, t.padded, t.buffer.id)
 
 def tensor_problems(t:Tensor) -> list:
-    "`[(code, message)]` for the shape invariants of one tensor (RULINGS ARK 5)."
+    "`[(code, message)]` for the shape invariants of one tensor (decision ARK 5)."
     return layout_problems(t.shape, t.strides, t.offsets, t.padded)
 
 def layout_problems(s, st, of, p) -> list:
@@ -105,7 +105,7 @@ def _arg_problems(o:Op, ndim) -> list:
     if o.type.startswith('Reduce') and 'Axis' in a and a['Axis'].type == 'INT' and ndim:
         if not 0 <= a['Axis'].value < ndim:
             out.append(('arg.value',
-                        f'Axis {a["Axis"].value} is not an axis of the {ndim}-dimensional input (0..{ndim - 1}, RULINGS ARK 3)',
+                        f'Axis {a["Axis"].value} is not an axis of the {ndim}-dimensional input (0..{ndim - 1}, decision ARK 3)',
                         'Args.Axis.INT'))
     if o.type == 'Matmul' and 'ShapeMNK' in a and len(o.read) == 2 and a['ShapeMNK'].type == 'DIMS':
         x, w = o.read[0].shape, o.read[1].shape
@@ -120,10 +120,10 @@ def _arg_problems(o:Op, ndim) -> list:
 
 def _result_problems(o:Op) -> list:
     if o.is_virtual:
-        return [('op.results', 'a virtual op never writes a tensor (RULINGS ARK 4)', 'WriteTensors')] if o.write else []
+        return [('op.results', 'a virtual op never writes a tensor (decision ARK 4)', 'WriteTensors')] if o.write else []
     if o.type == 'Noop': return []
     if len(o.result) != 1:
-        return [('op.results', f'{o.type} returns {len(o.result)} tensors; a non-virtual op returns exactly one (RULINGS ARK 5)',
+        return [('op.results', f'{o.type} returns {len(o.result)} tensors; a non-virtual op returns exactly one (decision ARK 5)',
                  'ResultTensors')]
     src = o.read[0] if o.type == 'SendDone' and o.read else (o.write[0] if o.write else None)
     r = o.result[0]
@@ -145,7 +145,7 @@ def check_model(m:ArkModel, file:str|None=None) -> list:
         return f'{m.op_path(i, j)}.{key}[{k}]'
     seen_t, producer, first_at, names, buf_seen, buf_types, shape_probs = {}, {}, {}, {}, {}, {}, {}
     for i, n in enumerate(m.nodes):
-        if n.id != i: add(f'Nodes[{i}].Id', 'node.id', f'node at position {i} has Id {n.id}; Id is the position in Nodes (RULINGS ARK 6)')
+        if n.id != i: add(f'Nodes[{i}].Id', 'node.id', f'node at position {i} has Id {n.id}; Id is the position in Nodes (decision ARK 6)')
     touched, seen_obj = [set() for _ in m.nodes], set()
     for i, j, o in m.ops():
         if o.name:
@@ -387,7 +387,7 @@ def _gelu(self, x, out=None, exact=False):
 ArkBuilder.gelu = _gelu
 
 def _scalar(self, kind, x, v, out=None):
-    "`ScalarAdd`/`ScalarMul` with `Factor` (RULINGS ARK 3)."
+    "`ScalarAdd`/`ScalarMul` with `Factor` (decision ARK 3)."
     return self.op(kind, [x], x.shape, out, args={'Factor': Arg('FLOAT', float(np.float32(v)))})
 ArkBuilder.scalar_add = lambda self, x, v, out=None: _scalar(self, 'ScalarAdd', x, v, out)
 ArkBuilder.scalar_mul = lambda self, x, v, out=None: _scalar(self, 'ScalarMul', x, v, out)
@@ -400,7 +400,7 @@ def _assign(self, out, v):
 ArkBuilder.scalar_assign = _assign
 
 def _reduce(self, kind, x, axis, keepdim=True, out=None):
-    "`ReduceSum/Max/Mean` over `axis` (non-negative, RULINGS ARK 3)."
+    "`ReduceSum/Max/Mean` over `axis` (non-negative, decision ARK 3)."
     axis = axis % len(x.shape)
     shape = tuple(1 if d == axis else s for d, s in enumerate(x.shape)) if keepdim else (
         tuple(s for d, s in enumerate(x.shape) if d != axis) or (1,))
@@ -454,7 +454,7 @@ def _recv(self, out:Tensor, remote:int, tag:int) -> Tensor:
 ArkBuilder.recv = _recv
 
 def _model(self, era='op') -> ArkModel:
-    "The model: one node per op, producer/consumer lists from the tensors (RULINGS ARK 6)."
+    "The model: one node per op, producer/consumer lists from the tensors (decision ARK 6)."
     prod, nodes = {}, []
     for i, o in enumerate(self.ops):
         ps = []
@@ -523,7 +523,7 @@ def _spot(p) -> str:
 
 # %% ../../nbs/71_ark_check.ipynb #c1e40863
 def check_ranks(models:list, files:list|None=None) -> list:
-    "Per-file problems of every model plus the cross-rank ones (RULINGS ARK 2)."
+    "Per-file problems of every model plus the cross-rank ones (decision ARK 2)."
     with paused_gc(): return _check_ranks(models, files)     # everything it builds is temporary: no collector passes over the models
 
 def _check_ranks(models:list, files:list|None=None) -> list:

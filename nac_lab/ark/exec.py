@@ -19,7 +19,7 @@ class ArkExecError(NacLabError, RuntimeError):
     "An ARK model that cannot be executed; names the rank, node, op and what went wrong."
 
 def elem_strides(t:Tensor) -> tuple:
-    "Element strides of `t`'s view: suffix products of its `Strides` (RULINGS ARK 5)."
+    "Element strides of `t`'s view: suffix products of its `Strides` (decision ARK 5)."
     out, acc = [], 1
     for s in reversed(t.strides): out.append(acc); acc *= s
     return tuple(reversed(out))

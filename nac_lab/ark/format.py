@@ -53,7 +53,7 @@ class Buffer:
 
 @dataclass(eq=False, slots=True)
 class Tensor:
-    "A strided view of a buffer (spec §Tensor; RULINGS ARK 5: `strides` are region sizes, not element steps)."
+    "A strided view of a buffer (spec §Tensor; decision ARK 5: `strides` are region sizes, not element steps)."
     id: int
     dtype: str
     shape: tuple

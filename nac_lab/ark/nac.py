@@ -168,7 +168,7 @@ def _binary(kind):
             if kind == 'Add': return T.b.scalar_add(tx, v)
             if kind == 'Sub': return T.b.scalar_add(tx, -v)
             if kind == 'Mul': return T.b.scalar_mul(tx, v)
-            return T.b.scalar_mul(tx, 1.0 / v)                       # RULINGS ARK 3: x / v = x * (1/v)
+            return T.b.scalar_mul(tx, 1.0 / v)                       # decision ARK 3: x / v = x * (1/v)
         if alpha not in (None, 1): ty = T.b.scalar_mul(ty, float(alpha))
         return getattr(T.b, kind.lower())(tx, ty)
     return f

@@ -155,7 +155,7 @@ def read_config(src, ctx:int|None=None, dtype:str|None=None, where:str|None=None
 
 # %% ../../nbs/51_irv2_build.ipynb #5d7eff4f
 ELEM_ALIGN = 16
-"`aligned_*` dimensions are rounded up to this many elements (RULINGS IR v2 2: 64 bytes of fp32)."
+"`aligned_*` dimensions are rounded up to this many elements (decision IR v2 2: 64 bytes of fp32)."
 
 def aligned(n:int) -> int:
     "`n` rounded up to a multiple of `ELEM_ALIGN` (`binio.align_up`)."

@@ -21,7 +21,7 @@ __all__ = ['ENCDEC_DIM_NAMES', 'ENCDEC_DIM_IDS', 'ACTIVATIONS', 'STAGES', 'FLAG_
 
 # %% ../../nbs/58b_irv2_encdec.ipynb #4099bed8
 ENCDEC_DIM_NAMES = DIM_NAMES + ('enc_tokens', 'rel_buckets', 'positions', 'type_vocab')
-"Dimension names of an encoder(-decoder) IR: RULINGS IR v2 (1), then `enc_tokens`, `rel_buckets`, `positions`, `type_vocab` (ids 11-14)."
+"Dimension names of an encoder(-decoder) IR: decision IR v2 1, then `enc_tokens`, `rel_buckets`, `positions`, `type_vocab` (ids 11-14)."
 ENCDEC_DIM_IDS = {n: i for i, n in enumerate(ENCDEC_DIM_NAMES)}
 ACTIVATIONS = {'relu': 0, 'gelu_new': 1, 'gelu_pytorch_tanh': 1, 'gelu': 2, 'silu': 3, 'swish': 3}
 "Feed-forward activations and their code in the C kernel `activation_forward` (1: tanh form, 2: exact erf form)."

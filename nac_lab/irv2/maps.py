@@ -21,7 +21,7 @@ __all__ = ['DIM_NAMES', 'DIM_IDS', 'CONDITION_DEFAULTS', 'CONDITION_NAMES', 'DEC
 # %% ../../nbs/50_irv2_maps.ipynb #2c2d9461
 DIM_NAMES = ('tokens', 'embed', 'aligned_embed', 'head_dim', 'aligned_head', 'num_heads',
              'num_kv_heads', 'aligned_ctx', 'intermediate', 'aligned_intermediate', 'vocab')
-"Dimension names in id order: `DIM_NAMES[i]` is the name of dimension id `i` (RULINGS IR v2 (1))."
+"Dimension names in id order: `DIM_NAMES[i]` is the name of dimension id `i` (decision IR v2 1)."
 DIM_IDS = {n: i for i, n in enumerate(DIM_NAMES)}
 
 # %% ../../nbs/50_irv2_maps.ipynb #272a5fa8

@@ -159,7 +159,7 @@ def _emit_softmax(E, l, ctx, xv, yv, prev):
 
 # %% ../../nbs/69g_lower_ops.ipynb #af7b496c
 def _emit_matmul(E, l, ctx, xv, yv, prev):
-    "Activation × activation (batched over leading axes): int8 per RULINGS E3 with both zero points, float with an f32 accumulator."
+    "Activation × activation (batched over leading axes): int8 per decision NEM E3 with both zero points, float with an f32 accumulator."
     a, b = (ctx.vals[n] for n in l.inputs)
     for v in (a, b): _torch_order(l, v, 'matmul')
     if len(a.shape) != len(b.shape): raise LowerError(f'{l.name} (NAC instruction {l.nac}): matmul of ranks {len(a.shape)} and '

@@ -188,7 +188,7 @@ def eval_float(g, *inputs) -> dict:
 
 # %% ../../nbs/67_lower_quant.ipynb #11298879
 def _island_ref(l, q, qi, qo) -> np.ndarray:
-    """An int8 layernorm/rmsnorm/softmax run in f16 (RULINGS E4, E5): the real input rounded once to f16, the op in
+    """An int8 layernorm/rmsnorm/softmax run in f16 (decision NEM E4, E5): the real input rounded once to f16, the op in
     float32 on the widened values (softmax: exp in float64, K1), the result rounded to f16, then quantized (E4)."""
     h = lambda a: np.asarray(a, np.float64).astype(np.float16).astype(np.float32)
     x = h(qi.dequantize(q))
@@ -276,7 +276,7 @@ def _conv_f32(x, w, a):
 
 # %% ../../nbs/67_lower_quant.ipynb #fba9ad01
 def reference_bf16(g, *inputs) -> dict:
-    "Every value of `g` computed as a bf16 program does (RULINGS E5), float32 arrays of bf16 values in PyTorch layout."
+    "Every value of `g` computed as a bf16 program does (decision NEM E5), float32 arrays of bf16 values in PyTorch layout."
     bf = bf16_rne
     v = {n: bf(x) for n, x in zip(g.inputs, inputs)}
     for l in g.layers:

@@ -34,7 +34,7 @@ class _Lowering:
     def __init__(self, g: NacGraph):
         self.g, self.nac = g, NacFile()
         self.index, self.custom, self.weights, self.kind, self.pid_of = {}, {}, {}, {}, {}
-        self.pending = {}          # parameter placeholders not loaded yet: node -> parameter id (RULINGS 10)
+        self.pending = {}          # parameter placeholders not loaded yet: node -> parameter id (decision NAC 10)
 
     def load_params(self, n):
         "Emit the `<INPUT B=1>` of every not yet loaded parameter that node `n` reads, in argument order, right before it."

@@ -24,7 +24,7 @@ __all__ = ['HEADER_SIZE', 'HEADER_ORDER', 'WRITE_ORDER', 'TAGS', 'DTYPE_NAMES', 
 HEADER_SIZE = 88
 #: section names in the order of the header's offset table (§2.2.5)
 HEADER_ORDER = ('MMAP', 'OPS', 'CMAP', 'CNST', 'PERM', 'DATA', 'PROC', 'ORCH', 'RSRC')
-#: physical order in which nac_lab writes the sections (RULINGS 3)
+#: physical order in which nac_lab writes the sections (decision NAC 3)
 WRITE_ORDER = ('MMAP', 'OPS', 'CMAP', 'CNST', 'PERM', 'DATA', 'PROC', 'RSRC', 'ORCH')
 TAGS = {n: n.ljust(4).encode() for n in HEADER_ORDER}
 
@@ -63,7 +63,7 @@ class BadRefError(BadValueError):
     "A reference inside OPS or MMAP (D offset, constant, parameter, signature, tick) points nowhere valid."
 
 class MmapError(BadRefError):
-    "An MMAP record whose tick or target is wrong for the instruction stream (§4, RULINGS 10); see also `nac.mmap.check_mmap`."
+    "An MMAP record whose tick or target is wrong for the instruction stream (§4, decision NAC 10); see also `nac.mmap.check_mmap`."
 
 # %% ../../nbs/10b_nac_container.ipynb #d00540e3
 class F32List(list):
@@ -103,19 +103,19 @@ class Instruction:
     @classmethod
     def user_input(cls): "`<INPUT B=0>`: a user input (§7.1.1)."; return cls(2, 0)
     @classmethod
-    def param(cls, pid:int): "`<INPUT B=1>` loading parameter `pid` (C = [1, pid], RULINGS 4)."; return cls(2, 1, [1, pid])
+    def param(cls, pid:int): "`<INPUT B=1>` loading parameter `pid` (C = [1, pid], decision NAC 4)."; return cls(2, 1, [1, pid])
     @classmethod
     def state(cls, sid:int): "`<INPUT B=2>` reading state `sid`."; return cls(2, 2, [1, sid])
     @classmethod
-    def lifted(cls, cid:int): "`<INPUT B=3>`: a scalar lifted constant whose default is CNST `cid` (RULINGS 9)."; return cls(2, 3, [1, cid])
+    def lifted(cls, cid:int): "`<INPUT B=3>`: a scalar lifted constant whose default is CNST `cid` (decision NAC 9)."; return cls(2, 3, [1, cid])
     @classmethod
     def output(cls, offsets, final:bool=True):
-        "`<OUTPUT B=0>` (or `B=1` when not `final`) returning the results at relative `offsets` (RULINGS 4)."
+        "`<OUTPUT B=0>` (or `B=1` when not `final`) returning the results at relative `offsets` (decision NAC 4)."
         offsets = list(offsets)
         return cls(3, 0 if final else 1, [len(offsets)] + [0]*len(offsets), offsets)
     @classmethod
     def control_flow(cls, pred:int, true_len:int, false_len:int):
-        "`<CONTROL_FLOW>` with predicate at relative offset `pred` (§7.3.1, C count-prefixed as in RULINGS 4)."
+        "`<CONTROL_FLOW>` with predicate at relative offset `pred` (§7.3.1, C count-prefixed as in decision NAC 4)."
         return cls(6, 0, [2, true_len, false_len], [pred])
     @classmethod
     def convergence(cls, threshold:int, input_off:int, end_off:int, branches):
@@ -131,13 +131,13 @@ class MmapCommand(NamedTuple):
 
 @dataclass
 class MmapRecord:
-    "All commands that run at one tick, i.e. while OPS instruction `tick` runs (§4.3, RULINGS 10)."
+    "All commands that run at one tick, i.e. while OPS instruction `tick` runs (§4.3, decision NAC 10)."
     tick: int
     commands: list = field(default_factory=list)
 
 @dataclass(eq=False)
 class DataTensor:
-    "An internal tensor of DATA block 3 (§6.1, RULINGS 8); `data` is a view with the stored dtype and shape."
+    "An internal tensor of DATA block 3 (§6.1, decision NAC 8); `data` is a view with the stored dtype and shape."
     pid: int
     dtype: DType
     data: np.ndarray
@@ -159,7 +159,7 @@ class DataTensor:
 
 @dataclass
 class Orch:
-    "ORCH section (§9): MEP bytecode, the number of constants and the raw constant pool (kept as bytes, RULINGS 12)."
+    "ORCH section (§9): MEP bytecode, the number of constants and the raw constant pool (kept as bytes, decision NAC 12)."
     bytecode: bytes = b''
     n_consts: int = 0
     pool: bytes = b''
@@ -205,7 +205,7 @@ class NacFile:
 
 # %% ../../nbs/10b_nac_container.ipynb #7c797e28
 def signature(nac:NacFile, ins:Instruction) -> str:
-    "The PERM signature string of regular instruction `ins` (`''` for B = 0, RULINGS 5)."
+    "The PERM signature string of regular instruction `ins` (`''` for B = 0, decision NAC 5)."
     if ins.B == 0: return ''
     s = nac.perm.get(ins.B)
     if s is None: raise BadRefError(f'signature id {ins.B} is not in PERM', fmt='NAC', section='OPS')
@@ -348,7 +348,7 @@ def state_writes(nac:NacFile, i:int) -> list|None:
     return ids if reads and all(x in reads for x in ids) else None
 
 # %% ../../nbs/10b_nac_container.ipynb #b6d2e002
-NAC_VERSION = 1                 # the spec's format revision (RULINGS 1)
+NAC_VERSION = 1                 # the spec's format revision (decision NAC 1)
 STATE_EXT_VERSION = 2           # revision 1 plus state write-back (`<OUTPUT B=2>`): a version reference readers refuse
 NAC_VERSIONS = (NAC_VERSION, STATE_EXT_VERSION)
 

@@ -92,7 +92,7 @@ def make_example(method:QuantMethod=QuantMethod.INT8_CHANNEL, internal:bool=True
     P, F, S, FW = MmapAction.PRELOAD, MmapAction.FREE, MmapAction.SAVE_RESULT, MmapAction.FORWARD
     C = MmapCommand
     # weights preloaded ahead of use, buffers freed the tick after their last use, results with one consumer that
-    # runs next forwarded, others saved (RULINGS 10)
+    # runs next forwarded, others saved (decision NAC 10)
     nac.mmap = [MmapRecord(0, [C(P, 1), C(P, 2)]), MmapRecord(3, [C(P, 5), C(P, 6), C(FW, 4)]), MmapRecord(4, [C(F, 0), C(F, 1), C(F, 2),
                                                                                                                C(S, 4)]),
                 MmapRecord(7, [C(F, 5), C(F, 6), C(FW, 8)]), MmapRecord(8, [C(F, 4), C(FW, 9)]), MmapRecord(9, [C(S, 9)])]

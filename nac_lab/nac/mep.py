@@ -33,7 +33,7 @@ MEP_OPCODES = {
     0xFE: ('EXEC_RETURN', 'keys:K'), 0xFF: ('EXEC_HALT', ''),
 }
 MEP_NAMES = {name: code for code, (name, _) in MEP_OPCODES.items()}
-#: names of the one-byte codes, for listings (RULINGS NAC 12; codes nac_lab adds are marked in the VM notebook)
+#: names of the one-byte codes, for listings (decision NAC 12; codes nac_lab adds are marked in the VM notebook)
 CODE_NAMES = {
     ('RES_LOAD_DATAFILE', 'file_type'): {2: 'npy'}, ('RES_LOAD_DYNAMIC', 'file_type'): {2: 'npy', 3: 'image'},
     ('RES_LOAD_EXTERN', 'res_type'): {0: 'component', 1: 'standalone'},
@@ -173,7 +173,7 @@ def decode_pool(pool:bytes, n:int) -> list:
                                                                at + 5) from None
             elif t == 5: v = list(r.unpack(f'<{ln}i', f'constant {k} list[int32]'))
             elif t == 6: v = F32List(r.unpack(f'<{ln}f', f'constant {k} list[float32]'))
-            else: raise r.error(MepFormatError, f'constant {k}: type {t} with length {ln} (types 0-6, RULINGS NAC 7)', at + 2)
+            else: raise r.error(MepFormatError, f'constant {k}: type {t} with length {ln} (types 0-6, decision NAC 7)', at + 2)
             out.append(v)
     except MepFormatError: raise
     except FormatError as ex: raise MepFormatError(ex.msg, fmt='MEP', section=ex.section, offset=ex.offset) from None
@@ -182,7 +182,7 @@ def decode_pool(pool:bytes, n:int) -> list:
     return out
 
 # %% ../../nbs/22_nac_mep.ipynb #6fc788b6
-#: the reference's ORCH example of RULINGS NAC 12: bytecode and constant pool
+#: the reference's ORCH example of decision NAC 12: bytecode and constant pool
 REF_CODE = bytes.fromhex('10000000' '1100020100' '800001000101' '62000201' 'fe0101')
 REF_POOL = bytes.fromhex('0000040b00') + b'mlp_mep.nac' + bytes.fromhex('0100040900') + b'mlp_x.npy'
 

@@ -87,7 +87,7 @@ class Liveness:
         return nx[v]
 
     def forwardable(self, v:int) -> bool:
-        "True when the only reader of result `v` is the next computing instruction (RULINGS 10, M1)."
+        "True when the only reader of result `v` is the next computing instruction (decision NAC 10, M1)."
         return self.kinds[v] in (INPUT, OP) and self.readers[v] == [self.next_compute(v)]
 
 from .control import control_map, lift_readers, safe_tick
@@ -331,7 +331,7 @@ def mmap_violations(records, ops, *, section_offset:int|None=None) -> list[Viola
             elif a == MmapAction.FORWARD:
                 if t < n and tg != nxt(t): bad(name, tg,
                                                f'FORWARD must name the next instruction {nxt(t)} that computes (parameter loads are '
-                                               f'skipped, RULINGS 10)', k)
+                                               f'skipped, decision NAC 10)', k)
                 elif t < n and kinds[t] in (PARAM, OUTPUT): bad(name, tg,
                                                                 f'instruction {t} is '
                                                                 f'{"a parameter" if kinds[t] == PARAM else "<OUTPUT>"}: nothing '
@@ -342,7 +342,7 @@ def mmap_violations(records, ops, *, section_offset:int|None=None) -> list[Viola
                 if kinds[tg] != PARAM: bad(name, tg, f'PRELOAD target must be an <INPUT B=1>, instruction {tg} is {_describe(ops[tg])}', k)
                 elif tg <= t: bad(name, tg,
                                   f'PRELOAD at tick {t} of load instruction {tg}: a PRELOAD must come before its load instruction '
-                                  f'(RULINGS 10)', k)
+                                  f'(decision NAC 10)', k)
             if len(out) > nbad: continue        # an invalid command does not make a later valid one a duplicate
             if (a, tg) in seen: bad(name, tg, f'duplicate command: {name} -> {tg} was already scheduled at tick {seen[a, tg]}', k)
             else: seen[a, tg] = t

@@ -121,7 +121,7 @@ def simulate(nac, records=None, sizes=None, *, capacity:int|None=None, bandwidth
                     later = [r for r in readers[x] if r >= t]
                     early[x] = True
                     if later[0] == t and len(later) == 1:
-                        V(t, 'FREE', x, f'freed during its last read by instruction {t}: FREE belongs on tick {t + 1} (RULINGS 10)')
+                        V(t, 'FREE', x, f'freed during its last read by instruction {t}: FREE belongs on tick {t + 1} (decision NAC 10)')
                     else: V(t, 'FREE', x, f'freed while still needed: read later by instruction(s) {later[:6]}')
             elif st == _FREED: V(t, 'FREE', x, f'double free: already freed at tick {when[x]}')
             elif fwd[x] >= 0: V(t, 'FREE', x, f'value {x} was forwarded, not saved: a forwarded value is released by its reader')
@@ -164,7 +164,7 @@ def simulate(nac, records=None, sizes=None, *, capacity:int|None=None, bandwidth
                 if readers[t] != [x]:
                     V(t, 'FORWARD', x,
                       f'value {t} is read by instruction(s) {readers[t][:6]}: FORWARD needs a single reader that is the next computing '
-                      f'instruction (RULINGS 10)')
+                      f'instruction (decision NAC 10)')
         now += 1.0
     for v in range(n):                                      # a forwarded value is held until its reader runs,
         if fwd[v] >= 0 and not saved[v]:                    # parameter-load ticks on the way included
@@ -194,7 +194,7 @@ def without_frees(records) -> list:
 
 # %% ../../nbs/26_nac_mmap_sim.ipynb #f13691ea
 def param_id(ins) -> int|None:
-    "The parameter id of an `<INPUT B=1>` (C = [1, id], RULINGS 4), else None."
+    "The parameter id of an `<INPUT B=1>` (C = [1, id], decision NAC 4), else None."
     return int(ins.C[1]) & 0xFFFF if ins.A == 2 and ins.B == 1 and len(ins.C) > 1 else None
 
 def sizes_from_file(nac) -> tuple[np.ndarray, bool]:
@@ -225,7 +225,7 @@ def demo_nac(schedule:bool=True):
     h = nac.add_op(22, 'TW', [('ref', 0), ('ref', w1)])
     b1 = param(2, 'fc1.bias', (64,))
     hb = nac.add_op(11, 'TB', [('ref', h), ('ref', b1)])
-    nac.cmap[201] = 'aten.relu.default'          # a CMAP op (RULINGS 6), like the spec's example in §4.5
+    nac.cmap[201] = 'aten.relu.default'          # a CMAP op (decision NAC 6), like the spec's example in §4.5
     r = nac.add_op(201, 'T', [('ref', hb)])
     w2 = param(3, 'fc2.weight', (64, 16))
     y = nac.add_op(22, 'TW', [('ref', r), ('ref', w2)])

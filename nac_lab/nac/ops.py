@@ -157,11 +157,11 @@ def aten_name(target) -> str:
         ns, rest = target._schema.name.split('::')
         if ns != 'aten':
             raise NacOpError(f'{ns}.{rest}.{target._overloadname} is not an ATen operator: a NAC runtime resolves only '
-                             'canonical and aten.* names (RULINGS 6), so a file using it could not be run')
+                             'canonical and aten.* names (decision NAC 6), so a file using it could not be run')
         return f'{ns}.{rest}.{target._overloadname}'
     raise NacOpError(f'{target!r} is not an ATen overload and has no canonical NAC op')
 
-#: CMAP names of Python-level targets in reference files (RULINGS 13) -> canonical op name
+#: CMAP names of Python-level targets in reference files (decision NAC 13) -> canonical op name
 PYTHON_NAMES = {'getitem': 'nac.getitem', 'operator.getitem': 'nac.getitem'}
 
 def op_by_name(name: str) -> NacOp:

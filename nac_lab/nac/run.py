@@ -128,7 +128,7 @@ class Interpreter:
                 if sid not in self.params: raise NacRunError(f'{where}: writes state {sid}, which has no initial value in DATA')
             return Step(i, o.name, 'state_out', args=refs, target=sids)
         if o.kind != 'op':
-            raise NacRunError(f'{where}: {o.kind} is decoded but not executable by this runtime (RULINGS 11)')
+            raise NacRunError(f'{where}: {o.kind} is decoded but not executable by this runtime (decision NAC 11)')
         try: op = op_by_name(o.name)
         except NacOpError as ex: raise NacRunError(f'{where}: {ex}') from None
         operands = [('ref', a.ref) if a.ref is not None else ('const', nac.constants[a.const]) for a in o.args]
@@ -292,25 +292,25 @@ def _nbytes(v) -> int:
 
 # %% ../../nbs/19_nac_run.ipynb #0a95e793
 import operator, re
-#: ATen ops whose tuple result the reference reads without `getitem(x, 0)` (RULINGS 13)
+#: ATen ops whose tuple result the reference reads without `getitem(x, 0)` (decision NAC 13)
 TUPLE_FIRST_OPS = ('_native_batch_norm_legit_no_training', 'native_layer_norm', 'layer_norm', 'scaled_dot_product_attention')
 _LOST = re.compile(r'Tensor_torch\.Size\(\[[-0-9, ]*\]\)_torch\.[A-Za-z0-9_]+')
 
 def is_lost_constant(v) -> bool:
-    "True for the reference's placeholder string of a tensor constant it did not store (RULINGS 14)."
+    "True for the reference's placeholder string of a tensor constant it did not store (decision NAC 14)."
     return isinstance(v, str) and _LOST.fullmatch(v) is not None
 
 def _refuse_lost(where, what, cid, v):
     if is_lost_constant(v):
         raise NacRunError(f'{where}: {what} is CNST constant {cid} = {v!r}, the reference compiler\'s placeholder for a tensor '
-                          'whose value is not in the file (RULINGS 14); this instruction cannot be executed')
+                          'whose value is not in the file (decision NAC 14); this instruction cannot be executed')
 
 def _tuple_first(fn):
     def first(*a, **kw): return fn(*a, **kw)[0]
     return first
 
 def first_of_tuples(steps: list) -> None:
-    "Make each tuple-returning op of `TUPLE_FIRST_OPS` that is read without `getitem` yield element 0 (RULINGS 13)."
+    "Make each tuple-returning op of `TUPLE_FIRST_OPS` that is read without `getitem` yield element 0 (decision NAC 13)."
     readers = {}
     def refs(items):
         for k, v in items:

@@ -276,7 +276,7 @@ def load(path) -> Tisa:
     return Tisa((path / MANIFEST_NAME).read_bytes(), files)
 
 def raw_resources(rsrc:dict) -> dict:
-    "`vocab.b`/`vidx.b`/`merges.b` built from raw `vocab.json` + `merges.txt` resources (RULINGS NAC 12 allows raw files)."
+    "`vocab.b`/`vidx.b`/`merges.b` built from raw `vocab.json` + `merges.txt` resources (decision NAC 12 allows raw files)."
     from nac_lab.fileio import parse_json
     v = parse_json(rsrc['vocab.json'], fmt='TISA', where='RSRC vocab.json')
     if not isinstance(v, dict) or not all(isinstance(k, str) and type(i) is int and 0 <= i < 1 << 31 for k, i in v.items()):

@@ -93,7 +93,7 @@ def _enc_payload(op:Op) -> bytes:
     return w.getvalue()
 
 def encode_manifest(ops:list) -> bytes:
-    "The TISA manifest bytes (`TISA\\x01` + records, RULINGS NAC 12) of program `ops`."
+    "The TISA manifest bytes (`TISA\\x01` + records, decision NAC 12) of program `ops`."
     w = Writer(); w.bytes_(MAGIC)
     for op in ops:
         p = _enc_payload(op)

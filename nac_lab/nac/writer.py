@@ -135,7 +135,7 @@ def _write_section(w:Writer, nac:NacFile, s:str, align:int, check:bool=True):
     elif s == 'PERM':
         w.u32(len(nac.perm))
         for k, v in nac.perm.items():
-            if k == 0: raise WriteError('signature id 0 is never stored in PERM (RULINGS 5)')
+            if k == 0: raise WriteError('signature id 0 is never stored in PERM (decision NAC 5)')
             bad = [ch for ch in v if ch not in TENSOR_CODES + CONST_CODES]
             if bad: raise WriteError(f'signature {k} {v!r} has unknown code {bad[0]!r} (§5.2.3 lists QKVMBWTP and ASifbsc)')
             w.u16(k, 'signature id'); w.string(v, 'B', what='signature')
@@ -158,7 +158,7 @@ def _present(nac:NacFile, s:str, in_layout:bool) -> bool:
 def write_nac(nac:NacFile, *, align:int=64, check:bool=True) -> bytes:
     ("Serialise `nac`; a file read with `read_nac` is written back byte for byte. `check=False` skips the OPS and input-name checks (to "
      "make bad files for tests).")
-    if nac.version not in NAC_VERSIONS: raise WriteError(f'version {nac.version}: nac_lab writes versions 1 and 2 only (RULINGS 1)')
+    if nac.version not in NAC_VERSIONS: raise WriteError(f'version {nac.version}: nac_lab writes versions 1 and 2 only (decision NAC 1)')
     if not 0 <= int(nac.quant_method) <= 4: raise WriteError(f'quantization method {nac.quant_method} is not 0..4 (§2.2.2)')
     if nac.orch is not None and nac.orch.n_consts > len(nac.orch.pool):
         raise WriteError(f'ORCH: {nac.orch.n_consts} MEP constants cannot fit in a {len(nac.orch.pool)}-byte pool')
@@ -234,7 +234,7 @@ def _key(v):
     return (int(t), tuple(v) if isinstance(v, (list, tuple)) else v)
 
 def _sig_id(self:NacFile, sig:str) -> int:
-    "Id of signature `sig` in PERM, adding it if new (`''` is id 0, RULINGS 5)."
+    "Id of signature `sig` in PERM, adding it if new (`''` is id 0, decision NAC 5)."
     if sig == '': return 0
     for k, v in self.perm.items():
         if v == sig: return k
@@ -244,7 +244,7 @@ def _sig_id(self:NacFile, sig:str) -> int:
     return k
 
 def _const_id(self:NacFile, value) -> int:
-    "Id of constant `value` in CNST keyed by (type, value), adding it if new (ids start at 2; 1 is null, RULINGS 7)."
+    "Id of constant `value` in CNST keyed by (type, value), adding it if new (ids start at 2; 1 is null, decision NAC 7)."
     if not self.constants: self.constants[1] = None
     key = _key(value)
     for k, v in self.constants.items():

@@ -183,7 +183,7 @@ class Compute:
 
 @dataclass(slots=True)
 class Loop:
-    "`loop VAR in [start..end] decos: body endloop` (both ends inclusive, RULINGS NEM 5)."
+    "`loop VAR in [start..end] decos: body endloop` (both ends inclusive, decision NEM 5)."
     var: str
     start: object
     end: object

@@ -111,7 +111,7 @@ def tour(out:Path):
     from nac_lab.nem.devices import DeviceSet, inheritance_graph
     from nac_lab.viz import render
     ex = data_path('nem', 'examples')
-    print('NEM: the spec\'s Conv2D+ReLU example, checked with MUST rules as errors (RULINGS NEM 9):')
+    print('NEM: the spec\'s Conv2D+ReLU example, checked with MUST rules as errors (decision NEM 9):')
     r = check(ex / 'conv2d_relu.nem', name='conv2d_relu.nem')
     print(r.format())
     r2 = check(ex / 'conv2d_relu_fixed.nem', name='conv2d_relu_fixed.nem')

@@ -72,7 +72,7 @@ def read_source(p, shown:str|None=None, quote:bool=True) -> str:
     return text
 
 def search_path() -> list:
-    "The built-in include search path (RULINGS NEM 1): the bundled `data/nem` folder."
+    "The built-in include search path (decision NEM 1): the bundled `data/nem` folder."
     return [data_path('nem')]
 
 class Workspace:

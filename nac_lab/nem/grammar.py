@@ -14,7 +14,7 @@ __all__ = ['MAX_EXPR_OPS', 'opcode_table', 'Parser']
 # %% ../../nbs/30c_nem_grammar.ipynb #589d6b27
 _OPCODES = None
 def opcode_table() -> dict:
-    "The opcode table of RULINGS NEM 7, read once from `data/nem/opcodes.yaml`: {opcode: spec dict}."
+    "The opcode table of decision NEM 7, read once from `data/nem/opcodes.yaml`: {opcode: spec dict}."
     global _OPCODES
     if _OPCODES is None:
         import yaml
@@ -300,7 +300,7 @@ def decos(self:Parser):
 
 @patch
 def continuation(self:Parser, compute=False, types_ok=False):
-    "Per RULINGS NEM 3: if the next line continues the statement, skip the newline and say which kind."
+    "Per decision NEM 3: if the next line continues the statement, skip the newline and say which kind."
     t = self.toks[self.i]
     if t[0] != 'NL': return None
     n = self.toks[self.i + 1]
@@ -315,7 +315,7 @@ def continuation(self:Parser, compute=False, types_ok=False):
 
 @patch
 def _more_decos(self:Parser):
-    "Whether decorators follow (on this line or, per RULINGS NEM 3, the next): a cheap look before `trailing_decos`."
+    "Whether decorators follow (on this line or, per decision NEM 3, the next): a cheap look before `trailing_decos`."
     t = self.toks[self.i]
     return t[0] == '@' or (t[0] == 'NL' and self.toks[self.i + 1][0] == '@')
 

@@ -176,7 +176,7 @@ class OpInstance:
     accum_type: str|None = None
 
 def families_of(opcode:str) -> list:
-    "The type families that govern `opcode` (from the opcode table); empty for RULINGS NEM 8 opcodes."
+    "The type families that govern `opcode` (from the opcode table); empty for decision NEM 8 opcodes."
     spec = opcode_table().get(opcode)
     return list(spec['families']) if spec else []
 

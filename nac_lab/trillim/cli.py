@@ -65,7 +65,7 @@ def _config(args):
     names = list(tensor_table(shard_files(args.model_dir)))
     vec = config_args(load_hf_config(args.model_dir, names), args.threads)
     print(' '.join(vec))
-    if args.verbose:                                 # RULINGS Trillim 5: which source each defaulted field came from
+    if args.verbose:                                 # decision Trillim 5: which source each defaulted field came from
         import sys
         from nac_lab.trillim.config import CONFIG_FIELDS
         p = Path(args.model_dir)/'config.json'

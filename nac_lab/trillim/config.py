@@ -83,7 +83,7 @@ class ArchConfig:
         if not self.intermediate_dim_orig: self.intermediate_dim_orig = self.intermediate_dim
 
     def pad(self, d:int) -> int:
-        "The stored size of a tensor dimension `d`: original hidden/intermediate sizes are padded (RULINGS Trillim 2)."
+        "The stored size of a tensor dimension `d`: original hidden/intermediate sizes are padded (decision Trillim 2)."
         if d == self.hidden_dim_orig: return self.hidden_dim
         if d == self.intermediate_dim_orig: return self.intermediate_dim
         return d
@@ -173,7 +173,7 @@ def arch_from_hf(cfg:dict, tensor_names=(), tokenizer_eos=(), where:str='config.
     mt = config_field(cfg, 'model_type', 'str', where=where, required=False, default='', err=ArchConfigError).lower()
     bias = config_field(cfg, 'attention_bias', 'bool', where=where, required=False, default=False, err=ArchConfigError) \
            or mt == 'qwen2' or any(n.endswith('q_proj.bias') for n in tensor_names)
-    for key in ('rope_scaling', 'rope_parameters'):        # both layouts (RULINGS Trillim 5); the base is read below
+    for key in ('rope_scaling', 'rope_parameters'):        # both layouts (decision Trillim 5); the base is read below
         rs = cfg.get(key)
         if rs not in (None, {}) and (not isinstance(rs, dict) or rs.get('rope_type', rs.get('type')) not in ('default', None)):
             raise ArchConfigError(f'{where}: {key} {show_value(rs)} is not supported by protocol v1 (plain RoPE only)')
@@ -190,7 +190,7 @@ def check_arch(c:ArchConfig) -> None:
     if 8 * c.max_position_embeddings * (c.head_dim // 2) > MAX_ROPE_BYTES:
         raise ArchConfigError(f'max_position_embeddings {c.max_position_embeddings} x head_dim {c.head_dim} would make a rope.cache '
                               f'larger than {MAX_ROPE_BYTES} bytes')
-    if not c.eos_tokens: raise ArchConfigError('no EOS token id: set eos_token_id in config.json (the engine needs one, RULINGS Trillim 4)')
+    if not c.eos_tokens: raise ArchConfigError('no EOS token id: set eos_token_id in config.json (the engine needs one, decision Trillim 4)')
     if len(c.eos_tokens) > MAX_EOS: raise ArchConfigError(f'{len(c.eos_tokens)} EOS token ids, protocol v1 allows at most {MAX_EOS}: '
                                                           f'{show_value(c.eos_tokens)}')
     if c.num_heads % c.num_kv_heads: raise ArchConfigError(f'num_kv_heads {c.num_kv_heads} must divide num_heads {c.num_heads}')

@@ -55,7 +55,7 @@ def read_safetensors_header(path) -> dict:
 
 # %% ../../nbs/41_trillim_manifest.ipynb #c634f238
 def shard_files(model_dir) -> list:
-    "Shard paths of a checkpoint directory, spelled like the reference writer (RULINGS Trillim 2)."
+    "Shard paths of a checkpoint directory, spelled like the reference writer (decision Trillim 2)."
     md = str(model_dir)
     single = os.path.join(md, 'model.safetensors')
     if os.path.isfile(single): return [single]
@@ -155,7 +155,7 @@ class Manifest:
 _DT = {'F32': DType.F32, 'F16': DType.F16, 'BF16': DType.BF16, 'I8': DType.I8, 'U8': DType.U8}
 
 def skipped(name:str, tied:bool) -> bool:
-    "Names the reference writer leaves out (RULINGS Trillim 2)."
+    "Names the reference writer leaves out (decision Trillim 2)."
     return 'rotary_emb' in name or 'inv_freq' in name or name.endswith('_scale') or (tied and name.startswith('lm_head'))
 
 def layer_components(arch:ArchType) -> list:
@@ -184,7 +184,7 @@ def _dims(t:StTensor, where) -> tuple:
     return rows, cols
 
 def make_entry(name:str, shard:int, t:StTensor, cfg:ArchConfig, table:dict, where:str='') -> TensorEntry:
-    "The manifest entry of tensor `name` (RULINGS Trillim 2: dims, padding, action, scale lookup)."
+    "The manifest entry of tensor `name` (decision Trillim 2: dims, padding, action, scale lookup)."
     if t.dtype not in _DT: raise ManifestError(f'{where}: tensor {name!r} has dtype {t.dtype}, the manifest knows {", ".join(_DT)}')
     dt = _DT[t.dtype]
     rows, cols = _dims(t, where)
@@ -295,7 +295,7 @@ def _check_lora_fits(L:LoraBlock, table:dict, where:str) -> None:
 
 # %% ../../nbs/41_trillim_manifest.ipynb #1bf71ba8
 def write_manifest(m:Manifest) -> bytes:
-    "Serialize `m` in the layout of §6 with 55-byte entries (RULINGS Trillim 1)."
+    "Serialize `m` in the layout of §6 with 55-byte entries (decision Trillim 1)."
     w = Writer()
     w.u16(len(m.shards), 'shard count')
     for s in m.shards:
