@@ -39,7 +39,7 @@ def import_torchvision():
 
 _KEEP = []
 
-# %% ../../nbs/21b_bench_peers.ipynb #e47c8630
+# %% ../../nbs/21b_bench_peers.ipynb #a6385386
 IMG = 64            # default input side (pixels) for image models: small, so the full suite compiles and runs on one CPU core
 
 def _tv_spec(name: str) -> tuple:
@@ -67,9 +67,9 @@ TIMM = {   # name: input side (timm builders take img_size where given)
     'mixer_s16_224': 32, 'resmlp_12_224': 32, 'gmlp_ti16_224': 32, 'swin_tiny_patch4_window7_224': 224, 'coat_lite_tiny': IMG,
     'tiny_vit_5m_224': 224,
 }
-_TIMM_IMG_SIZE = ('vit_', 'deit_', 'cait_', 'xcit_', 'mixer_', 'resmlp_', 'gmlp_')      # families whose builders take img_size
+_TIMM_IMG_SIZE = ('vit_', 'deit_', 'cait_', 'xcit_', 'mixer_', 'resmlp_', 'gmlp_', 'coat_')      # families whose builders take img_size
 
-# %% ../../nbs/21b_bench_peers.ipynb #5d83a453
+# %% ../../nbs/21b_bench_peers.ipynb #eafc1bca
 _C = dict(vocab_size=128, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, max_position_embeddings=64)
 SEQ = 8             # tokens per sequence for the text models (batch 1)
 
@@ -83,11 +83,13 @@ def _hf_archs(T) -> dict:
                                                                     max_position_embeddings=64)), 'last_hidden_state', 'tokens'),
         'albert': (lambda: T.AlbertModel(T.AlbertConfig(**c, embedding_size=16)), 'last_hidden_state', 'tokens'),
         'electra': (lambda: T.ElectraModel(T.ElectraConfig(**c, embedding_size=16)), 'last_hidden_state', 'tokens'),
-        'gpt2': (lambda: T.GPT2LMHeadModel(T.GPT2Config(vocab_size=128, n_embd=32, n_layer=2, n_head=4, n_positions=64, use_cache=False)),
+        'gpt2': (lambda: T.GPT2LMHeadModel(T.GPT2Config(vocab_size=128, n_embd=32, n_layer=2, n_head=4, n_positions=64, bos_token_id=0,
+                                                    eos_token_id=0, use_cache=False)),
                  'logits', 'tokens'),
         'gpt_neo': (lambda: T.GPTNeoForCausalLM(T.GPTNeoConfig(vocab_size=128, hidden_size=32, num_layers=2, num_heads=4,
                                                                attention_types=[[['global', 'local'], 1]], window_size=4,
-                                                               max_position_embeddings=64, use_cache=False)), 'logits', 'tokens'),
+                                                               max_position_embeddings=64, bos_token_id=0, eos_token_id=0,
+                                                               use_cache=False)), 'logits', 'tokens'),
         'opt': (lambda: T.OPTForCausalLM(T.OPTConfig(vocab_size=128, hidden_size=32, num_hidden_layers=2, ffn_dim=64, num_attention_heads=4,
                                                      max_position_embeddings=64, word_embed_proj_dim=32, use_cache=False)),
                 'logits', 'tokens'),
@@ -123,7 +125,7 @@ class HFOutput(torch.nn.Module):
         super().__init__(); self.model, self.attr, self.keys = model, attr, keys
     def forward(self, *xs): return getattr(self.model(**dict(zip(self.keys, xs))), self.attr)
 
-# %% ../../nbs/21b_bench_peers.ipynb #56c5ce1b
+# %% ../../nbs/21b_bench_peers.ipynb #e8c15882
 def suite_names(suite: str) -> list:
     "The model names of `suite` ('torchvision', 'timm' or 'transformers')."
     if suite == 'torchvision': return torchvision_names()
@@ -140,6 +142,8 @@ def _inputs(kind: str, side: int, seed: int) -> tuple:
 def build(suite: str, name: str, seed: int = 0) -> tuple:
     "`(module in eval mode, example inputs, second inputs for calibration, input description)`, random weights seeded with `seed`."
     torch.manual_seed(seed)
+    try: import_torchvision()       # first: timm and transformers import torchvision when it is installed
+    except ImportError: pass
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')
         if suite == 'torchvision':
@@ -147,7 +151,7 @@ def build(suite: str, name: str, seed: int = 0) -> tuple:
             kw, side = _tv_spec(name)
             m, kind = tv.models.get_model(name, weights=None, **kw), 'pixels'
         elif suite == 'timm':
-            import_torchvision(); import timm                 # timm imports torchvision: through the helper first
+            import timm
             side = TIMM[name]
             m, kind = timm.create_model(name, pretrained=False, **({'img_size': side} if name.startswith(_TIMM_IMG_SIZE) else {})), 'pixels'
         elif suite == 'transformers':
@@ -161,7 +165,7 @@ def build(suite: str, name: str, seed: int = 0) -> tuple:
     what = f'1x3x{side}x{side}' if kind == 'pixels' else f'{len(ex)}x(1x{SEQ}) tokens'
     return m.eval(), ex, ex2, what
 
-# %% ../../nbs/21b_bench_peers.ipynb #91848bab
+# %% ../../nbs/21b_bench_peers.ipynb #59585bdb
 COLUMNS = ['suite', 'model', 'input', 'params', 'compiled', 'ran', 'rel_err', 'lowered_float', 'lowered_int8', 'check_float', 'check_int8',
            'exec_float', 'exec_int8', 'float_err', 'int8_err', 'int8_top1', 'cycles_float', 'cycles_int8', 'mac_util_int8', 'lower_s',
            'seconds', 'error']
@@ -203,6 +207,7 @@ def bench_model(suite: str, name: str, *, lowering: bool = True, device: str = '
         row['params'] = sum(p.numel() for p in m.parameters())
         with torch.no_grad(): ref = _first(m(*ex))
     except Exception as e: errs.append(one_line('build', e)); done('build'); return row
+    done('build')
     from nac_lab.nac.compile import compile_module
     try:
         with warnings.catch_warnings():
@@ -254,10 +259,11 @@ def bench_model(suite: str, name: str, *, lowering: bool = True, device: str = '
     done('end')
     return row
 
-# %% ../../nbs/21b_bench_peers.ipynb #829a57e0
-def run_isolated(suite: str, name: str, *, timeout: float = 600, max_gb: float = 10, **kw) -> dict:
-    ("`bench_model` in a forked child with a time limit (seconds) and an address-space limit (GiB): a model that hangs, crashes or "
-     "exhausts memory costs its own row only; the row keeps every stage finished before that.")
+# %% ../../nbs/21b_bench_peers.ipynb #0610dd28
+def run_isolated(suite: str, name: str, *, timeout: float = 600, max_gb: float = 10, wall: float | None = None, **kw) -> dict:
+    ("`bench_model` in a forked child with a CPU-time limit (`timeout` seconds; the wall-clock limit `wall` defaults to 4x that, for a "
+     "busy or `nice`d machine) and an address-space limit (GiB): a model that hangs, crashes or exhausts memory costs its own row "
+     "only; the row keeps every stage finished before that.")
     import multiprocessing as mp
     ctx = mp.get_context('fork')
     rd, wr = ctx.Pipe(duplex=False)
@@ -267,6 +273,8 @@ def run_isolated(suite: str, name: str, *, timeout: float = 600, max_gb: float =
             import resource
             lim = int(max_gb * 2**30)
             resource.setrlimit(resource.RLIMIT_AS, (lim, lim))
+            cpu = max(1, math.ceil(timeout + resource.getrusage(resource.RUSAGE_SELF).ru_utime))   # the fork inherits the parent's CPU time
+            resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))                             # SIGXCPU at the soft limit
         except (ImportError, ValueError, OSError): pass
         try: bench_model(suite, name, report=wr.send, **kw)
         finally: wr.close()
@@ -274,8 +282,9 @@ def run_isolated(suite: str, name: str, *, timeout: float = 600, max_gb: float =
     t0 = time.perf_counter(); p.start(); wr.close()
     row = {c: '' for c in COLUMNS}; row.update(suite=suite, model=name, stage='start')
     finished = False
+    wall = 4 * timeout if wall is None else wall
     while True:
-        left = timeout - (time.perf_counter() - t0)
+        left = wall - (time.perf_counter() - t0)
         if left <= 0: break
         try:
             if rd.poll(min(left, 1.0)): row = rd.recv()
@@ -287,8 +296,11 @@ def run_isolated(suite: str, name: str, *, timeout: float = 600, max_gb: float =
     p.join(5); rd.close()
     secs = round(time.perf_counter() - t0, 2)
     stage = row.get('stage', '')
-    if not finished: row['error'] = '; '.join(x for x in (row['error'], f'timeout after {timeout:g} s (after stage {stage!r})') if x)
-    elif p.exitcode: row['error'] = '; '.join(x for x in (row['error'], f'child exited with code {p.exitcode} after stage {stage!r}') if x)
+    if not finished: why = f'timeout: {wall:g} s wall clock (after stage {stage!r})'
+    elif p.exitcode == -24: why = f'timeout: {timeout:g} s of CPU time (after stage {stage!r})'          # SIGXCPU
+    elif p.exitcode: why = f'child exited with code {p.exitcode} after stage {stage!r}'
+    else: why = ''
+    if why: row['error'] = '; '.join(x for x in (row['error'], why) if x)
     row['seconds'] = secs
     return row
 
@@ -336,7 +348,7 @@ def write_table(rows: list, out) -> tuple:
     md = to_markdown(rows) + '\n' + format_counts(rows) + '\n'
     return atomic_write(out / 'peers.csv', to_csv(rows)), atomic_write(out / 'peers.md', md)
 
-# %% ../../nbs/21b_bench_peers.ipynb #e0032d3d
+# %% ../../nbs/21b_bench_peers.ipynb #23a07dff
 def run_suites(suites=('torchvision', 'timm', 'transformers'), only=(), *, out=None, lowering=True, timeout=600, max_gb=10,
                device='npm_pro', isolate=True, log=print) -> list:
     "Bench every model of `suites` (or only the names in `only`), writing the table after each model when `out` is given."
@@ -365,7 +377,7 @@ def main(argv=None):
     p.add_argument('-o', '--out', default='peers_out', help='folder for peers.csv and peers.md (default: peers_out)')
     p.add_argument('--no-lower', action='store_true', help='compile and run only')
     p.add_argument('--device', default='npm_pro')
-    p.add_argument('--timeout', type=float, default=600, help='seconds per model (default 600)')
+    p.add_argument('--timeout', type=float, default=600, help='CPU seconds per model (default 600; wall clock: 4x)')
     p.add_argument('--max-gb', type=float, default=10, help='address-space limit per model, GiB (default 10)')
     a = p.parse_args(argv)
     suites = tuple(a.suite) if a.suite else ('torchvision', 'timm', 'transformers')
