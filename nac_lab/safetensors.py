@@ -102,7 +102,7 @@ def _entry(name, t):
     if dt not in ST_DTYPES: raise WriteError(f'tensor {name!r}: unknown safetensors dtype {dt!r}')
     want = np.dtype(ST_DTYPES[dt])
     if a.dtype.itemsize != want.itemsize: raise WriteError(f'tensor {name!r}: {dt} needs {want.itemsize}-byte items, got {a.dtype}')
-    return dt, np.ascontiguousarray(a.astype(a.dtype.newbyteorder('<'), copy=False))
+    return dt, np.ascontiguousarray(a.astype(a.dtype.newbyteorder('<'), copy=False)).reshape(a.shape)   # 0-d stays 0-d
 
 def safetensors_bytes(tensors:dict, metadata:dict|None=None) -> bytes:
     "A safetensors file holding `tensors` (`{name: array | (dtype_name, array)}`) in order, with string map `metadata`."

@@ -60,6 +60,10 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! .venv/bin/python -c "import
   else
     pip_install -c constraints.txt --index-url https://download.pytorch.org/whl/cpu "torch==2.13.0"
   fi
+  # torchvision (a test dependency: nac_lab.bench.peers) must match torch, and the index's Linux wheel of 0.28.0 is a CUDA build:
+  # --no-deps keeps the CPU torch above and pulls no CUDA library. Its compiled ops then cannot load, which the classification
+  # models do not need (nac_lab.bench.peers.import_torchvision makes the import work). The dev extras below then find it installed.
+  pip_install --no-deps -c constraints.txt "torchvision==0.28.0"
   pip_install -c constraints.txt -e ".[dev]"
   .venv/bin/python -c "import nac_lab, torch, nbdev, nbval; assert torch.__version__.startswith('2.13.0'), torch.__version__"
   echo "$want" > "$stamp"

@@ -212,7 +212,7 @@ class Interpreter:
                 if kind == 'lifted': vals[k] = default; continue
                 raise NacRunError(f'missing input {n!r} (instruction {i}, <INPUT B=0>)')
             if kind == 'lifted': continue
-            if isinstance(v, np.ndarray): v = torch.from_numpy(np.ascontiguousarray(v))
+            if isinstance(v, np.ndarray): v = torch.from_numpy(np.ascontiguousarray(v).reshape(v.shape))   # 0-d stays 0-d
             if not isinstance(v, torch.Tensor): raise NacRunError(f'input {n!r} (instruction {i}): expected a tensor, got '
                                                                   f'{type(v).__name__}')
             vals[k] = v if v.device == self.device else v.to(self.device)

@@ -66,7 +66,7 @@ def _as_array(x):
     key = np.dtype(dt.str.replace('=', '<')) if dt.byteorder == '=' else dt
     code = _NP2DT.get(key)
     if code is None: raise WriteError(f'no NAC dtype for numpy {x.dtype} (§6.1.1 has f32 f64 f16 bf16 i32 i64 i16 i8 u8 bool)')
-    return np.ascontiguousarray(x, dtype=DTYPE_NP[code]), code
+    return np.ascontiguousarray(x, dtype=DTYPE_NP[code]).reshape(x.shape), code   # ascontiguousarray makes 0-d arrays 1-d
 
 def dequantize(t:DataTensor, method:QuantMethod=QuantMethod.NONE) -> np.ndarray:
     "The value of `t` for a runtime: float32 for quantized tensors (and bf16), else the stored view itself (no copy)."
