@@ -1,4 +1,5 @@
-"bf16 float lowering (a device with bf16 but not f32 variants for every layer): bit-exact against the numpy bf16 reference (decision NEM E5)."
+("bf16 float lowering (a device with bf16 but not f32 variants for every layer): bit-exact against the numpy bf16 reference (decision "
+ "NEM E5).")
 import warnings
 import numpy as np, pytest
 from nac_lab.nac.zoo import build_model, example_inputs

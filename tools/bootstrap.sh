@@ -60,13 +60,20 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! .venv/bin/python -c "import
   else
     pip_install -c constraints.txt --index-url https://download.pytorch.org/whl/cpu "torch==2.13.0"
   fi
-  # torchvision (a test dependency: nac_lab.bench.peers) must match torch, and the index's Linux wheel of 0.28.0 is a CUDA build:
-  # --no-deps keeps the CPU torch above and pulls no CUDA library. Its compiled ops then cannot load, which the classification
-  # models do not need (nac_lab.bench.peers.import_torchvision makes the import work). The dev extras below then find it installed.
-  pip_install --no-deps -c constraints.txt "torchvision==0.28.0"
   pip_install -c constraints.txt -e ".[dev]"
   .venv/bin/python -c "import nac_lab, torch, nbdev, nbval; assert torch.__version__.startswith('2.13.0'), torch.__version__"
   echo "$want" > "$stamp"
+fi
+
+if [ "$mode" = "--test" ] && [ ! -d .venv/torchvision-cuda/torchvision ]; then
+  # The peer-model benchmark's torchvision (nac_lab.bench.peers): the index's wheel matching torch 2.13 is a CUDA build, so it goes
+  # --no-deps (no CUDA library, CPU torch untouched) into a folder of its own that only import_torchvision() puts on sys.path:
+  # in site-packages, transformers would find it and fail importing it. timm (pure Python; its metadata asks for torchvision)
+  # goes --no-deps into site-packages.
+  echo "bootstrap: installing torchvision (apart, for the peer-model tests) and timm"
+  .venv/bin/python -m pip install -q --no-deps -c constraints.txt --target .venv/torchvision-cuda "torchvision==0.28.0" 2>&1 | grep -v "is ignored" || true
+  .venv/bin/python -m pip install -q --no-deps -c constraints.txt "timm>=1.0" 2>&1 | grep -v "is ignored" || true
+  [ -d .venv/torchvision-cuda/torchvision ] || echo "bootstrap: torchvision could not be installed; the torchvision peer models will be skipped" >&2
 fi
 
 if [ "$mode" = "--test" ] && ! .venv/bin/python -c "import viztracer" 2>/dev/null; then

@@ -24,6 +24,8 @@ def import_torchvision():
     ("`torchvision`, importable also when its compiled ops cannot load (a CUDA wheel beside CPU torch): the classification models are "
      "pure Python, only `torchvision::nms`/`qnms` need a schema for torchvision's own fake-tensor registrations. Call it before "
      "`import timm` (timm imports torchvision).")
+    folder = Path(os.environ.get('NAC_LAB_TORCHVISION_DIR', Path(sys.prefix) / 'torchvision-cuda'))
+    if folder.is_dir() and str(folder) not in sys.path: sys.path.append(str(folder))     # installed apart (see above)
     try:
         import torchvision
         return torchvision

@@ -107,7 +107,7 @@ class Instruction:
     @classmethod
     def state(cls, sid:int): "`<INPUT B=2>` reading state `sid`."; return cls(2, 2, [1, sid])
     @classmethod
-    def lifted(cls, cid:int): "`<INPUT B=3>`: a scalar lifted constant whose default is CNST `cid` (decision NAC 9)."; return cls(2, 3, [1, cid])
+    def lifted(cls, cid:int): "`<INPUT B=3>`: a scalar lifted constant, default CNST `cid` (decision NAC 9)."; return cls(2, 3, [1, cid])
     @classmethod
     def output(cls, offsets, final:bool=True):
         "`<OUTPUT B=0>` (or `B=1` when not `final`) returning the results at relative `offsets` (decision NAC 4)."

@@ -70,7 +70,8 @@ def _read_perm(r:Reader, nac:NacFile):
         with r.in_section(f'PERM record {k}'):
             at = r.pos
             sid = r.u16('signature id'); s = r.string('B', 'signature')
-            if sid == 0: raise r.error(BadValueError, 'signature id 0 is reserved for "no arguments" and is not stored (decision NAC 5)', at)
+            if sid == 0: raise r.error(BadValueError, 'signature id 0 is reserved for "no arguments" and is not stored (decision NAC 5)',
+                                       at)
             if sid in nac.perm: raise r.error(BadValueError, f'duplicate signature id {sid}', at)
             bad = [ch for ch in s if ch not in TENSOR_CODES + CONST_CODES]
             if bad: raise r.error(BadValueError, f'signature {s!r} has unknown code {bad[0]!r}', at + 3)

@@ -190,7 +190,8 @@ def check_arch(c:ArchConfig) -> None:
     if 8 * c.max_position_embeddings * (c.head_dim // 2) > MAX_ROPE_BYTES:
         raise ArchConfigError(f'max_position_embeddings {c.max_position_embeddings} x head_dim {c.head_dim} would make a rope.cache '
                               f'larger than {MAX_ROPE_BYTES} bytes')
-    if not c.eos_tokens: raise ArchConfigError('no EOS token id: set eos_token_id in config.json (the engine needs one, decision Trillim 4)')
+    if not c.eos_tokens: raise ArchConfigError('no EOS token id: set eos_token_id in config.json (the engine needs one, decision '
+                                               'Trillim 4)')
     if len(c.eos_tokens) > MAX_EOS: raise ArchConfigError(f'{len(c.eos_tokens)} EOS token ids, protocol v1 allows at most {MAX_EOS}: '
                                                           f'{show_value(c.eos_tokens)}')
     if c.num_heads % c.num_kv_heads: raise ArchConfigError(f'num_kv_heads {c.num_kv_heads} must divide num_heads {c.num_heads}')
