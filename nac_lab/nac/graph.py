@@ -13,7 +13,7 @@ from ..errors import NacRunError
 from ..binio import NacLabError
 from .format import NacFile, QuantMethod, DTYPE_NAMES, read_nac
 from .signature import eval_dim, _parse_expr, format_shape
-from .guard import to_meta, escape
+from .guard import escape
 
 # %% auto #0
 __all__ = ['NacGraphError', 'TensorType', 'ScalarType', 'ValueRef', 'InputRef', 'ParamRef', 'StateRef', 'ConstRef', 'ListRef',
@@ -189,8 +189,6 @@ def _skeleton(it) -> list:
     return out
 
 # %% ../../nbs/19b_nac_graph.ipynb #e3e4c32e
-from .run import _meta_value
-
 _PRIMES = (3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59, 61, 67, 71, 73)
 
 def bindings(sig, n: int = 3) -> list:
@@ -225,21 +223,7 @@ def _example(it, sig, env) -> list:
 
 def _meta_run(it, vals) -> list | None:
     "Every instruction's value on the `meta` device (shapes and dtypes, no data, no compute); None when some op cannot run there."
-    r = [None] * len(it.steps)
-    with torch.no_grad(), torch.device('meta'):
-        for s in it.steps[:it.n_run]:
-            if s.kind == 'param': r[s.index] = to_meta(it.params[s.target])
-            elif s.kind == 'state': r[s.index] = to_meta(it.states[s.target])
-            elif s.kind in ('input', 'lifted'): r[s.index] = to_meta(vals[s.target])
-            elif s.kind == 'op':
-                def val(item):
-                    k, v = item
-                    return r[v] if k == 'ref' else [val(x) for x in v] if k == 'list' else _meta_value(v)
-                try: r[s.index] = s.fn(*[val(x) for x in s.args], **{k: val(x) for k, x in s.kwargs.items()})
-                except Exception: return None
-            elif s.kind == 'block_out':          # both blocks run; each gives the construct's results the same types
-                r[s.target] = tuple(r[j] for _, j in s.args)
-    return r
+    return it.meta_values(vals)
 
 def _types(v) -> tuple:
     "The result types of one value: a tensor, a tuple/list of them, or a scalar."

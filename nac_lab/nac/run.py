@@ -17,8 +17,8 @@ from .guard import escape
 
 # %% auto #0
 __all__ = ['TUPLE_FIRST_OPS', 'Step', 'regroup', 'control_step', 'Interpreter', 'is_lost_constant', 'first_of_tuples',
-           'meta_size_check', 'check_sizes', 'run_with_intermediate', 'InputSlot', 'input_slots', 'prepare_inputs',
-           'run_values', 'NacModel', 'load']
+           'meta_size_check', 'meta_values', 'check_sizes', 'run_with_intermediate', 'InputSlot', 'input_slots',
+           'prepare_inputs', 'run_values', 'NacModel', 'load']
 
 # %% ../../nbs/19_nac_run.ipynb #f47921ed
 from ..errors import NacRunError  # noqa: F401 (defined with the other shared errors)
@@ -349,12 +349,9 @@ def _signature(self, vals) -> tuple:
     def sig(v): return (tuple(v.shape), v.dtype) if isinstance(v, torch.Tensor) else (type(v).__name__, repr(v)[:64])
     return tuple(sig(v) for v in vals) + tuple(sig(v) for _, v in sorted(self.states.items()))
 
-def check_sizes(self, vals: list, limit: int | None = None) -> bool:
-    "Run the program on `meta` for inputs `vals`: `MemoryLimitError` for a result above `limit`, False when some op cannot run on `meta`."
-    limit = max_bytes() if limit is None else limit
-    key = (limit,) + self._signature(vals)
-    seen = self.__dict__.setdefault('_sized', {})
-    if key in seen: return True
+def meta_values(self, vals: list, limit: int | None = None) -> list | None:
+    ("Every instruction's value on the `meta` device for inputs `vals` (shapes and dtypes, no data, no compute); None when some op "
+     "cannot run there or the two blocks of a construct disagree. With `limit`, a result above `limit` bytes is a `MemoryLimitError`.")
     r = [None] * len(self.steps)
     with torch.no_grad(), torch.device('meta'):
         for s in self.steps[:self.n_run]:
@@ -366,19 +363,28 @@ def check_sizes(self, vals: list, limit: int | None = None) -> bool:
                     k, v = item
                     return r[v] if k == 'ref' else [val(x) for x in v] if k == 'list' else _meta_value(v)
                 try: out = s.fn(*[val(x) for x in s.args], **{k: val(x) for k, x in s.kwargs.items()})
-                except Exception: return False
-                check_bytes(value_bytes(out), f'instruction {s.index} ({escape(s.name)})', limit)
+                except Exception: return None
+                if limit is not None: check_bytes(value_bytes(out), f'instruction {s.index} ({escape(s.name)})', limit)
                 r[s.index] = out
             elif s.kind == 'block_out':           # both blocks run on meta; their results must agree (nac.control)
                 out = tuple(r[j] for _, j in s.args)
                 if r[s.target] is not None and [getattr(v, 'shape', v) for v in r[s.target]] != [getattr(v, 'shape',
-                                                                                                         v) for v in out]: return False
+                                                                                                         v) for v in out]: return None
                 r[s.target] = out
+    return r
+
+def check_sizes(self, vals: list, limit: int | None = None) -> bool:
+    "Run the program on `meta` for inputs `vals`: `MemoryLimitError` for a result above `limit`, False when some op cannot run on `meta`."
+    limit = max_bytes() if limit is None else limit
+    key = (limit,) + self._signature(vals)
+    seen = self.__dict__.setdefault('_sized', {})
+    if key in seen: return True
+    if self.meta_values(vals, limit) is None: return False
     if len(seen) >= 256: seen.clear()
     seen[key] = True
     return True
 
-Interpreter._signature, Interpreter.check_sizes = _signature, check_sizes
+Interpreter._signature, Interpreter.meta_values, Interpreter.check_sizes = _signature, meta_values, check_sizes
 
 # %% ../../nbs/19_nac_run.ipynb #83401054
 from .signature import signature_of, check_inputs
