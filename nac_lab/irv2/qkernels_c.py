@@ -86,15 +86,19 @@ NAC_UNUSED static size_t nac_row_bytes(int kind, int n) {
     }
 }
 
+/* The 6-bit scale and min of sub-block k (0..7) of a Q4_K or Q5_K super-block, from its 12 packed scale bytes s. */
+static inline void nac_k_scale_min(const uint8_t *s, int k, int *sc, int *mn) {
+    *sc = k < 4 ? (s[k] & 63) : ((s[k + 4] & 15) | ((s[k - 4] >> 6) << 4));
+    *mn = k < 4 ? (s[k + 4] & 63) : ((s[k + 4] >> 4) | ((s[k] >> 6) << 4));
+}
+
 static void nac_deq_q4_k(const uint8_t *blk, float *out) {
     float d = nac_h2f(nac_le16(blk)), dmin = nac_h2f(nac_le16(blk + 2));
     const uint8_t *s = blk + 4, *qs = blk + 16;
     for (int j = 0; j < 4; j++) {
         int a = 2 * j, b = 2 * j + 1;   /* sub-blocks a (low nibbles) and b (high nibbles) */
-        int sa = a < 4 ? (s[a] & 63) : ((s[a + 4] & 15) | ((s[a - 4] >> 6) << 4));
-        int ma = a < 4 ? (s[a + 4] & 63) : ((s[a + 4] >> 4) | ((s[a] >> 6) << 4));
-        int sb = b < 4 ? (s[b] & 63) : ((s[b + 4] & 15) | ((s[b - 4] >> 6) << 4));
-        int mb = b < 4 ? (s[b + 4] & 63) : ((s[b + 4] >> 4) | ((s[b] >> 6) << 4));
+        int sa, ma, sb, mb;
+        nac_k_scale_min(s, a, &sa, &ma); nac_k_scale_min(s, b, &sb, &mb);
         float d1 = d * (float)sa, m1 = dmin * (float)ma, d2 = d * (float)sb, m2 = dmin * (float)mb;
         const uint8_t *q = qs + 32 * j;
         float *o = out + 64 * j;
@@ -131,10 +135,8 @@ static void nac_deq_q5_k(const uint8_t *blk, float *out) {
     const uint8_t *s = blk + 4, *qh = blk + 16, *qs = blk + 48;
     for (int j = 0; j < 4; j++) {
         int a = 2 * j, b = 2 * j + 1;
-        int sa = a < 4 ? (s[a] & 63) : ((s[a + 4] & 15) | ((s[a - 4] >> 6) << 4));
-        int ma = a < 4 ? (s[a + 4] & 63) : ((s[a + 4] >> 4) | ((s[a] >> 6) << 4));
-        int sb = b < 4 ? (s[b] & 63) : ((s[b + 4] & 15) | ((s[b - 4] >> 6) << 4));
-        int mb = b < 4 ? (s[b + 4] & 63) : ((s[b + 4] >> 4) | ((s[b] >> 6) << 4));
+        int sa, ma, sb, mb;
+        nac_k_scale_min(s, a, &sa, &ma); nac_k_scale_min(s, b, &sb, &mb);
         float d1 = d * (float)sa, m1 = dmin * (float)ma, d2 = d * (float)sb, m2 = dmin * (float)mb;
         const uint8_t *q = qs + 32 * j;
         float *o = out + 64 * j;
