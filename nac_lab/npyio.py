@@ -98,17 +98,22 @@ def _check_size(dt, shape, start:int, size:int, fmt:str, limit) -> int:
     check_bytes(nbytes, fmt, limit)
     return nbytes
 
+def _regular_size(path:Path, fmt:str) -> int:
+    "The size of regular file `path`; a FIFO or device (which would block or never end) or an unreadable path is an `NpyError`."
+    try: st = os.stat(path)
+    except OSError as ex: raise NpyError(f'cannot read: {ex.strerror or ex}', fmt=fmt) from None
+    if not stat.S_ISREG(st.st_mode): raise NpyError('not a regular file', fmt=fmt)
+    return st.st_size
+
 def read_npy(path, *, what:str|None=None, limit:int|None=None) -> np.ndarray:
     "The array in `.npy` file `path`, after checking its header, size and dtype (see above); typed errors name `what` and the file."
     path = Path(path)
     fmt = _fmt(f'.npy file {escape(path)}', what)
-    try: st = os.stat(path)
-    except OSError as ex: raise NpyError(f'cannot read: {ex.strerror or ex}', fmt=fmt) from None
-    if not stat.S_ISREG(st.st_mode): raise NpyError('not a regular file', fmt=fmt)
+    size = _regular_size(path, fmt)
     try:
         with open(path, 'rb') as f:
-            dt, shape, order, start = npy_header(f, st.st_size, fmt)
-            nbytes = _check_size(dt, shape, start, st.st_size, fmt, limit)
+            dt, shape, order, start = npy_header(f, size, fmt)
+            nbytes = _check_size(dt, shape, start, size, fmt, limit)
             return _read_data(f, dt, shape, order, nbytes, fmt, start)
     except OSError as ex: raise NpyError(f'cannot read: {ex.strerror or ex}', fmt=fmt) from None
 
@@ -126,9 +131,7 @@ def read_npz(path, *, what:str|None=None, limit:int|None=None) -> dict:
     "`{name: array}` of the `.npz` archive `path` (member names without `.npy`), each member checked like `read_npy`."
     path = Path(path)
     fmt = _fmt(f'.npz file {escape(path)}', what)
-    try: st = os.stat(path)
-    except OSError as ex: raise NpyError(f'cannot read: {ex.strerror or ex}', fmt=fmt) from None
-    if not stat.S_ISREG(st.st_mode): raise NpyError('not a regular file', fmt=fmt)
+    _regular_size(path, fmt)
     out = {}
     try:
         with zipfile.ZipFile(path) as z:

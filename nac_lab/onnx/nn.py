@@ -34,12 +34,16 @@ def _torch_pad(b, e):
     for lo, hi in zip(reversed(b), reversed(e)): out += [lo, hi]
     return out
 
+def _window(a, x, w, what:str) -> tuple:
+    "`(n, kernel, strides, dilations)` of a 1-3-D convolution over `x` with weights `w`, ONNX's defaults filled in."
+    n = x.dim() - 2
+    if n not in (1, 2, 3): refuse(a, f'a {n}-D {what}')
+    return n, a.a('kernel_shape') or list(w.shape[2:]), a.a('strides') or [1] * n, a.a('dilations') or [1] * n
+
 @onnx_op('Conv')
 def _conv(a):
     x, w, bias = a.t(0), a.t(1), a.t(2)
-    n = x.dim() - 2
-    if n not in (1, 2, 3): refuse(a, f'a {n}-D convolution')
-    k = a.a('kernel_shape') or list(w.shape[2:]); s = a.a('strides') or [1] * n; d = a.a('dilations') or [1] * n
+    n, k, s, d = _window(a, x, w, 'convolution')
     b, e = _pads(a, x, k, s, d)
     pad = b
     if b != e: x, pad = F.pad(x, _torch_pad(b, e)), [0] * n
@@ -48,9 +52,7 @@ def _conv(a):
 @onnx_op('ConvTranspose')
 def _conv_t(a):
     x, w, bias = a.t(0), a.t(1), a.t(2)
-    n = x.dim() - 2
-    if n not in (1, 2, 3): refuse(a, f'a {n}-D transposed convolution')
-    k = a.a('kernel_shape') or list(w.shape[2:]); s = a.a('strides') or [1] * n; d = a.a('dilations') or [1] * n
+    n, k, s, d = _window(a, x, w, 'transposed convolution')
     op = a.a('output_padding') or [0] * n; ap = a.a('auto_pad', 'NOTSET'); outs = a.a('output_shape')
     full = [(x.shape[2 + i] - 1) * s[i] + (k[i] - 1) * d[i] + 1 + op[i] for i in range(n)]
     if outs is not None or ap in ('SAME_UPPER', 'SAME_LOWER'):
