@@ -87,7 +87,8 @@ def page_cells(nb, site:str='') -> tuple:
 # %% ../nbs/04_docs.ipynb #a3b4189c
 AREAS = [(0, 9, 'Foundation'), (10, 14, 'NAC container'), (15, 24, 'NAC compiler and runtime'), (25, 29, 'MMAP'),
          (30, 39, 'NEM'), (40, 49, 'Trillim'), (50, 58, 'IR v2'), (59, 65, 'Fixed point'), (66, 69, 'Lowering'),
-         (70, 79, 'ARK'), (80, 89, 'Hardware'), (90, 99, 'ONNX')]
+         (70, 79, 'ARK'), (80, 89, 'Hardware'), (90, 99, 'ONNX'),
+         (100, 109, 'Genome')]
 
 def area_of(notebook:str) -> tuple:
     "The sidebar group `(rank, area)` of notebook file name `notebook`, from its leading number (`AREAS`)."
