@@ -49,3 +49,28 @@ def test_cost_json(lowered, capsys):
     # multiplies (by W = 4 and C = 6 here) that yosys keeps as $mul at word level
     assert r['multipliers'] >= 3
     assert r['flip_flops'] > 8 * (3 * 4 * 6 + 3 * 4 * 5) and r['cells'] > r['flip_flops']     # at least the input and output buffers
+
+def test_gen_takes_the_array_from_the_device(lowered, capsys, tmp_path):
+    d, _, _ = lowered
+    # data/nem/devices/npm_lite.nem: NMU int8_macs = 4096 and no declared array shape -> 64 x 64; --cols overrides one side
+    assert main(['hw', 'gen', str(d / 'low'), '--device', 'npm_lite', '--cols', '32', '-o', str(tmp_path / 'rtl')]) == 0
+    m = json.loads((tmp_path / 'rtl' / 'manifest.json').read_text())
+    assert (m['rows'], m['cols'], m['acc_bits']) == (64, 32, 32)
+    assert '64x32 array' in capsys.readouterr().out
+    # a device whose NMU declares its array (the keys the NEM timed simulator reads) and an L1 too small for this layer's buffers
+    dev = tmp_path / 'tiny.nem'
+    dev.write_text('include "nem_baseline_1.0.nem"\n\ndevice tiny extends nem_baseline_1_0 {\n    topology {\n        num_engines = 1\n'
+                   '        l2_size_bytes = 65536\n        device_units {\n            sDMA = 1\n            WDM = 0\n        }\n'
+                   '        per_engine {\n            NMU = 1\n            CSTL = 1\n            DMA = 1\n            VPU = 1\n'
+                   '            SEQ = 1\n            l1_size_bytes = 64\n        }\n    }\n    unit_characteristics {\n'
+                   '        NMU {\n            int8_macs = 24\n            array_rows = 3\n'
+                   '            array_cols = 8\n        }\n    }\n}\n')
+    import shutil
+    from nac_lab.core import data_path
+    shutil.copyfile(data_path('nem', 'nem_baseline_1.0.nem'), tmp_path / 'nem_baseline_1.0.nem')
+    from nac_lab.hw.gen import device_config
+    assert (device_config(dev).rows, device_config(dev).cols) == (3, 8)
+    assert main(['hw', 'gen', str(d / 'low'), '--device', str(dev), '-o', str(tmp_path / 'rtl2')]) == 1
+    # the 1x1 conv of the fixture: input 6x3x4 (72 bytes), weights 5x6, output 5x3x4 (60 bytes), 5 channels x 9 table bytes
+    assert f'need {72 + 30 + 60 + 45} bytes; one engine of the device has 64 bytes of L1' in capsys.readouterr().err
+    assert not (tmp_path / 'rtl2').exists()

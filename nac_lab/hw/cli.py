@@ -18,8 +18,10 @@ def register(sub):
     g = s.add_parser('gen', help='write the Verilog accelerator of one lowered layer')
     g.add_argument('lowered', metavar='LOWERED_DIR', help='a folder written by `nac-lab nem lower`')
     g.add_argument('--layer', help='the layer (default: the first conv2d / gemm layer)')
-    g.add_argument('--rows', type=int, default=4, help='array rows: output pixels per tile (default 4)')
-    g.add_argument('--cols', type=int, default=4, help='array columns: output channels per tile (default 4)')
+    g.add_argument('--device', metavar='NAME', help='take the array shape and accumulator width from this NEM device (shipped name '
+                   'or .nem file) and check that the buffers fit its L1 (default: none, a 4x4 array)')
+    g.add_argument('--rows', type=int, help="array rows: output pixels per tile (default 4, or the device's)")
+    g.add_argument('--cols', type=int, help="array columns: output channels per tile (default 4, or the device's)")
     g.add_argument('-o', '--out', required=True, metavar='RTL_DIR')
     g.set_defaults(func=_gen)
     m = s.add_parser('sim', help='simulate a generated accelerator on an int8 input')
@@ -46,14 +48,17 @@ def pick_layer(layers: list, name: str | None):
 
 def _gen(args):
     from nac_lab.hw.layer import load_layers
-    from nac_lab.hw.gen import HwConfig, generate
+    from nac_lab.hw.gen import HwConfig, generate, device_config, check_fits
     from nac_lab.fileio import atomic_dir
     lay = pick_layer(load_layers(args.lowered), args.layer)
-    files = generate(lay, HwConfig(args.rows, args.cols))
+    base = device_config(args.device) if args.device else HwConfig()
+    if args.device: check_fits(lay, args.device)
+    cfg = HwConfig(args.rows or base.rows, args.cols or base.cols, base.acc_bits)
+    files = generate(lay, cfg)
     with atomic_dir(args.out, inputs=[args.lowered]) as d:
         for f, t in files.items(): (Path(d) / f).write_text(t)
     m = json.loads(files['manifest.json'])
-    print(f'wrote {args.out}: module {m["top"]} ({lay.describe()}), {args.rows}x{args.cols} array, {m["cycles"]} cycles')
+    print(f'wrote {args.out}: module {m["top"]} ({lay.describe()}), {cfg.rows}x{cfg.cols} array, {m["cycles"]} cycles')
     return 0
 
 def _sim(args):
