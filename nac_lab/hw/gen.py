@@ -45,7 +45,7 @@ def cycles(layer: HwLayer, cfg: HwConfig) -> int:
     "Cycles from `start` to `done`: one per step, one to leave idle, one for the last tile's epilogue write."
     return steps(layer, cfg) + 2
 
-# %% ../../nbs/81_hw_gen.ipynb #x
+# %% ../../nbs/81_hw_gen.ipynb #9f8aa8bf
 def _split(macs: int) -> tuple:
     "The most nearly square power-of-two split `rows x cols` of `macs` (rows <= cols); `macs` rounded down to a power of two."
     p = max(0, int(macs).bit_length() - 1)
@@ -67,7 +67,7 @@ def _resolved(device):
     try: return resolve_device(device).resolved
     except LowerError as ex: raise HwError(str(ex)) from None
 
-# %% ../../nbs/81_hw_gen.ipynb #x
+# %% ../../nbs/81_hw_gen.ipynb #05fae4b3
 def buffer_bytes(layer: HwLayer) -> int:
     "Bytes of the generated design's on-chip buffers: int8 input, weights and output, int32 bias and multiplier, 6-bit shift per channel."
     return layer.H * layer.W * layer.C + layer.w.size + layer.Ho * layer.Wo * layer.Co + layer.Co * (4 + 4 + 1)
