@@ -5,12 +5,13 @@
 # %% ../../nbs/34c_nem_hazards.ipynb #cf7d6e44
 from __future__ import annotations
 from bisect import bisect_left, insort
+from fastcore.basics import patch
 from .ast import Num, Name, BinOp, Neg, Region, Let, RegionDecl, Move, Wait, Compute, Loop
 from .check_ctx import *
 
 # %% auto #0
 __all__ = ['SIM_BUDGET', 'SIM_MAX_IN_FLIGHT', 'SIM_WORK_BUDGET', 'SIM_LIST_MAX', 'IntervalIndex', 'HazardSim', 'check_hazards',
-           'hazard_operand', 'simulate_block']
+           'hazard_operand', 'simulate_block', 'simulate_move', 'simulate_loop']
 
 # %% ../../nbs/34c_nem_hazards.ipynb #9cddc7ac
 SIM_BUDGET = 2_000_000   # statements simulated before loops fall back to one iteration
@@ -58,7 +59,7 @@ class IntervalIndex:
                 j += 1
         return out
 
-# %% ../../nbs/34c_nem_hazards.ipynb #d8e2746c
+# %% ../../nbs/34c_nem_hazards.ipynb #b88dc760
 class HazardSim:
     "The task-ordering simulation of the hazard rules (see above); `task()` registers one task instance and reports its hazards."
     def __init__(self, ctx):
@@ -78,140 +79,163 @@ class HazardSim:
         self.stor = {}           # buffer name -> storage it lives in (memo of `storage`)
         self.imported = any(d.name == 'import' for bi in ctx.buffers.values() for d in bi.node.decos)
 
-    def complete(self, tid:int):
-        "Task `tid` and every incomplete task it depends on (transitively) are complete."
-        done, deps = self.done, self.deps
-        if tid in done: return
-        stack = [tid]
-        while stack:
-            x = stack.pop()
-            if x in done: continue
-            done.add(x)
-            stack.extend(p for p in deps[x] if p not in done)
-
     def storage(self, buf):
+        "The storage buffer `buf` lives in: itself, or `<imported>` for every @import buffer (they may alias each other)."
         st = self.stor.get(buf)
         if st is None:
             bi = self.ctx.buffers.get(buf)
             st = self.stor[buf] = '<imported>' if bi is not None and any(d.name == 'import' for d in bi.node.decos) else buf
         return st
 
-    def ancestors(self, roots, bound:int) -> set:
-        "The incomplete tasks with id >= `bound` that `roots` (direct dependencies) reach through dependencies."
-        done, deps = self.done, self.deps
-        seen, stack = set(), [r for r in roots if r >= bound]
-        while stack:
-            x = stack.pop()
-            if x in seen or x in done: continue
-            seen.add(x)
-            for p in deps[x]:
-                if p >= bound: stack.append(p)
-        self.work += len(seen)
-        return seen
+# %% ../../nbs/34c_nem_hazards.ipynb #9ab9119d
+@patch
+def complete(self:HazardSim, tid:int):
+    "Task `tid` and every incomplete task it depends on (transitively) are complete."
+    done, deps = self.done, self.deps
+    if tid in done: return
+    stack = [tid]
+    while stack:
+        x = stack.pop()
+        if x in done: continue
+        done.add(x)
+        stack.extend(p for p in deps[x] if p not in done)
 
-    def task(self, node, reads, writes, deps):
-        "Register one task instance reading `reads` and writing `writes` (RegionVals or None) after tokens `deps`; report its hazards."
-        tid = self.n; self.n += 1
-        done, index, stor = self.done, self.index, self.stor
-        if deps:
-            tok = self.tok
-            direct = tuple({p for p in map(tok.get, deps) if p is not None and p not in done})
-        else: direct = ()
-        self.deps.append(direct)
-        compare = not self.over_budget
-        anc, bound = (), None           # the incomplete ancestors with id >= bound, searched when first needed
-        work, seq, w = 0, self.seq, False
-        for rvs in (reads, writes):
-            for rv in rvs:
-                if rv is None: continue
-                lo, ext = rv.off, rv.ext
-                if lo is None or ext is None or ext <= 0: continue
-                hi = lo + ext
-                st = stor.get(rv.buffer) or self.storage(rv.buffer)
-                seq += 1
-                new = (seq, tid, lo, hi, w, node, rv.name)
-                pend = index.get(st)
-                if pend is None: index[st] = [new]; continue
-                conflicts = None
-                if type(pend) is list:                    # few pending accesses: one list, scanned whole
-                    keep = []
-                    work += len(pend)
-                    for e in pend:
-                        etid = e[1]
-                        if etid in done: continue
-                        if compare and etid != tid and e[2] < hi and lo < e[3] and (w or e[4]):
-                            if direct:
-                                if etid in direct: ordered = True
-                                else:
-                                    if bound is None or etid < bound: anc, bound = self.ancestors(direct, etid), etid
-                                    ordered = etid in anc
-                                if ordered:
-                                    if w and lo <= e[2] and e[3] <= hi: continue    # covered by this write and ordered before it
-                                    keep.append(e); continue
-                            if conflicts is None: conflicts = [e]
-                            else: conflicts.append(e)
-                        keep.append(e)
-                    keep.append(new)
-                    if len(keep) <= SIM_LIST_MAX: index[st] = keep
-                    else:                                 # many: an interval index per access kind
-                        pair = index[st] = (IntervalIndex(), IntervalIndex())
-                        for e in keep: pair[e[4]].add(e[2], e[3], e)
-                else:
-                    if compare:
-                        for ix in ((pend[1], pend[0]) if w else (pend[1],)):      # a read conflicts with writes only
-                            for k, ents in (ix.ents.items() if ix.classes is None else ix.overlapping(lo, hi)):
-                                if not ents or k[0] >= hi or lo >= k[1]: continue
-                                work += len(ents)
-                                keep = []
-                                for e in ents:
-                                    etid = e[1]
-                                    if etid in done: continue
-                                    if etid != tid:
-                                        if direct:
-                                            if etid in direct: ordered = True
-                                            else:
-                                                if bound is None or etid < bound: anc, bound = self.ancestors(direct, etid), etid
-                                                ordered = etid in anc
-                                            if ordered:
-                                                if (w or not e[4]) and lo <= k[0] and k[1] <= hi: continue    # covered and ordered before
-                                                keep.append(e); continue
-                                        if conflicts is None: conflicts = [e]
-                                        else: conflicts.append(e)
-                                    keep.append(e)
-                                if len(keep) != len(ents): ents[:] = keep
-                    lst = pend[w].ents.get((lo, hi))
-                    if lst is None: pend[w].add(lo, hi, new)
-                    else: lst.append(new)
-                if conflicts: self._report(node, rv, lo, hi, w, conflicts)
-            w = True
-        self.seq = seq; self.work += work
-        if compare and self.work > SIM_WORK_BUDGET:
-            self.over_budget = True
-            self.ctx.report('info', 'hazard.budget',
-                            f'hazard analysis stopped comparing accesses here: more than {SIM_WORK_BUDGET} comparisons (thousands of '
-                            'mutually unordered accesses to the same bytes); later hazards are not reported', node)
-        if node is not None:
-            if getattr(node, 'assign', None): self.tok[node.assign] = tid
-            if getattr(node, 'sync', False): self.complete(tid)
-        live = self.n - len(done)
-        if live > self.max_live: self.max_live, self.max_live_at = live, node
-        return tid
+@patch
+def ancestors(self:HazardSim, roots, bound:int) -> set:
+    "The incomplete tasks with id >= `bound` that `roots` (direct dependencies) reach through dependencies."
+    done, deps = self.done, self.deps
+    seen, stack = set(), [r for r in roots if r >= bound]
+    while stack:
+        x = stack.pop()
+        if x in seen or x in done: continue
+        seen.add(x)
+        for p in deps[x]:
+            if p >= bound: stack.append(p)
+    self.work += len(seen)
+    return seen
 
-    def _report(self, node, rv, lo, hi, w, conflicts):
-        "Report the oldest of the unordered `conflicts` of one access whose pair of statements was not reported yet."
-        conflicts.sort()
-        for e in conflicts:
-            pair = (id(node), id(e[5]))
-            if pair in self.reported: continue
-            self.reported.add(pair)
-            a, b = ('writes' if e[4] else 'reads'), ('writes' if w else 'reads')
-            self.ctx.report('error', 'hazard.write', f'{task_name(node)} {b} {rv.name} [{lo}, {hi}) of {rv.buffer} '
-                                                     f'while {task_name(e[5])} (line {e[5].line}) {a} {e[6]} '
-                                                     f'[{e[2]}, {e[3]}), and no dependency orders them (hazard '
-                                                     'rule 1)', operand_pos(node, rv),
-                            ['add the earlier task\'s token to deps=[...] or wait(...) for it'])
-            return
+class _Order:
+    "Whether an earlier task is ordered before the task being registered, which has direct dependencies `direct`."
+    __slots__ = ('sim', 'direct', 'anc', 'bound')
+    def __init__(self, sim, direct): self.sim, self.direct, self.anc, self.bound = sim, direct, (), None
+    def before(self, etid:int) -> bool:
+        "Task `etid` is a direct dependency or an incomplete ancestor (the ancestor search is widened only when needed)."
+        if etid in self.direct: return True
+        if self.bound is None or etid < self.bound: self.anc, self.bound = self.sim.ancestors(self.direct, etid), etid
+        return etid in self.anc
 
+# %% ../../nbs/34c_nem_hazards.ipynb #9adece96
+@patch
+def _scan_list(self:HazardSim, st, pend:list, new:tuple, order, compare:bool) -> list:
+    "The unordered conflicts of access `new` with storage `st`'s pending list, which it updates (into interval indexes when long)."
+    _, tid, lo, hi, w = new[:5]
+    done, keep, conflicts = self.done, [], []
+    for e in pend:
+        etid = e[1]
+        if etid in done: continue
+        if compare and etid != tid and e[2] < hi and lo < e[3] and (w or e[4]):
+            if order is not None and order.before(etid):
+                if w and lo <= e[2] and e[3] <= hi: continue    # covered by this write and ordered before it
+                keep.append(e); continue
+            conflicts.append(e)
+        keep.append(e)
+    keep.append(new)
+    self.work += len(pend)
+    if len(keep) <= SIM_LIST_MAX: self.index[st] = keep
+    else:                                                     # many: an interval index per access kind
+        pair = self.index[st] = (IntervalIndex(), IntervalIndex())
+        for e in keep: pair[e[4]].add(e[2], e[3], e)
+    return conflicts
+
+# %% ../../nbs/34c_nem_hazards.ipynb #36eb73bc
+@patch
+def _scan_index(self:HazardSim, pend:tuple, new:tuple, order, compare:bool) -> list:
+    "The unordered conflicts of access `new` with a storage's (reads, writes) interval indexes `pend`, to which it is added."
+    _, tid, lo, hi, w = new[:5]
+    done, conflicts = self.done, []
+    if compare:
+        for ix in ((pend[1], pend[0]) if w else (pend[1],)):      # a read conflicts with writes only
+            for k, ents in (ix.ents.items() if ix.classes is None else ix.overlapping(lo, hi)):
+                if not ents or k[0] >= hi or lo >= k[1]: continue
+                self.work += len(ents)
+                keep = []
+                for e in ents:
+                    etid = e[1]
+                    if etid in done: continue
+                    if etid != tid:
+                        if order is not None and order.before(etid):
+                            if (w or not e[4]) and lo <= k[0] and k[1] <= hi: continue    # covered and ordered before
+                            keep.append(e); continue
+                        conflicts.append(e)
+                    keep.append(e)
+                if len(keep) != len(ents): ents[:] = keep
+    lst = pend[w].ents.get((lo, hi))
+    if lst is None: pend[w].add(lo, hi, new)
+    else: lst.append(new)
+    return conflicts
+
+# %% ../../nbs/34c_nem_hazards.ipynb #b71c3efc
+@patch
+def task(self:HazardSim, node, reads, writes, deps):
+    "Register one task instance reading `reads` and writing `writes` (RegionVals or None) after tokens `deps`; report its hazards."
+    tid = self.n; self.n += 1
+    done, index, stor = self.done, self.index, self.stor
+    direct = tuple({p for p in map(self.tok.get, deps) if p is not None and p not in done}) if deps else ()
+    self.deps.append(direct)
+    compare = not self.over_budget
+    order = _Order(self, direct) if direct else None
+    seq, w = self.seq, False
+    for rvs in (reads, writes):
+        for rv in rvs:
+            if rv is None: continue
+            lo, ext = rv.off, rv.ext
+            if lo is None or ext is None or ext <= 0: continue
+            hi = lo + ext
+            st = stor.get(rv.buffer) or self.storage(rv.buffer)
+            seq += 1
+            new = (seq, tid, lo, hi, w, node, rv.name)
+            pend = index.get(st)
+            if pend is None: index[st] = [new]; continue
+            conflicts = (self._scan_list(st, pend, new, order, compare) if type(pend) is list
+                         else self._scan_index(pend, new, order, compare))
+            if conflicts: self._report(node, rv, lo, hi, w, conflicts)
+        w = True
+    self.seq = seq
+    self._after_task(tid, node, compare)
+    return tid
+
+# %% ../../nbs/34c_nem_hazards.ipynb #f9e1ea54
+@patch
+def _after_task(self:HazardSim, tid:int, node, compare:bool):
+    "Bookkeeping after task `tid`: the work budget, its token, a synchronous task's completion, the live-token high-water mark."
+    if compare and self.work > SIM_WORK_BUDGET:
+        self.over_budget = True
+        self.ctx.report('info', 'hazard.budget',
+                        f'hazard analysis stopped comparing accesses here: more than {SIM_WORK_BUDGET} comparisons (thousands of '
+                        'mutually unordered accesses to the same bytes); later hazards are not reported', node)
+    if node is not None:
+        if getattr(node, 'assign', None): self.tok[node.assign] = tid
+        if getattr(node, 'sync', False): self.complete(tid)
+    live = self.n - len(self.done)
+    if live > self.max_live: self.max_live, self.max_live_at = live, node
+
+@patch
+def _report(self:HazardSim, node, rv, lo, hi, w, conflicts):
+    "Report the oldest of the unordered `conflicts` of one access whose pair of statements was not reported yet."
+    conflicts.sort()
+    for e in conflicts:
+        pair = (id(node), id(e[5]))
+        if pair in self.reported: continue
+        self.reported.add(pair)
+        a, b = ('writes' if e[4] else 'reads'), ('writes' if w else 'reads')
+        self.ctx.report('error', 'hazard.write', f'{task_name(node)} {b} {rv.name} [{lo}, {hi}) of {rv.buffer} '
+                                                 f'while {task_name(e[5])} (line {e[5].line}) {a} {e[6]} '
+                                                 f'[{e[2]}, {e[3]}), and no dependency orders them (hazard '
+                                                 'rule 1)', operand_pos(node, rv),
+                        ['add the earlier task\'s token to deps=[...] or wait(...) for it'])
+        return
+
+# %% ../../nbs/34c_nem_hazards.ipynb #873e301f
 def check_hazards(ctx:Ctx):
     "Hazard rules 1–2 over the whole program (simulated, see above)."
     sim = HazardSim(ctx)
@@ -231,7 +255,9 @@ def hazard_operand(ctx, sim, op, env):
     if bi is not None and bi.size is not None: return RegionVal(ref.id, ref.id, 0, bi.size, None, None, None, None, None, [], op)
     return None
 
+# %% ../../nbs/34c_nem_hazards.ipynb #e90b351e
 def simulate_block(ctx, sim, body, env):
+    "Simulate the statements of `body` (constants in `env`) as tasks of `sim`."
     for s in body:
         t = type(s)
         if t is RegionDecl: sim.regions[s.name] = s.region
@@ -241,19 +267,7 @@ def simulate_block(ctx, sim, body, env):
             elif type(v) in (Num, Name, BinOp, Neg):
                 x = quiet_eval(ctx)(v, env, '')
                 if x is not None: env[s.name] = x
-        elif t is Move:
-            dst, src = hazard_operand(ctx, sim, s.dst, env), hazard_operand(ctx, sim, s.src, env)
-            if s.kind == 'transfer' and dst is not None and src is not None and dst.buffer != src.buffer and not sim.imported:
-                sim.task(s, [src], [dst], [r.id for r in s.deps] if s.deps else ()); continue    # different storages: no overlap
-            if s.kind == 'transfer' and dst is not None and src is not None and dst.off is not None and src.off is not None \
-               and sim.storage(dst.buffer) == sim.storage(src.buffer) and dst.off < src.off + src.ext and src.off < dst.off + dst.ext \
-               and not any(d.name == 'memmove' for d in s.decos):
-                ctx.report('error', 'hazard.memmove',
-                           f'transfer source {src.name} [{src.off}, {src.off+src.ext}) and destination {dst.name} [{dst.off}, '
-                           f'{dst.off+dst.ext}) overlap in {dst.buffer}; overlapping transfers need @memmove (hazard rule 2)',
-                           (s.dst.line, s.dst.col))
-                src = None
-            sim.task(s, [src], [dst], [r.id for r in s.deps])
+        elif t is Move: simulate_move(ctx, sim, s, env)
         elif t is Compute:
             ins = [hazard_operand(ctx, sim, o, env) for o in s.ins]; outs = [hazard_operand(ctx, sim, o, env) for o in s.outs]
             sim.task(s, ins, outs, [r.id for r in s.deps] if s.deps else ())
@@ -261,42 +275,66 @@ def simulate_block(ctx, sim, body, env):
             for r in s.tokens:
                 p = sim.tok.get(r.id)
                 if p is not None: sim.complete(p)
-        elif t is Loop:
-            lo = quiet_eval(ctx)(s.start, env, ''); hi = quiet_eval(ctx)(s.end, env, '')
-            if lo is None or hi is None or hi < lo: continue
-            n_if = 1
-            for d in s.decos:
-                if d.name == 'max_in_flight' and d.args:
-                    v = quiet_eval(ctx)(d.args[0], env, '') if type(d.args[0]) in (Num, Name, BinOp, Neg) else None
-                    if v is not None and v >= 1: n_if = v
-            trip = hi - lo + 1
-            if n_if > SIM_MAX_IN_FLIGHT and trip > 2 * SIM_MAX_IN_FLIGHT + 1:
-                ctx.report('info', 'hazard.budget',
-                           f'hazard analysis simplified here: @max_in_flight({n_if}) is simulated with a window of {SIM_MAX_IN_FLIGHT} '
-                           'iterations; iterations farther apart are not compared', s)
-                n_if = SIM_MAX_IN_FLIGHT
-            its = (list(range(lo, hi + 1)) if trip <= 2 * n_if + 1 else list(range(lo, lo + n_if + 1)) + [None]
-                   + list(range(hi - n_if + 1, hi + 1)))
-            if sim.depth >= 3 or sim.steps > SIM_BUDGET:     # deep nests / huge programs: one iteration only
-                its = [lo]
-                if not sim.simplified:
-                    sim.simplified = True
-                    ctx.report('info', 'hazard.budget',
-                               'hazard analysis simplified here: loops nested 4 deep, or beyond the simulation budget, are simulated for '
-                               'their first iteration only', s)
-            started = []           # task-id ranges per simulated iteration
-            for k, v in enumerate(its):
-                if v is None:     # iterations in between: everything so far has completed
-                    for a, b in started:
-                        for tid in range(a, b): sim.complete(tid)
-                    started = []
-                    continue
-                if len(started) >= n_if:
-                    a, b = started[-n_if]
-                    for tid in range(a, b): sim.complete(tid)
-                e2 = dict(env); e2[s.var] = v
-                a = sim.n
-                sim.depth += 1; sim.steps += len(s.body)
-                simulate_block(ctx, sim, s.body, e2)
-                sim.depth -= 1
-                started.append((a, sim.n))
+        elif t is Loop: simulate_loop(ctx, sim, s, env)
+
+def simulate_move(ctx, sim, s, env):
+    "A transfer (or other move) as a task; overlapping source and destination in one storage need @memmove (hazard rule 2)."
+    dst, src = hazard_operand(ctx, sim, s.dst, env), hazard_operand(ctx, sim, s.src, env)
+    if s.kind == 'transfer' and dst is not None and src is not None and dst.buffer != src.buffer and not sim.imported:
+        sim.task(s, [src], [dst], [r.id for r in s.deps] if s.deps else ()); return    # different storages: no overlap
+    if s.kind == 'transfer' and dst is not None and src is not None and dst.off is not None and src.off is not None \
+       and sim.storage(dst.buffer) == sim.storage(src.buffer) and dst.off < src.off + src.ext and src.off < dst.off + dst.ext \
+       and not any(d.name == 'memmove' for d in s.decos):
+        ctx.report('error', 'hazard.memmove',
+                   f'transfer source {src.name} [{src.off}, {src.off+src.ext}) and destination {dst.name} [{dst.off}, '
+                   f'{dst.off+dst.ext}) overlap in {dst.buffer}; overlapping transfers need @memmove (hazard rule 2)',
+                   (s.dst.line, s.dst.col))
+        src = None
+    sim.task(s, [src], [dst], [r.id for r in s.deps])
+
+# %% ../../nbs/34c_nem_hazards.ipynb #9e5fec4d
+def _iterations(ctx, sim, s, env):
+    "The iterations of loop `s` to simulate (None marks the skipped middle) and its in-flight window."
+    lo = quiet_eval(ctx)(s.start, env, ''); hi = quiet_eval(ctx)(s.end, env, '')
+    if lo is None or hi is None or hi < lo: return [], 1
+    n_if = 1
+    for d in s.decos:
+        if d.name == 'max_in_flight' and d.args:
+            v = quiet_eval(ctx)(d.args[0], env, '') if type(d.args[0]) in (Num, Name, BinOp, Neg) else None
+            if v is not None and v >= 1: n_if = v
+    trip = hi - lo + 1
+    if n_if > SIM_MAX_IN_FLIGHT and trip > 2 * SIM_MAX_IN_FLIGHT + 1:
+        ctx.report('info', 'hazard.budget',
+                   f'hazard analysis simplified here: @max_in_flight({n_if}) is simulated with a window of {SIM_MAX_IN_FLIGHT} '
+                   'iterations; iterations farther apart are not compared', s)
+        n_if = SIM_MAX_IN_FLIGHT
+    its = (list(range(lo, hi + 1)) if trip <= 2 * n_if + 1 else list(range(lo, lo + n_if + 1)) + [None]
+           + list(range(hi - n_if + 1, hi + 1)))
+    if sim.depth >= 3 or sim.steps > SIM_BUDGET:     # deep nests / huge programs: one iteration only
+        its = [lo]
+        if not sim.simplified:
+            sim.simplified = True
+            ctx.report('info', 'hazard.budget',
+                       'hazard analysis simplified here: loops nested 4 deep, or beyond the simulation budget, are simulated for '
+                       'their first iteration only', s)
+    return its, n_if
+
+def simulate_loop(ctx, sim, s, env):
+    "Simulate loop `s` with at most its @max_in_flight iterations outstanding (see above)."
+    its, n_if = _iterations(ctx, sim, s, env)
+    started = []           # task-id ranges per simulated iteration
+    for v in its:
+        if v is None:     # iterations in between: everything so far has completed
+            for a, b in started:
+                for tid in range(a, b): sim.complete(tid)
+            started = []
+            continue
+        if len(started) >= n_if:
+            a, b = started[-n_if]
+            for tid in range(a, b): sim.complete(tid)
+        e2 = dict(env); e2[s.var] = v
+        a = sim.n
+        sim.depth += 1; sim.steps += len(s.body)
+        simulate_block(ctx, sim, s.body, e2)
+        sim.depth -= 1
+        started.append((a, sim.n))
