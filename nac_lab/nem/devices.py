@@ -5,6 +5,7 @@
 # %% ../../nbs/33_nem_devices.ipynb #1ae09cff
 from __future__ import annotations
 import difflib
+from fastcore.basics import patch
 from dataclasses import dataclass, field
 from .ast import DeviceConfig
 from .evaluate import EvalError, eval_int
@@ -15,7 +16,7 @@ from .types import instantiations, families_of, baseline_families, family_proble
 __all__ = ['PER_ENGINE_UNITS', 'DEVICE_UNITS', 'SPEC_VERSIONS', 'MAX_DEVICE_DEPTH', 'MAX_ENGINES', 'MAX_UNITS',
            'MAX_MEMORY_BYTES', 'ResolvedDevice', 'DeviceSet', 'inheritance_graph']
 
-# %% ../../nbs/33_nem_devices.ipynb #1f297a4e
+# %% ../../nbs/33_nem_devices.ipynb #37444b4f
 PER_ENGINE_UNITS = ('NMU', 'CSTL', 'DMA', 'VPU', 'SEQ')
 DEVICE_UNITS = ('sDMA', 'WDM')
 SPEC_VERSIONS = ('1.0',)
@@ -51,6 +52,7 @@ class ResolvedDevice:
         if self.topology is None: return 0
         return self.topology['per_engine'].get(unit, self.topology['device_units'].get(unit, 0))
 
+# %% ../../nbs/33_nem_devices.ipynb #3f9870cb
 class DeviceSet:
     ("Resolves the devices visible in a `Workspace`, collecting schema and malformed-family diagnostics in `diags`; `families` is the "
      "well-formed family set.")
@@ -80,167 +82,194 @@ class DeviceSet:
             self.diags.append(Diagnostic('error', 'device.value', f'{what} of device {node.name}: {msg}', node.file, ex.line, ex.col))
             return None
 
-    def _topology(self, node):
-        t = node.topology
-        topo = dict(num_engines=self._int(t.num_engines, node, 'num_engines'),
-                    l2_size_bytes=self._int(t.l2_size_bytes, node, 'l2_size_bytes'),
-                    l1_size_bytes=self._int(t.l1_size_bytes, node, 'l1_size_bytes'), device_units={}, per_engine={})
-        for block, allowed, lo in (('device_units', DEVICE_UNITS, 0), ('per_engine', PER_ENGINE_UNITS, 1)):
-            for u, e in getattr(t, block).items():
-                pos = t.unit_pos.get((block, u))
-                v = self._int(e, node, u)
-                if u not in allowed:
-                    other = ('a per-engine unit (put it in per_engine)' if u in PER_ENGINE_UNITS else 'a device-level unit (put it in '
-                             'device_units)' if u in DEVICE_UNITS else 'not a unit type')
-                    self.report('error', 'device.unit-scope', f'{u} in {block} of device {node.name}: {u} is {other}', node, pos); continue
-                if v is not None and v < lo:
-                    self.report('error', 'device.counts', f'{block} count {u} = {v} of device {node.name} must be >= {lo} (schema rule 5)',
-                                node, pos)
-                if v is not None and v > MAX_UNITS:
-                    self.report('error', 'device.limits', f'{block} count {u} = {v} of device {node.name} exceeds the limit of {MAX_UNITS} '
-                                                          'unit instances nac_lab simulates', node, pos); v = None
-                topo[block][u] = v
-        if topo['num_engines'] is not None and topo['num_engines'] < 1:
-            self.report('error', 'device.counts', f'num_engines = {topo["num_engines"]} of device {node.name} must be >= 1 (schema rule 5)',
+# %% ../../nbs/33_nem_devices.ipynb #0126a9a2
+@patch
+def _topology(self:DeviceSet, node):
+    t = node.topology
+    topo = dict(num_engines=self._int(t.num_engines, node, 'num_engines'),
+                l2_size_bytes=self._int(t.l2_size_bytes, node, 'l2_size_bytes'),
+                l1_size_bytes=self._int(t.l1_size_bytes, node, 'l1_size_bytes'), device_units={}, per_engine={})
+    for block, allowed, lo in (('device_units', DEVICE_UNITS, 0), ('per_engine', PER_ENGINE_UNITS, 1)):
+        for u, e in getattr(t, block).items():
+            pos = t.unit_pos.get((block, u))
+            v = self._int(e, node, u)
+            if u not in allowed:
+                other = ('a per-engine unit (put it in per_engine)' if u in PER_ENGINE_UNITS else 'a device-level unit (put it in '
+                         'device_units)' if u in DEVICE_UNITS else 'not a unit type')
+                self.report('error', 'device.unit-scope', f'{u} in {block} of device {node.name}: {u} is {other}', node, pos); continue
+            if v is not None and v < lo:
+                self.report('error', 'device.counts', f'{block} count {u} = {v} of device {node.name} must be >= {lo} (schema rule 5)',
+                            node, pos)
+            if v is not None and v > MAX_UNITS:
+                self.report('error', 'device.limits', f'{block} count {u} = {v} of device {node.name} exceeds the limit of {MAX_UNITS} '
+                                                      'unit instances nac_lab simulates', node, pos); v = None
+            topo[block][u] = v
+    if topo['num_engines'] is not None and topo['num_engines'] < 1:
+        self.report('error', 'device.counts', f'num_engines = {topo["num_engines"]} of device {node.name} must be >= 1 (schema rule 5)',
+                    node, (t.line, t.col))
+    for k in ('l1_size_bytes', 'l2_size_bytes'):
+        if topo[k] is not None and topo[k] <= 0:
+            self.report('error', 'device.counts', f'{k} = {topo[k]} of device {node.name} must be > 0 (schema rule 5)', node,
+                        (t.line, t.col))
+    for k, top in (('num_engines', MAX_ENGINES), ('l1_size_bytes', MAX_MEMORY_BYTES), ('l2_size_bytes', MAX_MEMORY_BYTES)):
+        if topo[k] is not None and topo[k] > top:
+            self.report('error', 'device.limits', f'{k} = {topo[k]} of device {node.name} exceeds the limit of {top} nac_lab accepts',
                         node, (t.line, t.col))
-        for k in ('l1_size_bytes', 'l2_size_bytes'):
-            if topo[k] is not None and topo[k] <= 0:
-                self.report('error', 'device.counts', f'{k} = {topo[k]} of device {node.name} must be > 0 (schema rule 5)', node,
-                            (t.line, t.col))
-        for k, top in (('num_engines', MAX_ENGINES), ('l1_size_bytes', MAX_MEMORY_BYTES), ('l2_size_bytes', MAX_MEMORY_BYTES)):
-            if topo[k] is not None and topo[k] > top:
-                self.report('error', 'device.limits', f'{k} = {topo[k]} of device {node.name} exceeds the limit of {top} nac_lab accepts',
-                            node, (t.line, t.col))
-                topo[k] = None
-        return topo
+            topo[k] = None
+    return topo
 
-    def _refs(self, refs, node, block):
-        out, seen = [], set()
-        for r in refs or []:
-            if r.family in self.broken: continue      # its family's own diagnostic says why; no second error here
-            if r not in self.insts:
-                close = difflib.get_close_matches(str(r), [str(x) for x in self.insts], n=1, cutoff=0.6)
-                self.report('error', 'device.unknown-variant', f'{block} of device {node.name} lists {r}, which no '
-                                                               'type family defines', node, (r.line, r.col),
-                       [f'did you mean {close[0]}?'] if close else [])
-                continue
-            if r in seen:
-                self.report('warning', 'device.duplicate', f'{r} is listed twice in {block} of device {node.name}; the repeat is ignored',
-                            node, (r.line, r.col))
-                continue
-            seen.add(r); out.append(r)
-        return out
+# %% ../../nbs/33_nem_devices.ipynb #8c0f8d23
+@patch
+def _refs(self:DeviceSet, refs, node, block):
+    out, seen = [], set()
+    for r in refs or []:
+        if r.family in self.broken: continue      # its family's own diagnostic says why; no second error here
+        if r not in self.insts:
+            close = difflib.get_close_matches(str(r), [str(x) for x in self.insts], n=1, cutoff=0.6)
+            self.report('error', 'device.unknown-variant', f'{block} of device {node.name} lists {r}, which no '
+                                                           'type family defines', node, (r.line, r.col),
+                   [f'did you mean {close[0]}?'] if close else [])
+            continue
+        if r in seen:
+            self.report('warning', 'device.duplicate', f'{r} is listed twice in {block} of device {node.name}; the repeat is ignored',
+                        node, (r.line, r.col))
+            continue
+        seen.add(r); out.append(r)
+    return out
 
-    def resolve(self, name:str) -> ResolvedDevice|None:
-        "The resolved device `name` (None when unknown or its chain is broken); diagnostics go to `diags`."
-        if name in self.cache: return self.cache[name]
-        # resolve the ancestors first, root first, so that `_resolve` finds its parent resolved and nothing recurses
-        chain, seen, devs = [], set(), self.ws.devices
-        n = name
-        while n is not None and n not in self.cache and n not in seen and n in devs:
-            seen.add(n); chain.append(n); n = devs[n].extends
-        if n in seen:                           # the chain comes back to n: a cycle, reported once at n
-            node = devs[n]
-            for m in chain[chain.index(n):]:
-                self._order_check(m, devs[m])
-                self.cache[m] = None
-            self.report('error', 'device.parent', f'device {n} extends itself through its parents', node)
-            chain = chain[:chain.index(n)]
-        for m in reversed(chain): self.cache[m] = self._resolve(m)
-        return self.cache[name]
+# %% ../../nbs/33_nem_devices.ipynb #00898337
+@patch
+def resolve(self:DeviceSet, name:str) -> ResolvedDevice|None:
+    "The resolved device `name` (None when unknown or its chain is broken); diagnostics go to `diags`."
+    if name in self.cache: return self.cache[name]
+    # resolve the ancestors first, root first, so that `_resolve` finds its parent resolved and nothing recurses
+    chain, seen, devs = [], set(), self.ws.devices
+    n = name
+    while n is not None and n not in self.cache and n not in seen and n in devs:
+        seen.add(n); chain.append(n); n = devs[n].extends
+    if n in seen:                           # the chain comes back to n: a cycle, reported once at n
+        node = devs[n]
+        for m in chain[chain.index(n):]:
+            self._order_check(m, devs[m])
+            self.cache[m] = None
+        self.report('error', 'device.parent', f'device {n} extends itself through its parents', node)
+        chain = chain[:chain.index(n)]
+    for m in reversed(chain): self.cache[m] = self._resolve(m)
+    return self.cache[name]
 
-    def _order_check(self, name, node):
-        "Inheritance rule 7: a parent is defined before its child."
-        if (node.extends is not None and node.extends in self.ws.devices
-                and self.ws.device_order.get(node.extends, 0) > self.ws.device_order.get(name, 0)):
-            self.report('error', 'device.parent', f'device {name} extends {node.extends}, which is defined after it (inheritance rule 7)',
-                        node)
+@patch
+def _order_check(self:DeviceSet, name, node):
+    "Inheritance rule 7: a parent is defined before its child."
+    if (node.extends is not None and node.extends in self.ws.devices
+            and self.ws.device_order.get(node.extends, 0) > self.ws.device_order.get(name, 0)):
+        self.report('error', 'device.parent', f'device {name} extends {node.extends}, which is defined after it (inheritance rule 7)',
+                    node)
 
-    def _resolve(self, name):
-        node = self.ws.devices.get(name)
-        if node is None: return None
-        parent = None
-        if node.extends is not None:
-            pnode = self.ws.devices.get(node.extends)
-            if pnode is None:
-                close = difflib.get_close_matches(node.extends, list(self.ws.devices), n=1)
-                self.report('error', 'device.parent', f'device {name} extends {node.extends!r}, which is not defined here or in an '
-                                                      'included file', node,
-                       notes=[f'did you mean {close[0]}?'] if close else []); return None
-            self._order_check(name, node)
-            parent = self.resolve(node.extends)
-            if parent is None: return None
-            if len(parent.chain) >= MAX_DEVICE_DEPTH:
-                self.report('error', 'device.parent',
-                            f'device {name} extends a chain of {len(parent.chain)} devices; inheritance chains are at most '
-                            f'{MAX_DEVICE_DEPTH} deep', node)
-                return None
-            if node.spec_version is not None:
-                self.report('error', 'device.derived-spec-version', f'derived device {name} must not set spec_version; it inherits '
-                                                                    f'{parent.spec_version!r} from {parent.name} (inheritance rule 2)',
-                       node, node.block_pos.get('spec_version'))
-            spec = parent.spec_version
-        else:
-            spec = node.spec_version
-            if spec is None: self.report('error', 'device.spec-version', f'base device {name} lacks spec_version (schema rule 1)', node)
-            elif spec not in SPEC_VERSIONS:
-                self.report('error', 'device.spec-version',
-                            f'device {name} declares spec_version {spec!r}; this checker knows {", ".join(map(repr, SPEC_VERSIONS))} '
-                            '(schema rule 1)', node, node.block_pos.get('spec_version'))
-            if not node.mandatory:
-                self.report('error', 'device.mandatory', f'base device {name} needs a non-empty opcode.mandatory block (schema rule 2)',
-                            node)
-        topo = self._topology(node) if node.topology is not None else (parent.topology if parent else None)
-        chars = {u: dict(kv) for u, kv in (parent.unit_chars.items() if parent else ())}
-        for u, kv in (node.unit_chars or {}).items():
-            if u not in PER_ENGINE_UNITS + DEVICE_UNITS:
-                self.report('warning', 'device.unit-chars',
-                            f'unit_characteristics of device {name} has a group {u!r}, which is not a unit type; kept as is', node,
-                            node.block_pos.get('unit_characteristics'))
-            g = chars.setdefault(u, {})
-            for k, e in kv.items(): g[k] = self._int(e, node, f'{u}.{k}')
-        mand = list(parent.mandatory) if parent else []
-        ms = set(mand)
-        for r in self._refs(node.mandatory, node, 'opcode.mandatory'):
-            if r not in ms: mand.append(r); ms.add(r)
-        ext = list(parent.extended) if parent else []
-        es = set(ext)
-        for r in self._refs(node.extended, node, 'opcode.extended'):
-            if r in ms:
-                self.report('warning', 'device.duplicate',
-                            f'{r} is in both opcode.mandatory and opcode.extended of device {name}; the opcode.extended entry is ignored '
-                            '(schema rule 4)', node, (r.line, r.col))
-                continue
-            if r not in es: ext.append(r); es.add(r)
-        # an entry that a parent put in extended and the child promotes to mandatory
-        both = [r for r in ext if r in ms]
-        for r in both:
+# %% ../../nbs/33_nem_devices.ipynb #9ba81662
+@patch
+def _parent(self:DeviceSet, name, node) -> tuple:
+    "`(ok, parent, spec_version)` of device `name`: its resolved parent (None for a base device) after the inheritance checks."
+    if node.extends is None:
+        spec = node.spec_version
+        if spec is None: self.report('error', 'device.spec-version', f'base device {name} lacks spec_version (schema rule 1)', node)
+        elif spec not in SPEC_VERSIONS:
+            self.report('error', 'device.spec-version',
+                        f'device {name} declares spec_version {spec!r}; this checker knows {", ".join(map(repr, SPEC_VERSIONS))} '
+                        '(schema rule 1)', node, node.block_pos.get('spec_version'))
+        if not node.mandatory:
+            self.report('error', 'device.mandatory', f'base device {name} needs a non-empty opcode.mandatory block (schema rule 2)', node)
+        return True, None, spec
+    if self.ws.devices.get(node.extends) is None:
+        close = difflib.get_close_matches(node.extends, list(self.ws.devices), n=1)
+        self.report('error', 'device.parent', f'device {name} extends {node.extends!r}, which is not defined here or in an '
+                                              'included file', node, notes=[f'did you mean {close[0]}?'] if close else [])
+        return False, None, None
+    self._order_check(name, node)
+    parent = self.resolve(node.extends)
+    if parent is None: return False, None, None
+    if len(parent.chain) >= MAX_DEVICE_DEPTH:
+        self.report('error', 'device.parent', f'device {name} extends a chain of {len(parent.chain)} devices; inheritance chains are at '
+                                              f'most {MAX_DEVICE_DEPTH} deep', node)
+        return False, None, None
+    if node.spec_version is not None:
+        self.report('error', 'device.derived-spec-version', f'derived device {name} must not set spec_version; it inherits '
+                                                            f'{parent.spec_version!r} from {parent.name} (inheritance rule 2)',
+                    node, node.block_pos.get('spec_version'))
+    return True, parent, parent.spec_version
+
+# %% ../../nbs/33_nem_devices.ipynb #e171eaba
+@patch
+def _merged_chars(self:DeviceSet, name, node, parent) -> dict:
+    "The unit characteristics of device `name`: the parent's, with the node's keys replacing theirs one by one."
+    chars = {u: dict(kv) for u, kv in (parent.unit_chars.items() if parent else ())}
+    for u, kv in (node.unit_chars or {}).items():
+        if u not in PER_ENGINE_UNITS + DEVICE_UNITS:
+            self.report('warning', 'device.unit-chars',
+                        f'unit_characteristics of device {name} has a group {u!r}, which is not a unit type; kept as is', node,
+                        node.block_pos.get('unit_characteristics'))
+        g = chars.setdefault(u, {})
+        for k, e in kv.items(): g[k] = self._int(e, node, f'{u}.{k}')
+    return chars
+
+@patch
+def _merged_lists(self:DeviceSet, name, node, parent) -> tuple:
+    "`(mandatory, extended)` of device `name`: the inherited lists with the node's entries appended (mandatory wins, schema rule 4)."
+    mand = list(parent.mandatory) if parent else []
+    ms = set(mand)
+    for r in self._refs(node.mandatory, node, 'opcode.mandatory'):
+        if r not in ms: mand.append(r); ms.add(r)
+    ext = list(parent.extended) if parent else []
+    es = set(ext)
+    for r in self._refs(node.extended, node, 'opcode.extended'):
+        if r in ms:
             self.report('warning', 'device.duplicate',
-                        f'{r} is in opcode.mandatory and (inherited) opcode.extended of device {name}; the opcode.extended entry is '
-                        'ignored (schema rule 4)', node)
-        ext = [r for r in ext if r not in ms]
-        rd = ResolvedDevice(name, ([name] + parent.chain) if parent else [name], spec, topo, chars, mand, ext, node)
-        if topo is not None:
-            missing = [str(r) for r in self.musts if r not in ms]
-            if missing:
-                self.report('error', 'device.missing-must', f'device {name} does not list every MUST variant in opcode.mandatory '
-                                                            f'(schema rule 7); missing: {", ".join(missing)}', node,
-                       notes=['extend nem_baseline_1_0 (include "nem_baseline_1.0.nem") to inherit them'])
-        return rd
+                        f'{r} is in both opcode.mandatory and opcode.extended of device {name}; the opcode.extended entry is ignored '
+                        '(schema rule 4)', node, (r.line, r.col))
+            continue
+        if r not in es: ext.append(r); es.add(r)
+    for r in [r for r in ext if r in ms]:      # an entry that a parent put in extended and the child promotes to mandatory
+        self.report('warning', 'device.duplicate',
+                    f'{r} is in opcode.mandatory and (inherited) opcode.extended of device {name}; the opcode.extended entry is '
+                    'ignored (schema rule 4)', node)
+    return mand, [r for r in ext if r not in ms]
 
-    def target(self, name:str, at:Diagnostic|None=None) -> ResolvedDevice|None:
-        "Resolve `name` as a program's target: it must exist and be concrete."
-        rd = self.resolve(name)
-        if rd is not None and rd.abstract:
-            node = rd.node
-            self.diags.append(Diagnostic('error', 'device.topology', f'device {name} has no topology after inheritance (it is abstract) '
-                                                                     'and cannot be a target (schema rule 5, inheritance rule 8)',
-                                         at.file if at else node.file, at.line if at else node.line, at.col if at else node.col))
-        return rd
+# %% ../../nbs/33_nem_devices.ipynb #46829f57
+@patch
+def _resolve(self:DeviceSet, name):
+    "Device `name` resolved over its (already resolved) parent, or None when it cannot be."
+    node = self.ws.devices.get(name)
+    if node is None: return None
+    ok, parent, spec = self._parent(name, node)
+    if not ok: return None
+    topo = self._topology(node) if node.topology is not None else (parent.topology if parent else None)
+    chars = self._merged_chars(name, node, parent)
+    mand, ext = self._merged_lists(name, node, parent)
+    rd = ResolvedDevice(name, ([name] + parent.chain) if parent else [name], spec, topo, chars, mand, ext, node)
+    if topo is not None:
+        ms = set(mand)
+        missing = [str(r) for r in self.musts if r not in ms]
+        if missing:
+            self.report('error', 'device.missing-must', f'device {name} does not list every MUST variant in opcode.mandatory '
+                                                        f'(schema rule 7); missing: {", ".join(missing)}', node,
+                        notes=['extend nem_baseline_1_0 (include "nem_baseline_1.0.nem") to inherit them'])
+    return rd
 
-    def resolve_all(self) -> dict:
-        "Every visible device resolved (in definition order)."
-        return {n: self.resolve(n) for n in sorted(self.ws.devices, key=lambda n: self.ws.device_order[n])}
+# %% ../../nbs/33_nem_devices.ipynb #3e2cc179
+@patch
+def target(self:DeviceSet, name:str, at:Diagnostic|None=None) -> ResolvedDevice|None:
+    "Resolve `name` as a program's target: it must exist and be concrete."
+    rd = self.resolve(name)
+    if rd is not None and rd.abstract:
+        node = rd.node
+        self.diags.append(Diagnostic('error', 'device.topology', f'device {name} has no topology after inheritance (it is abstract) '
+                                                                 'and cannot be a target (schema rule 5, inheritance rule 8)',
+                                     at.file if at else node.file, at.line if at else node.line, at.col if at else node.col))
+    return rd
+
+@patch
+def resolve_all(self:DeviceSet) -> dict:
+    "Every visible device resolved (in definition order)."
+    return {n: self.resolve(n) for n in sorted(self.ws.devices, key=lambda n: self.ws.device_order[n])}
 
 # %% ../../nbs/33_nem_devices.ipynb #e07e7601
 def inheritance_graph(ds:DeviceSet):
