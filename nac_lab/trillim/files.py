@@ -315,7 +315,7 @@ def checkpoint_inputs(model_dir, adapter_dir=None) -> list:
     if adapter_dir is not None: out += [Path(adapter_dir)/'adapter_config.json', Path(adapter_dir)/'adapter_model.safetensors']
     return out
 
-# %% ../../nbs/42_trillim_files.ipynb #051b4b7c
+# %% ../../nbs/42_trillim_files.ipynb #66c98c78
 @dataclass
 class TensorRecord:
     "A record of `qmodel.tensors`, with numpy views of its payload."
@@ -349,6 +349,7 @@ class TensorsFile:
         "The record of `role` in `layer` (None when absent)."
         return self._index.get((role, layer))
 
+# %% ../../nbs/42_trillim_files.ipynb #cdab8164
 def _buf(src):
     if not isinstance(src, (str, os.PathLike)): return src
     try: st = os.stat(src)
@@ -370,6 +371,7 @@ def _std_header(r:Reader, magic:bytes, name:str, arch:bool=False):
         if r.u32('reserved') != 0: raise r.error(BadValueError, 'reserved word must be 0', at)
         return a
 
+# %% ../../nbs/42_trillim_files.ipynb #28faab5d
 def expected_roles(arch:ArchType, num_layers:int, flags:int) -> list:
     "The `(role, layer)` sequence of a `qmodel.tensors` for an architecture and flag word."
     seq = [(Role.EMBED, GLOBAL_LAYER)] + ([] if flags & 1 else [(Role.LM_HEAD, GLOBAL_LAYER)]) + [(Role.FINAL_NORM, GLOBAL_LAYER)]
@@ -381,12 +383,11 @@ def expected_roles(arch:ArchType, num_layers:int, flags:int) -> list:
             if flags & 2 and r in bias: seq.append((bias[r], i))
     return seq
 
+# %% ../../nbs/42_trillim_files.ipynb #2e10e902
 _KIND_OK = {Role.EMBED: (Kind.BF16, Kind.INT8), Role.LM_HEAD: (Kind.INT8,)}
 
-def read_tensors(src, fmt:str='qmodel.tensors') -> TensorsFile:
-    "Decode and validate `qmodel.tensors` from bytes or a path."
-    r = Reader(_buf(src), fmt=fmt)
-    arch = _std_header(r, MAGIC_TENSORS, 'TRLM', arch=True)
+def _model_block(r:Reader, arch:ArchType) -> tuple:
+    "The model block's eleven words, checked, and the `(role, layer)` sequence they imply; the reader left at the first record."
     with r.in_section('model block'):
         vals = r.unpack('<11I', 'model block')
         nl, h, ho, f, fo, vocab, nh, nkv, hd, flags, n = vals
@@ -402,47 +403,62 @@ def read_tensors(src, fmt:str='qmodel.tensors') -> TensorsFile:
         roles = expected_roles(arch, nl, flags)
         if n != len(roles): raise r.error(BadValueError, f'record count {n}, the model block implies {len(roles)}', 56)
         r.seek(64)
+    return vals[:10], roles
+
+# %% ../../nbs/42_trillim_files.ipynb #955d7e38
+def _payload(r:Reader, kind:Kind, pr:int, pc:int, at:int) -> tuple:
+    "`(scales, data)` of one record's payload of `kind` and padded dims `pr x pc`, checked value by value."
+    if kind == Kind.BF16:
+        d0 = r.tell(); data = r.array(np.uint16, (pr, pc), 'bf16 payload')
+        nf = (data & 0x7F80) == 0x7F80            # exponent all ones: infinity or NaN
+        if nf.any(): raise r.error(BadValueError, 'bf16 payload holds NaN or infinite values', d0 + 2 * int(np.flatnonzero(nf.ravel())[0]))
+        return None, data
+    scales = r.array(np.float32, (pr,), 'row scales')
+    if not np.isfinite(scales).all(): raise r.error(BadValueError, 'row scales must be finite', at + REC_SIZE)
+    if kind == Kind.INT8: return scales, r.array(np.int8, (pr, pc), 'int8 payload')
+    d0 = r.tell(); data = r.array(np.uint8, (pr, -(-pc // 4)), 'ternary payload')
+    bad = ((data & 0x55) & ((data >> 1) & 0x55))
+    if bad.any():
+        j = int(np.flatnonzero(bad.ravel())[0])
+        raise r.error(BadValueError, f'invalid ternary code 3 in byte {j} of the payload', d0 + j)
+    return scales, data
+
+def _record(r:Reader, cfg:ArchConfig, role:Role, layer:int) -> TensorRecord:
+    "The next record, which must be `role` of `layer` with the shape `cfg` implies; the reader left at the next 64-byte boundary."
+    at = r.tell()
+    k, ro, ly, rows, cols, pr, pc, nbytes, resv = r.unpack(REC_FMT, 'record header')
+    try: kind = Kind(k)
+    except ValueError: raise r.error(BadValueError, f'unknown record kind {k}', at) from None
+    if (ro, ly) != (int(role), layer): raise r.error(BadValueError, f'expected role {role.name} layer {layer}, found role {ro} layer {ly}',
+                                                     at + 1)
+    if (rows, cols) != expected_shape(cfg, role) or (pr, pc) != (cfg.pad(rows), cfg.pad(cols)):
+        raise r.error(BadValueError, f'shape {rows}x{cols} (padded {pr}x{pc}) does not match the model block ({expected_shape(cfg, role)})',
+                      at + 4)
+    if resv: raise r.error(BadValueError, 'reserved word must be 0', at + 28)
+    if kind not in _KIND_OK.get(role, (Kind.TERNARY,) if role in LORA_ROLE else (Kind.BF16,)):
+        raise r.error(BadValueError, f'{role.name} cannot be stored as {kind.name}', at)
+    need = pr * pc * 2 if kind == Kind.BF16 else 4 * pr + pr * pc if kind == Kind.INT8 else 4 * pr + pr * (-(-pc // 4))
+    if nbytes != need: raise r.error(BadValueError, f'payload size {nbytes}, a {kind.name} {pr}x{pc} record needs {need}', at + 20)
+    scales, data = _payload(r, kind, pr, pc, at)
+    r.skip((-r.tell()) % REC_ALIGN)
+    return TensorRecord(kind, role, layer, rows, cols, pr, pc, scales, data)
+
+# %% ../../nbs/42_trillim_files.ipynb #36410571
+def read_tensors(src, fmt:str='qmodel.tensors') -> TensorsFile:
+    "Decode and validate `qmodel.tensors` from bytes or a path."
+    r = Reader(_buf(src), fmt=fmt)
+    arch = _std_header(r, MAGIC_TENSORS, 'TRLM', arch=True)
+    (nl, h, ho, f, fo, vocab, nh, nkv, hd, flags), roles = _model_block(r, arch)
     tf = TensorsFile(arch, nl, h, ho, f, fo, vocab, nh, nkv, hd, flags, [])
     cfg = ArchConfig(arch, None, h, f, nl, nh, nkv, vocab, hd, 1, 1.0, 1.0, bool(flags & 1), bool(flags & 2), [0], ho, fo)
     for i, (role, layer) in enumerate(roles):
-        at = r.tell()
         with r.in_section(f'record {i} ({role.name}{"" if layer == GLOBAL_LAYER else f" layer {layer}"})'):
-            k, ro, ly, rows, cols, pr, pc, nbytes, resv = r.unpack(REC_FMT, 'record header')
-            try: kind = Kind(k)
-            except ValueError: raise r.error(BadValueError, f'unknown record kind {k}', at) from None
-            if (ro, ly) != (int(role), layer): raise r.error(BadValueError,
-                                                             f'expected role {role.name} layer {layer}, found role {ro} layer {ly}', at + 1)
-            if (rows, cols) != expected_shape(cfg, role) or (pr, pc) != (cfg.pad(rows), cfg.pad(cols)):
-                raise r.error(BadValueError,
-                              f'shape {rows}x{cols} (padded {pr}x{pc}) does not match the model block ({expected_shape(cfg, role)})',
-                                  at + 4)
-            if resv: raise r.error(BadValueError, 'reserved word must be 0', at + 28)
-            ok = _KIND_OK.get(role, (Kind.TERNARY,) if role in LORA_ROLE else (Kind.BF16,))
-            if kind not in ok: raise r.error(BadValueError, f'{role.name} cannot be stored as {kind.name}', at)
-            need = pr * pc * 2 if kind == Kind.BF16 else 4 * pr + pr * pc if kind == Kind.INT8 else 4 * pr + pr * (-(-pc // 4))
-            if nbytes != need: raise r.error(BadValueError, f'payload size {nbytes}, a {kind.name} {pr}x{pc} record needs {need}', at + 20)
-            scales = None
-            if kind == Kind.BF16:
-                d0 = r.tell(); data = r.array(np.uint16, (pr, pc), 'bf16 payload')
-                nf = (data & 0x7F80) == 0x7F80            # exponent all ones: infinity or NaN
-                if nf.any(): raise r.error(BadValueError, 'bf16 payload holds NaN or infinite values',
-                                           d0 + 2 * int(np.flatnonzero(nf.ravel())[0]))
-            else:
-                scales = r.array(np.float32, (pr,), 'row scales')
-                if not np.isfinite(scales).all(): raise r.error(BadValueError, 'row scales must be finite', at + REC_SIZE)
-                if kind == Kind.INT8: data = r.array(np.int8, (pr, pc), 'int8 payload')
-                else:
-                    d0 = r.tell(); data = r.array(np.uint8, (pr, -(-pc // 4)), 'ternary payload')
-                    bad = ((data & 0x55) & ((data >> 1) & 0x55))
-                    if bad.any():
-                        j = int(np.flatnonzero(bad.ravel())[0])
-                        raise r.error(BadValueError, f'invalid ternary code 3 in byte {j} of the payload', d0 + j)
-            tf.records.append(TensorRecord(kind, role, layer, rows, cols, pr, pc, scales, data))
-            r.skip((-r.tell()) % REC_ALIGN)
+            tf.records.append(_record(r, cfg, role, layer))
     if r.remaining: raise r.error(BadValueError, f'{r.remaining} unexpected bytes after the last record')
     tf._index = {(t.role, t.layer): t for t in tf.records}
     return tf
 
+# %% ../../nbs/42_trillim_files.ipynb #70cbf006
 @dataclass
 class RopeCache:
     "A decoded `rope.cache`."
@@ -466,6 +482,7 @@ def read_rope(src, fmt:str='rope.cache') -> RopeCache:
         if not (np.isfinite(c).all() and np.isfinite(s).all()): raise r.error(BadValueError, 'tables hold non-finite values', 32)
     return RopeCache(P, D, theta, c, s)
 
+# %% ../../nbs/42_trillim_files.ipynb #33c949e2
 @dataclass
 class LoraFile:
     "A decoded `qmodel.lora`: `slots[layer][target]` is `None` or `(A [r, in], B [out, r])` f32 views."
