@@ -85,7 +85,12 @@ def _mult(multiplier):
     m0 = np.array([p[0] for p in pairs], dtype=np.int64); sh = np.array([p[1] for p in pairs], dtype=np.int64)
     return (m0, sh) if a.ndim else (m0[0], sh[0])
 
-def requantize(acc, multiplier, zero_point=0, out:QFormat=QFormat(8, 8), rounding:str='double') -> np.ndarray:
+def requantize(acc,                          # int32 accumulators (any shape; per-channel parameters follow the last axis)
+               multiplier,                   # a real multiplier, `(m0, shift)`, or per-channel arrays of either
+               zero_point=0,                 # output zero point added after scaling
+               out:QFormat=QFormat(8, 8),    # output format the result is clamped to
+               rounding:str='double',        # 'double' (TFLite/gemmlowp: rounding doubling high mul, then rounding shift) or 'single'
+              ) -> np.ndarray:               # the requantized integers, in `out`'s range
     "`clamp(MBQM(acc, m0, shift) + zero_point, out)`: per-tensor or per-channel (last axis) requantization, TFLite/gemmlowp bit-exact."
     rounding = rounding.lower() if isinstance(rounding, str) else rounding
     if rounding not in ('double', 'single'): raise ModeError(f"requant rounding must be 'double' or 'single', got {rounding!r}")

@@ -227,8 +227,18 @@ def add_intermediate_outputs(g: NacGraph, nac: NacFile, index: dict, names) -> i
 
 # %% ../../nbs/18_nac_compile.ipynb #ad9b90c5
 @with_steps(lambda module, *a, **k: f'compile {type(module).__name__}', ('export', 'optimise', 'lower', 'weights', 'schedule'))
-def compile_module(module: torch.nn.Module, example_args, *, dynamic_shapes=None, quant: str = 'none', weights: str = 'internal',
-            optimize: bool = True, schedule: bool = True, signature: bool = True, tokenizer=None, intermediate=()) -> NacModel:
+def compile_module(module: torch.nn.Module,      # the model to compile (put it in eval mode first)
+                   example_args,                  # example inputs: a tensor or a tuple of them, as `module(*example_args)` takes
+                   *,
+                   dynamic_shapes=None,           # torch.export's dynamic_shapes: dims that stay symbolic in the signature
+                   quant: str = 'none',           # weight storage: a key of `QUANT_METHODS` ('none', 'fp16', 'int8_tensor', ...)
+                   weights: str = 'internal',     # 'internal' (in the .nac) or 'external' (a .safetensors beside it)
+                   optimize: bool = True,         # run the graph optimisations (constant folding, fusion, dead code)
+                   schedule: bool = True,         # add the MMAP memory schedule
+                   signature: bool = True,        # record the input signature (names, dtypes, shapes)
+                   tokenizer=None,                # a HuggingFace tokenizer.json to store as TISA
+                   intermediate=(),               # names of intermediate values to expose as extra outputs
+                  ) -> NacModel:                  # the compiled program, runnable and savable
     ("Compile a PyTorch module to NAC: export, optimize, canonicalise, store weights (and the MMAP schedule, the input signature, a "
      "tokenizer).")
     if weights not in ('internal', 'external'): raise NacCompileError(f"weights must be 'internal' or 'external', not {weights!r}")

@@ -273,7 +273,13 @@ def _resolve_operand(ctx, op, env, typed=True):
                f'operand {ref.id} is a {kind}, not a region' + ('' if typed else ' or buffer'), ref)
     return None
 
-def check(path=None, text:str|None=None, name:str|None=None, device:str|None=None, base_dir=None, timings:dict|None=None) -> CheckResult:
+def check(path=None,               # a .nem file to check (or give `text`)
+          text:str|None=None,      # NEM source to check instead of a file
+          name:str|None=None,      # the file name diagnostics use for `text`
+          device:str|None=None,    # target device (shipped name or .nem file) when the program names none, or to override it
+          base_dir=None,           # where `include`s of `text` are looked up
+          timings:dict|None=None,  # when given, receives CPU seconds per checker phase
+         ) -> CheckResult:         # the diagnostics (errors, warnings, infos) with positions, and the resolved program
     "Check a NEM program (or config document) and return a `CheckResult`; `timings`, when given, receives CPU seconds per phase."
     with no_gc(): return _run_checks(path, text, name, device, base_dir, timings)
 

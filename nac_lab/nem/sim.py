@@ -240,7 +240,10 @@ def simulate_table(tb:Table) -> SimResult:
     return SimResult(tb, start, end, np.array(slot), units, float(tb.ideal.sum()), disp, np.array(dstart), np.array(dslot),
                      np.array(wstart), np.array(wend), np.array(wslot))
 
-def simulate(program, device:str|None=None, max_instances:int|None=None) -> SimResult:
+def simulate(program,                    # a .nem path, NEM text or a `CheckResult`
+             device:str|None=None,       # the target (shipped name or .nem file) when the program names none
+             max_instances:int|None=None, # at most this many task instances (default `MAX_ROWS`)
+            ) -> SimResult:              # per-instance start and end cycles and the unit instance each ran on
     ("Check and simulate `program` (path, NEM text or `CheckResult`) on its device (or `device`: a name or .nem file); at most "
      "`max_instances` task instances (default `MAX_ROWS`).")
     cr = load_program(program, device)
