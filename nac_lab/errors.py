@@ -4,7 +4,7 @@
 
 # %% auto #0
 __all__ = ['NacLabError', 'FormatError', 'TruncatedError', 'BadMagicError', 'BadValueError', 'LimitError', 'WriteError',
-           'NacRunError']
+           'NacError', 'ArkError', 'Irv2Error', 'NacRunError']
 
 # %% ../nbs/00a_errors.ipynb #e5d71f1e
 class NacLabError(Exception):
@@ -38,5 +38,14 @@ class LimitError(FormatError):
 class WriteError(NacLabError, ValueError):
     "A value cannot be encoded in the field it is written to."
 
-class NacRunError(NacLabError, RuntimeError):
+class NacError(NacLabError):
+    "Root of the errors of the NAC area (container, compiler, runtime, MMAP, MEP, TISA, checker)."
+
+class ArkError(NacLabError):
+    "Root of the errors of the ARK area (format, checker, executor, NAC exchange, CLI)."
+
+class Irv2Error(NacLabError):
+    "Root of the errors of the IR v2 area (maps, configs, IR, weights, code generation, GGUF, quantization)."
+
+class NacRunError(NacError, RuntimeError):
     "A `.nac` program cannot be loaded or executed; names the instruction, op and argument (raised by `nac.run`, `nac.control`)."

@@ -7,9 +7,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 import numpy as np
-from ..binio import NacLabError
 from .format import ArkModel, Tensor, read_ark, write_ark, ark_text, summary_text, ArkFormatError
 from .check import check_model
+from ..errors import ArkError
 
 # %% auto #0
 __all__ = ['TOUR_RANK', 'ark_graph', 'ArkCliError', 'parse_input', 'parse_shape', 'register', 'tour']
@@ -59,7 +59,7 @@ def ark_graph(models, max_ops:int=300):
     return g
 
 # %% ../../nbs/74_ark_cli.ipynb #91cfa06f
-class ArkCliError(NacLabError, ValueError):
+class ArkCliError(ArkError, ValueError):
     "A bad command-line argument of `nac-lab ark`."
 
 _SPEC = re.compile(r'^(?:(\d+):)?([^=]+)=(.+)$')

@@ -6,16 +6,16 @@
 from __future__ import annotations
 import math
 import numpy as np
-from ..binio import NacLabError
 from .format import ArkModel, Tensor, Op, DTYPES, DTYPE_SIZE, buffer_bytes
 from .check import check_ranks
+from ..errors import ArkError
 
 # %% auto #0
 __all__ = ['KERNELS', 'NO_COMPUTE', 'ArkExecError', 'elem_strides', 'tensor_view', 'RankState', 'ArkExecutor', 'run', 'rewind',
            'outputs', 'resize']
 
 # %% ../../nbs/72_ark_exec.ipynb #1c5c93e9
-class ArkExecError(NacLabError, RuntimeError):
+class ArkExecError(ArkError, RuntimeError):
     "An ARK model that cannot be executed; names the rank, node, op and what went wrong."
 
 def elem_strides(t:Tensor) -> tuple:

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 from ..binio import BadValueError, LimitError, printable
 from ..fileio import atomic_write, parse_json
+from ..errors import ArkError
 
 # %% auto #0
 __all__ = ['DTYPES', 'DTYPE_SIZE', 'ARG_TYPES', 'INT_RANGES', 'MODEL_KEYS', 'NODE_KEYS', 'OP_KEYS', 'TENSOR_KEYS', 'BUFFER_KEYS',
@@ -22,7 +23,7 @@ __all__ = ['DTYPES', 'DTYPE_SIZE', 'ARG_TYPES', 'INT_RANGES', 'MODEL_KEYS', 'NOD
            'tensor_str', 'buffer_bytes', 'summary_text']
 
 # %% ../../nbs/70_ark_format.ipynb #7686aa2d
-class ArkFormatError(BadValueError):
+class ArkFormatError(BadValueError, ArkError):
     "An ARK model file that does not have the structure of the spec; `section` is the JSON path."
     def __init__(self, msg:str, path:str=''):
         self.path = path

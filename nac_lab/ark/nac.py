@@ -9,17 +9,17 @@ from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
 import torch, torch.nn as nn, torch.nn.functional as F
-from ..binio import NacLabError
 from ..fileio import atomic_write
 from .format import ArkModel, Op, Tensor, write_ark
 from .check import ArkBuilder
+from ..errors import ArkError
 
 # %% auto #0
 __all__ = ['WEIGHTS_KEY', 'NAC_TO_ARK_DTYPE', 'NAC_OPS_TO_ARK', 'TORCH_DTYPES', 'T_KERNELS', 'ArkNacError', 'weights_path',
            'from_nac', 'save_weights', 'load_weights', 'save_ark', 'ArkModule', 'to_nac']
 
 # %% ../../nbs/73_ark_nac.ipynb #4e5b42ed
-class ArkNacError(NacLabError, ValueError):
+class ArkNacError(ArkError, ValueError):
     "A NAC program (or ARK model) that cannot be carried over to the other side; names the instruction or op."
 
 WEIGHTS_KEY = 'nac_lab.ark'

@@ -15,9 +15,10 @@ from ..binio import FormatError, TruncatedError, BadMagicError, BadValueError
 from ..fileio import atomic_write
 from ..config import show_value as show
 from .quant import dequantize, quantize, QuantError, BLOCKS
+from ..errors import Irv2Error
 
 # %% ../../nbs/57_irv2_gguf.ipynb #f4e262d5
-class GGUFError(BadValueError):
+class GGUFError(BadValueError, Irv2Error):
     "A GGUF file that nac_lab cannot use: unsupported architecture, tensor, type or inconsistent metadata."
 
 ARCHS = {'llama': dict(permute=True, architectures=['LlamaForCausalLM']),

@@ -8,15 +8,16 @@ import json, os, re
 from dataclasses import dataclass
 from pathlib import Path
 import jsonschema
-from ..binio import NacLabError, FormatError
+from ..binio import FormatError
 from ..fileio import read_json, atomic_write
 from ..core import data_path
+from ..errors import Irv2Error
 
 # %% auto #0
-__all__ = ['DIM_NAMES', 'DIM_IDS', 'CONDITION_DEFAULTS', 'CONDITION_NAMES', 'DECODER_FAMILIES', 'Irv2Error', 'MapError',
-           'ConfigError', 'IrError', 'WeightError', 'CodegenError', 'RuntimeFailure', 'load_json', 'load_schema',
-           'check_schema', 'parse_condition', 'condition_names', 'eval_condition', 'KernelMaps', 'default_maps_dir',
-           'check_maps', 'load_maps', 'known_ops', 'show', 'maps_files', 'copy_maps']
+__all__ = ['DIM_NAMES', 'DIM_IDS', 'CONDITION_DEFAULTS', 'CONDITION_NAMES', 'DECODER_FAMILIES', 'MapError', 'ConfigError',
+           'IrError', 'WeightError', 'CodegenError', 'RuntimeFailure', 'load_json', 'load_schema', 'check_schema',
+           'parse_condition', 'condition_names', 'eval_condition', 'KernelMaps', 'default_maps_dir', 'check_maps',
+           'load_maps', 'known_ops', 'show', 'maps_files', 'copy_maps']
 
 # %% ../../nbs/50_irv2_maps.ipynb #2c2d9461
 DIM_NAMES = ('tokens', 'embed', 'aligned_embed', 'head_dim', 'aligned_head', 'num_heads',
@@ -25,8 +26,6 @@ DIM_NAMES = ('tokens', 'embed', 'aligned_embed', 'head_dim', 'aligned_head', 'nu
 DIM_IDS = {n: i for i, n in enumerate(DIM_NAMES)}
 
 # %% ../../nbs/50_irv2_maps.ipynb #272a5fa8
-class Irv2Error(NacLabError):
-    "Root of the IR v2 errors."
 class MapError(Irv2Error, ValueError):
     "A kernel map is malformed or inconsistent."
 class ConfigError(Irv2Error, ValueError):

@@ -8,9 +8,10 @@ __all__ = ['BLOCKS', 'F32', 'QuantError', 'kind_name', 'block_info', 'nbytes', '
 # %% ../../nbs/56_irv2_quant.ipynb #3921b903
 import numpy as np
 from ..binio import BadValueError
+from ..errors import Irv2Error
 
 # %% ../../nbs/56_irv2_quant.ipynb #a2e30276
-class QuantError(BadValueError):
+class QuantError(BadValueError, Irv2Error):
     "Raw GGML data or an array that does not fit the layout of a quantization kind."
 
 BLOCKS = {'F32': (1, 4), 'F16': (1, 2), 'BF16': (1, 2), 'Q8_0': (32, 34), 'Q4_K': (256, 144), 'Q6_K': (256, 210),

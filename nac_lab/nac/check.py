@@ -12,12 +12,13 @@ from ..binio import NacLabError, FormatError, Reader, map_file
 from .guard import escape
 from .container import NacFile, Instruction, SysOp, HEADER_ORDER, TAGS, _has_c, _check_layout, _check_refs, state_writes
 from .reader import _read_header, _READERS, _read_orch, _read_sys, _input_name_problem
+from ..errors import NacError
 
 # %% auto #0
 __all__ = ['MAX_RUN_ELEMENTS', 'NacCheckError', 'Problem', 'CheckReport', 'check']
 
 # %% ../../nbs/24d_nac_check.ipynb #ac9a3666
-class NacCheckError(NacLabError, ValueError):
+class NacCheckError(NacError, ValueError):
     "Raised by `CheckReport.raise_if_problems`: the file has problems (all of them listed)."
 
 @dataclass

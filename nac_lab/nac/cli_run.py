@@ -5,14 +5,14 @@
 # %% ../../nbs/20_nac_cli_run.ipynb #ca4cde62
 from __future__ import annotations
 from pathlib import Path
-from ..binio import NacLabError
 from ..fileio import atomic_write
+from ..errors import NacError
 
 # %% auto #0
 __all__ = ['TOUR_RANK', 'CliInputError', 'parse_inputs', 'positional', 'cmd_run', 'register', 'tour']
 
 # %% ../../nbs/20_nac_cli_run.ipynb #95bd9b20
-class CliInputError(NacLabError, ValueError):
+class CliInputError(NacError, ValueError):
     "A bad `--input` specification or input file."
 
 def parse_inputs(specs: list) -> dict:

@@ -12,6 +12,7 @@ import numpy as np
 from ..binio import BadValueError, WriteError
 from ..dtypes import check_code_map, elem_type
 from .optable import (op_name, UnknownOpError)  # noqa: F401
+from ..errors import NacError
 
 # %% auto #0
 __all__ = ['HEADER_SIZE', 'HEADER_ORDER', 'WRITE_ORDER', 'TAGS', 'DTYPE_NAMES', 'DTYPE_NP', 'TENSOR_CODES', 'CONST_CODES',
@@ -59,7 +60,7 @@ class SysOp(IntEnum):
 TENSOR_CODES, CONST_CODES = 'QKVMBWTP', 'ASifbsc'
 
 # %% ../../nbs/10b_nac_container.ipynb #2bbe4d80
-class BadRefError(BadValueError):
+class BadRefError(BadValueError, NacError):
     "A reference inside OPS or MMAP (D offset, constant, parameter, signature, tick) points nowhere valid."
 
 class MmapError(BadRefError):

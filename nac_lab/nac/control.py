@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from ..binio import BadValueError
 from .format import Instruction, SysOp
 from ..errors import NacRunError
+from ..errors import NacError
 
 # %% auto #0
 __all__ = ['MAX_NESTING', 'BRANCH_PASSES', 'CONTROL_KINDS', 'ControlFlowError', 'Construct', 'ControlMap', 'reads_of',
@@ -15,7 +16,7 @@ __all__ = ['MAX_NESTING', 'BRANCH_PASSES', 'CONTROL_KINDS', 'ControlFlowError', 
            'guard_prefix', 'control_line', 'exec_control', 'lift_readers', 'safe_tick', 'block_listing', 'draw_blocks']
 
 # %% ../../nbs/24c_nac_control.ipynb #d3e503e5
-class ControlFlowError(BadValueError):
+class ControlFlowError(BadValueError, NacError):
     "A `<CONTROL_FLOW>` construct whose blocks or references break the block rules (notebook 24c)."
 
 @dataclass

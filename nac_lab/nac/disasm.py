@@ -9,6 +9,7 @@ import numpy as np
 from ..binio import NacLabError
 from .guard import escape
 from .format import NacFile, Instruction, QuantMethod, DTYPE_NAMES, SysOp, decode_operands, op_name, state_writes
+from ..errors import NacError
 
 # %% auto #0
 __all__ = ['mmap_by_tick', 'format_instruction', 'listing', 'make_example', 'input_shapes', 'summary', 'summary_text',
@@ -203,7 +204,7 @@ _STYLE = {'user': dict(shape='oval', fillcolor='#d9f2d9'), 'param': dict(shape='
           'op': dict(shape='box', fillcolor='#e3ecfa'), 'output': dict(shape='doubleoctagon', fillcolor='#f8d7d7'),
           'control_flow': dict(shape='diamond', fillcolor='#f3e3fa'), 'convergence': dict(shape='invtrapezium', fillcolor='#f3e3fa')}
 
-class GraphRangeError(NacLabError, ValueError):
+class GraphRangeError(NacError, ValueError):
     "The window asked of `graph` holds no instruction."
 
 def graph(nac:NacFile, start:int=0, stop:int|None=None, fold_params:bool=True, max_nodes:int=400, show_mmap:bool=False, typed=None):

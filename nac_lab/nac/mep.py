@@ -5,8 +5,9 @@
 # %% ../../nbs/22_nac_mep.ipynb #327afaa3
 from __future__ import annotations
 from dataclasses import dataclass, field
-from ..binio import NacLabError, FormatError, Reader, Writer, WriteError
+from ..binio import FormatError, Reader, Writer, WriteError
 from .format import Orch, F32List
+from ..errors import NacError
 
 # %% auto #0
 __all__ = ['MEP_OPCODES', 'MEP_NAMES', 'CODE_NAMES', 'REF_CODE', 'REF_POOL', 'MepError', 'MepFormatError', 'MepIns', 'encode_ins',
@@ -46,7 +47,7 @@ CODE_NAMES = {
 }
 _SPECS = {code: [tuple(f.split(':')) for f in spec.split()] for code, (_, spec) in MEP_OPCODES.items()}
 
-class MepError(NacLabError):
+class MepError(NacError):
     "Root of the MEP errors."
 
 class MepFormatError(FormatError, MepError):

@@ -9,9 +9,10 @@ from dataclasses import dataclass
 from typing import NamedTuple
 from collections import defaultdict
 import numpy as np
-from ..binio import NacLabError, BadValueError, FormatError
+from ..binio import BadValueError, FormatError
 from .format import MmapAction, MmapRecord, MmapCommand, Instruction, MmapError, NacFile, read_nac
 from .guard import in_file
+from ..errors import NacError
 
 # %% auto #0
 __all__ = ['A_INPUT', 'A_OUTPUT', 'A_CONTROL_FLOW', 'A_CONVERGENCE', 'PARAM', 'INPUT', 'OP', 'OUTPUT', 'ACTION_ORDER',
@@ -21,7 +22,7 @@ __all__ = ['A_INPUT', 'A_OUTPUT', 'A_CONTROL_FLOW', 'A_CONVERGENCE', 'PARAM', 'I
            'check_mmap', 'read_checked', 'memory_order', 'apply_order', 'reorder', 'reorder_nac']
 
 # %% ../../nbs/25_nac_mmap.ipynb #0d0f6341
-class ScheduleError(NacLabError):
+class ScheduleError(NacError):
     "The scheduler or reordering pass cannot do what was asked (e.g. capacity below the lower bound)."
 
 # %% ../../nbs/25_nac_mmap.ipynb #8f1281f8

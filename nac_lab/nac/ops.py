@@ -7,7 +7,7 @@ from __future__ import annotations
 import operator
 from dataclasses import dataclass, field
 import torch
-from ..binio import NacLabError
+from ..errors import NacError
 
 # %% auto #0
 __all__ = ['PYTHON_TARGETS', 'OPS_BY_ID', 'OPS_BY_NAME', 'OPS_BY_TARGET', 'FIRST_CUSTOM_ID', 'PYTHON_NAMES', 'NacOpError',
@@ -15,7 +15,7 @@ __all__ = ['PYTHON_TARGETS', 'OPS_BY_ID', 'OPS_BY_NAME', 'OPS_BY_TARGET', 'FIRST
            'bind_params', 'bind', 'tensor_code', 'const_code', 'encode_value', 'decode_value']
 
 # %% ../../nbs/15_nac_ops.ipynb #9d3014c9
-class NacOpError(NacLabError, ValueError):
+class NacOpError(NacError, ValueError):
     "A problem with a NAC operation: unknown ID or name, or arguments that do not fit its schema."
 
 # %% ../../nbs/15_nac_ops.ipynb #a43ffbde

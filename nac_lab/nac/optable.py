@@ -5,6 +5,7 @@
 # %% ../../nbs/10a_nac_optable.ipynb #194f4189
 from __future__ import annotations
 from ..binio import NacLabError, BadValueError
+from ..errors import NacError
 
 # %% auto #0
 __all__ = ['CANONICAL_TABLE', 'CANONICAL_OPS', 'PREDEFINED_OPS', 'SYSTEM_OPS', 'NAC_OPS', 'UnknownOpError', 'table_names',
@@ -156,7 +157,7 @@ CANONICAL_TABLE = '''
 '''
 
 # %% ../../nbs/10a_nac_optable.ipynb #b49daf8e
-class UnknownOpError(BadValueError):
+class UnknownOpError(BadValueError, NacError):
     "An instruction's op id `A` is not predefined, not registered and not in CMAP."
 
 def table_names(text:str) -> dict:

@@ -8,7 +8,7 @@ import inspect, operator, sys, warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 import torch, torch.fx as fx
-from ..binio import NacLabError
+from ..errors import NacError
 
 # %% auto #0
 __all__ = ['FOLD_FREE_ELEMENTS', 'PASSES', 'NacCompileError', 'NacGraph', 'export_graph', 'TrainModeWarning', 'train_mode_layers',
@@ -17,7 +17,7 @@ __all__ = ['FOLD_FREE_ELEMENTS', 'PASSES', 'NacCompileError', 'NacGraph', 'expor
            'fuse_conv_batchnorm', 'optimize']
 
 # %% ../../nbs/17_nac_optimize.ipynb #54d2e104
-class NacCompileError(NacLabError, ValueError):
+class NacCompileError(NacError, ValueError):
     "A module cannot be compiled to NAC; the message names the module path, the node and the op."
 
 # %% ../../nbs/17_nac_optimize.ipynb #7e3cc81d

@@ -6,9 +6,10 @@
 from __future__ import annotations
 import ast, json, re
 from dataclasses import dataclass, field
-from ..binio import NacLabError, BadValueError
+from ..binio import BadValueError
 from ..fileio import parse_json
 from .format import NacFile, SysOp
+from ..errors import NacError
 
 # %% auto #0
 __all__ = ['SIGNATURE_NAME', 'SIGNATURE_FORMAT', 'SIGNATURE_VERSION', 'InputSignatureError', 'InputSpec', 'Signature',
@@ -22,7 +23,7 @@ _DTYPES = ('float32', 'float64', 'float16', 'bfloat16', 'int64', 'int32', 'int16
            'complex64', 'complex128', 'float8_e4m3fn', 'float8_e5m2', 'uint16', 'uint32', 'uint64')
 _NAME = re.compile(r'[A-Za-z_][A-Za-z0-9_]*')
 
-class InputSignatureError(NacLabError, ValueError):
+class InputSignatureError(NacError, ValueError):
     "A run's inputs do not match the signature recorded in the `.nac` file; one line naming the input."
 
 @dataclass

@@ -6,14 +6,15 @@
 from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
-from ..binio import NacLabError, FormatError, LimitError, Reader, Writer
+from ..binio import FormatError, LimitError, Reader, Writer
+from ..errors import NacError
 
 # %% auto #0
 __all__ = ['OPCODES', 'OPS', 'BEHAVIOURS', 'MAGIC', 'TisaError', 'UnsupportedTokenizerError', 'TisaFormatError', 'TisaLimitError',
            'Rule', 'Op', 'encode_manifest', 'decode_manifest', 'write_vocab', 'read_vocab', 'write_pairs', 'read_pairs']
 
 # %% ../../nbs/23a_nac_tisa_program.ipynb #23a9b873
-class TisaError(NacLabError, ValueError):
+class TisaError(NacError, ValueError):
     "A tokenizer cannot be compiled to or run from TISA."
 
 class UnsupportedTokenizerError(TisaError):

@@ -12,6 +12,7 @@ from .writer import SAFETENSORS_TO_NAC, NAC_TO_SAFETENSORS, ST_DTYPES, ST_NAMES,
 from ..fileio import parse_json
 from ..safetensors import ST_SIZES, SafetensorsFile
 from .guard import shape_problem, escape, in_file
+from ..errors import NacError
 
 # %% auto #0
 __all__ = ['BLOCK_SIZE', 'quantize', 'dequantize', 'set_weights', 'MissingWeightsError', 'read_safetensors', 'external_tensors',
@@ -98,7 +99,7 @@ def set_weights(nac:NacFile, weights:dict, method:QuantMethod=QuantMethod.NONE, 
     return nac
 
 # %% ../../nbs/11_nac_weights.ipynb #4ad2842e
-class MissingWeightsError(BadValueError):
+class MissingWeightsError(BadValueError, NacError):
     "The external weights file, or a tensor that DATA block 1 names, is not there."
 
 # %% ../../nbs/11_nac_weights.ipynb #52bf613c

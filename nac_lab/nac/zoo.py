@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 import torch, torch.nn as nn, torch.nn.functional as F
-from ..binio import NacLabError
+from ..errors import NacError
 
 # %% auto #0
 __all__ = ['ZOO', 'MLP', 'SmallCNN', 'BasicBlock', 'ResNet18ish', 'SqueezeExcite', 'InvertedResidual', 'MobileNetish',
@@ -218,7 +218,7 @@ class GRUTagger(nn.Module):
         y, _ = s.rnn(s.emb(idx)); return s.out(y)
 
 # %% ../../nbs/16_nac_zoo.ipynb #1edc6bbd
-class ZooError(NacLabError, KeyError):
+class ZooError(NacError, KeyError):
     "Unknown zoo model name."
     def __str__(self): return self.args[0]
 
