@@ -201,3 +201,49 @@ def test_family_metadata_errors_name_the_key(tmp_path):
         w.add_tensor('blk.0.ffn_gate.weight', np.zeros((8, 64), np.float32))
         w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
         read_gguf(tmp_path / 'g.gguf')
+
+
+# (arch, key, writer method, value): family keys gguf_config reads, written with a wrong type or value
+FAMILY_WRONG = [('gptneox', 'gptneox.use_parallel_residual', 'add_uint8', 1),
+                ('gptneox', 'gptneox.rope.dimension_count', 'add_string', '4'), ('phi2', 'phi2.rope.dimension_count', 'add_int32', 40),
+                ('phi2', 'phi2.attention.layer_norm_epsilon', 'add_string', '1e-5'),
+                ('gpt2', 'gpt2.attention.layer_norm_epsilon', 'add_array', [1e-5]), ('gptj', 'gptj.rope.freq_base', 'add_float32', 500.0),
+                ('gemma', 'gemma.attention.key_length', 'add_array', [16]),
+                ('gemma', 'gemma.attention.layer_norm_rms_epsilon', 'add_bool', True)]
+
+
+def _family_writer(path, arch):
+    w = gguf.GGUFWriter(path, arch)
+    for f, x in (('add_block_count', 1), ('add_context_length', 16), ('add_embedding_length', 64), ('add_feed_forward_length', 96),
+                 ('add_head_count', 4)): getattr(w, f)(x)
+    return w
+
+
+@pytest.mark.parametrize('arch,key,method,value', FAMILY_WRONG, ids=[k for _, k, _, _ in FAMILY_WRONG])
+def test_family_metadata_of_the_wrong_type_names_key_and_offset(tmp_path, arch, key, method, value):
+    w = _family_writer(tmp_path / 'w.gguf', arch); getattr(w, method)(key, value)
+    w.add_tensor('token_embd.weight', np.zeros((8, 64), np.float32))
+    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+    r = open_gguf(tmp_path / 'w.gguf')
+    with pytest.raises(GGUFError) as ex: gguf_config(r)
+    assert f"metadata '{key}' must be" in str(ex.value) and f'at offset {r.fields[key].offset:#x}' in str(ex.value), str(ex.value)
+
+
+@pytest.mark.parametrize('case', ['phi_fused', 'gpt_neox', 'gpt2'])
+def test_corrupted_family_files_give_typed_errors(case, tmp_path):
+    """Random bytes of the header, metadata and tensor table of a hand-made family file changed: reading and mapping
+    it for the runtime raise nac_lab's typed errors only."""
+    from nac_lab.binio import NacLabError
+    from nac_lab.irv2.gguf_run import GGUFWeights
+    conf, model = _model(case)
+    data = _convert(case, conf, model, tmp_path / 'f.gguf').read_bytes()
+    head = data.index(b'token_embd.weight') + 2000                   # past the tensor table
+    rng = np.random.default_rng(21); p = tmp_path / 'x.gguf'
+    for _ in range(60):
+        b = bytearray(data)
+        for _ in range(int(rng.integers(1, 4))): b[int(rng.integers(0, head))] = int(rng.integers(0, 256))
+        p.write_bytes(bytes(b))
+        try:
+            read_gguf(p); w = GGUFWeights(p)
+            for n in w.entries: w.array(n)
+        except NacLabError: pass
