@@ -73,8 +73,10 @@ def _finish(w):
     w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
 
 def test_unsupported_architecture_and_dtype(tmp_path):
-    w = _writer(tmp_path / 'a.gguf', 'gpt2'); w.add_tensor('token_embd.weight', np.zeros((8, 32), np.float32)); _finish(w)
-    with pytest.raises(GGUFError, match="unsupported architecture 'gpt2'"): read_gguf(tmp_path / 'a.gguf')
+    for arch in ('falcon', 'gemma2', 'mistral'):          # refused by name (Mistral files say `llama`), the supported ones listed
+        w = _writer(tmp_path / 'a.gguf', arch); w.add_tensor('token_embd.weight', np.zeros((8, 32), np.float32)); _finish(w)
+        with pytest.raises(GGUFError, match=f"unsupported architecture '{arch}' \\(supported: llama, qwen2, gemma, gpt2, phi2, "
+                                            f"gptneox, gptj\\)"): read_gguf(tmp_path / 'a.gguf')
     w = _writer(tmp_path / 'b.gguf'); w.add_tensor('token_embd.weight', np.zeros((8, 74), np.uint8),
                                                    raw_dtype=gguf.GGMLQuantizationType.IQ2_XS); _finish(w)
     with pytest.raises(GGUFError, match="type IQ2_XS, not one of"): read_gguf(tmp_path / 'b.gguf')

@@ -8,18 +8,21 @@ import json
 from ..cli import command_group
 
 # %% auto #0
-__all__ = ['register']
+__all__ = ['ARCH_HELP', 'register']
 
 # %% ../../nbs/58_irv2_cli_gguf.ipynb #33283757
 def _info(args):
-    from nac_lab.irv2.gguf import open_gguf, gguf_config, hf_name
-    r = open_gguf(args.file); cfg = gguf_config(r)
+    from nac_lab.irv2.gguf import open_gguf, gguf_config, hf_names, arch_of
+    from nac_lab.nac.guard import escape
+    r = open_gguf(args.file); cfg = gguf_config(r); arch = arch_of(cfg)
+    rows = [dict(name=t.name, hf=hf_names(t.name, arch), type=t.tensor_type.name, shape=[int(s) for s in reversed(list(t.shape))],
+                 bytes=int(t.n_bytes)) for t in r.tensors]
+    if args.json: print(json.dumps(dict(architecture=arch, config=cfg, tensors=rows), indent=2)); return
     print(json.dumps(cfg, indent=1, sort_keys=True))
-    total = 0
-    for t in r.tensors:
-        shape = 'x'.join(str(int(s)) for s in reversed(list(t.shape))); total += int(t.n_bytes)
-        print(f'{t.name:<28} {hf_name(t.name):<48} {t.tensor_type.name:<5} {shape:>12} {int(t.n_bytes):>12,} B')
-    print(f'{len(r.tensors)} tensors, {total:,} bytes of tensor data')
+    for t in rows:
+        shape = 'x'.join(map(str, t['shape']))
+        print(f'{escape(t["name"]):<28} {escape(", ".join(t["hf"])):<48} {t["type"]:<5} {shape:>12} {t["bytes"]:>12,} B')
+    print(f'{len(rows)} tensors, {sum(t["bytes"] for t in rows):,} bytes of tensor data')
 
 def _convert(args):
     from nac_lab.irv2.gguf import gguf_to_safetensors
@@ -27,12 +30,19 @@ def _convert(args):
     print(f'wrote {args.out}: {cfg["model_type"]}, {cfg["num_hidden_layers"]} '
           f'layers, float32' + (f'; config {args.config}' if args.config else ''))
 
+ARCH_HELP = 'llama (and Mistral), qwen2, gemma, gpt2, phi2, gptneox, gptj'
+
 def register(sub):
     "Add `nac-lab irv2 gguf-info` and `nac-lab irv2 gguf-convert` to the `irv2` command group."
     s = command_group(sub, 'irv2')
-    i = s.add_parser('gguf-info', help='GGUF file: config from its metadata, and its tensors')
-    i.add_argument('file'); i.set_defaults(func=_info)
-    c = s.add_parser('gguf-convert', help='GGUF file -> float32 safetensors with HF names (and config JSON)')
-    c.add_argument('file'); c.add_argument('-o', '--out', required=True, help='safetensors file to write')
-    c.add_argument('--config', default=None, metavar='CONFIG.json', help='also write the HF-style config for `irv2 build`')
+    i = s.add_parser('gguf-info', help=f'GGUF file ({ARCH_HELP}): config from its metadata, and its tensors')
+    i.add_argument('file', help='GGUF file to read (required)')
+    i.add_argument('--json', action='store_true', help='print architecture, config and tensors as JSON (default: a table)')
+    i.set_defaults(func=_info)
+    c = s.add_parser('gguf-convert', help=f'GGUF file ({ARCH_HELP}) -> float32 safetensors with HF names (and config JSON)')
+    c.add_argument('file', help='GGUF file to read (required)')
+    c.add_argument('-o', '--output', '--out', dest='out', required=True, metavar='FILE',
+                   help='safetensors file to write (required; never the input)')
+    c.add_argument('--config', default=None, metavar='CONFIG.json',
+                   help='also write the HF-style config for `irv2 build` (default: none)')
     c.set_defaults(func=_convert)

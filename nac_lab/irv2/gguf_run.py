@@ -8,8 +8,8 @@ from collections import Counter
 from pathlib import Path
 import numpy as np
 from .build import build_ir
-from .gguf import open_gguf, gguf_config, gguf_tensor, hf_name, unpermute_qk, ARCHS, GGUFError
-from .quant import quantize
+from .gguf import open_gguf, gguf_config, gguf_tensors, hf_entries, arch_of, row_fix, value_fix
+from .quant import quantize, BLOCKS
 from .qkernels import WEIGHT_DTYPES, set_weight_dtypes, matrix_rows
 
 # %% auto #0
@@ -23,29 +23,32 @@ class GGUFWeights:
     "Tensors of a GGUF file by HF name: `entries[name] = (GGML type, HF shape, offset, nbytes)`, `raw(name, dtype)` as bytes."
     every_tensor_is_weight = True   # a GGUF file holds only model tensors: one the IR does not load is a weight dropped
     def __init__(self, path):
-        self.path = Path(path); self.reader = r = open_gguf(path); self.cfg = gguf_config(r)
-        self.tensors = {hf_name(t.name): t for t in r.tensors}
-        self.entries = {n: (t.tensor_type.name, tuple(int(d) for d in reversed(list(t.shape))), int(t.data_offset), int(t.n_bytes))
-                        for n, t in self.tensors.items()}
+        self.path = Path(path); self.reader = r = open_gguf(path); self.cfg = gguf_config(r); self.arch = arch_of(self.cfg)
+        self.tensors, self.parts, self.entries = {}, {}, {}
+        for t in r.tensors:
+            ents = hf_entries(t, self.cfg); nb = int(t.n_bytes) // len(ents)
+            for i, (n, shape) in enumerate(ents):      # a fused qkv's parts: equal, contiguous byte ranges
+                self.tensors[n], self.parts[n] = t, (i, len(ents))
+                self.entries[n] = (t.tensor_type.name, shape, int(t.data_offset) + i * nb, nb)
 
-    def _permuted(self, name:str) -> int|None:
-        "Heads whose Q/K rows llama.cpp permuted in tensor `name`, or None."
-        if not ARCHS[self.cfg['model_type']]['permute'] or not ('.q_proj.' in name or '.k_proj.' in name): return None
-        return self.cfg['num_attention_heads'] if '.q_proj.' in name else self.cfg.get('num_key_value_heads',
-                                                                                       self.cfg['num_attention_heads'])
+    def array(self, name:str) -> np.ndarray:
+        "Tensor `name` as float32 in HF layout (what a kernel-map `transform` is applied to)."
+        return dict(gguf_tensors(self.reader, self.tensors[name], self.cfg))[name]
+
+    def _direct(self, name:str, dtype:str) -> bool:
+        "Whether the file's bytes of `name` are already IR `dtype` data in HF layout (up to a reordering of whole rows)."
+        kind, shape, _, _ = self.entries[name]
+        if GGML_TO_DTYPE.get(kind) != dtype or value_fix(self.tensors[name].name, self.arch): return False
+        return len(shape) > 1 or BLOCKS[kind][0] == 1       # rows of whole blocks, or a vector of single elements
 
     def raw(self, name:str, dtype:str) -> np.ndarray:
         "Bytes of tensor `name` stored as IR weight `dtype`, rows in HF order: the mapped bytes themselves where possible."
         kind, shape, off, nb = self.entries[name]; t = self.tensors[name]
-        if GGML_TO_DTYPE.get(kind) != dtype:
-            return quantize(gguf_tensor(self.reader, t, self.cfg)[1], WEIGHT_DTYPES[dtype])
+        if not self._direct(name, dtype): return quantize(self.array(name), WEIGHT_DTYPES[dtype])
         data = self.reader.data[off:off + nb]
-        heads = self._permuted(name)
-        if heads is None: return data
         rows = data.reshape(shape[0], -1)
-        if shape[0] % (2 * heads): raise GGUFError(f'tensor {t.name!r}: {shape[0]} rows do not split into {heads} heads of even size',
-                                                   fmt='GGUF')
-        return np.ascontiguousarray(unpermute_qk(rows, heads)).reshape(-1)
+        fixed = row_fix(rows, t.name, self.cfg) if self.parts[name][1] == 1 else rows
+        return data if fixed is rows else np.ascontiguousarray(fixed).reshape(-1)
 
     def close(self):
         "Drop the mapping (the reader's memmap)."
@@ -53,12 +56,13 @@ class GGUFWeights:
 
 # %% ../../nbs/57b_irv2_gguf_run.ipynb #fa806250
 def gguf_dtypes(ir:dict, weights:GGUFWeights) -> dict:
-    "Buffer -> IR dtype of every matrix buffer: its tensors' common GGML type, fp32 when they differ or the type is not supported."
+    "Buffer -> IR dtype of each matrix buffer: its tensors' common GGML type; fp32 if they differ, it is unsupported or transposed."
     out, L = {}, ir['config']['num_hidden_layers']
     by = {b['name']: b for b in ir['buffers']}
     for name in matrix_rows(ir):
         b = by[name]
         if b['alias_of'] or not b['tensor']: continue
+        if b.get('transform') == 'transpose': out[name] = 'fp32'; continue      # blocks run along the other axis: decode, exactly
         names = [b['tensor'].replace('{layer}', str(l)) for l in range(L)] if b['scope'] == 'layer' else [b['tensor']]
         kinds = Counter(weights.entries[n][0] for n in names if n in weights.entries)
         out[name] = GGML_TO_DTYPE.get(next(iter(kinds)), 'fp32') if len(kinds) == 1 else 'fp32'
