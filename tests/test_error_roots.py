@@ -2,7 +2,6 @@
 whatever an area refused. The exceptions are listed with the reason."""
 import importlib, inspect, pkgutil
 import pytest
-import nac_lab
 from nac_lab.errors import NacLabError, NacError, ArkError, Irv2Error
 
 ROOTS = {'nac': NacError, 'ark': ArkError, 'irv2': Irv2Error}
