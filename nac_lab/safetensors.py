@@ -7,13 +7,114 @@ from __future__ import annotations
 import json, os, stat
 from pathlib import Path
 import numpy as np
-from .binio import BadValueError, WriteError, ST_MAX_HEADER, map_file, safetensors_header, safetensors_header_len
+from typing import NamedTuple
+from .binio import Reader, map_file
+from .errors import BadValueError, WriteError, LimitError
 from .fileio import atomic_write
 from .dtypes import bf16_bits_to_f32, check_code_map, elem_type
 
 # %% auto #0
-__all__ = ['SAFETENSORS_DTYPES', 'ST_DTYPES', 'ST_SIZES', 'RAW_DTYPES', 'st_dtype_name', 'as_float32', 'SafetensorsFile',
-           'safetensors_bytes', 'write_safetensors', 'read_header']
+__all__ = ['ST_MAX_HEADER', 'SAFETENSORS_DTYPES', 'ST_DTYPES', 'ST_SIZES', 'RAW_DTYPES', 'StEntry', 'safetensors_header_len',
+           'safetensors_header', 'st_dtype_name', 'as_float32', 'SafetensorsFile', 'safetensors_bytes',
+           'write_safetensors', 'read_header']
+
+# %% ../nbs/06b_safetensors.ipynb #1332624e
+ST_MAX_HEADER = 100_000_000
+_ST_KEYS = frozenset(('dtype', 'shape', 'data_offsets'))
+
+class StEntry(NamedTuple):
+    "One tensor of a safetensors header: dtype name, shape, and its absolute byte range `start:end` in the file."
+    dtype: str
+    shape: tuple
+    start: int
+    end: int
+    @property
+    def nbytes(self) -> int: return self.end - self.start
+
+def safetensors_header_len(head, fmt:str='safetensors', file_size:int|None=None, max_header:int=ST_MAX_HEADER) -> int:
+    "The JSON length `N` from the first 8 bytes `head`, checked against `file_size` (default `len(head)`) and `max_header`."
+    r = Reader(head, fmt=fmt, section='header length')
+    n = r.u64('header length')
+    after = (len(r.mv) if file_size is None else file_size) - 8
+    if n > after: raise LimitError(f'header length {n} exceeds the {after} bytes after it', fmt=fmt, section='header length', offset=0)
+    if n > max_header: raise LimitError(f'header length {n} exceeds the {max_header}-byte limit', fmt=fmt, section='header length',
+                                        offset=0)
+    return n
+
+class _DupKey(Exception): pass
+
+def _unique_keys(pairs):
+    "`object_pairs_hook` for `json.loads` that refuses a key seen twice in one object."
+    d = {}
+    for k, v in pairs:
+        if k in d: raise _DupKey(k)
+        d[k] = v
+    return d
+
+def _is_int(x) -> bool: return isinstance(x, int) and not isinstance(x, bool)
+
+def _short(x, n:int=80) -> str:
+    "`repr(x)`, cut to `n` characters (a header can hold a list of a million numbers)."
+    s = repr(x)
+    return s if len(s) <= n else s[:n - 3] + '...'
+
+def _st_json(raw, fmt:str):
+    "Decode the JSON header bytes `raw` (which start at file offset 8)."
+    def bad(msg, at=8): return BadValueError(f'header is not valid UTF-8 JSON: {msg}', fmt=fmt, section='header', offset=at)
+    try: text = str(raw, 'utf-8')
+    except UnicodeDecodeError as ex: raise bad(f'{ex.reason} at byte {ex.start}', 8 + ex.start) from None
+    try: return json.loads(text, object_pairs_hook=_unique_keys)
+    except json.JSONDecodeError as ex: raise bad(ex.msg, 8 + len(text[:ex.pos].encode())) from None
+    except _DupKey as ex: raise BadValueError(f'key {ex.args[0]!r} appears twice in one object', fmt=fmt, section='header',
+                                              offset=8) from None
+    except RecursionError: raise bad('nested too deeply') from None
+    except ValueError as ex: raise bad(str(ex)) from None          # e.g. an integer literal of more than 4300 digits
+
+def _st_nbytes(shape, itemsize:int, limit:int=1 << 64) -> int|None:
+    "`prod(shape) * itemsize` with Python ints, or None as soon as it exceeds `limit` (no file is that large)."
+    if 0 in shape: return 0
+    n = itemsize
+    for d in shape:
+        n *= d
+        if n > limit: return None
+    return n
+
+def safetensors_header(head, sizes:dict, fmt:str='safetensors', file_size:int|None=None,
+                       max_header:int=ST_MAX_HEADER) -> tuple:
+    "Check the header of a safetensors file starting with `head`: `({name: StEntry}, __metadata__ dict or None)`."
+    n = safetensors_header_len(head, fmt, file_size, max_header)
+    r = Reader(head, fmt=fmt, section='header')
+    r.seek(8)
+    hdr = _st_json(r.bytes_(n, 'JSON header'), fmt)
+    if not isinstance(hdr, dict): raise BadValueError(f'header must be a JSON object, got {type(hdr).__name__}', fmt=fmt, section='header',
+                                                      offset=8)
+    meta = hdr.pop('__metadata__', None)
+    if meta is not None and not (isinstance(meta, dict) and all(isinstance(v, str) for v in meta.values())):
+        raise BadValueError(f'__metadata__ must be an object of strings, got {_short(meta)}', fmt=fmt, section='__metadata__', offset=8)
+    base = 8 + n
+    data_len = (len(r.mv) if file_size is None else file_size) - base
+    out = {}
+    for name, e in hdr.items():
+        sec = f'tensor {name!r}'
+        def bad(msg, cls=BadValueError, at=8): return cls(msg, fmt=fmt, section=sec, offset=at)
+        if not isinstance(e, dict) or e.keys() != _ST_KEYS:
+            raise bad(f'entry must have exactly dtype, shape and data_offsets, got {_short(e)}')
+        dt, shape, offs = e['dtype'], e['shape'], e['data_offsets']
+        if not isinstance(dt, str) or dt not in sizes: raise bad(f'unknown dtype {_short(dt)} (known: {", ".join(sizes)})')
+        if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
+            raise bad(f'shape must be a list of non-negative integers, got {_short(shape)}')
+        if not (isinstance(offs, list) and len(offs) == 2 and all(_is_int(o) for o in offs)):
+            raise bad(f'data_offsets must be [begin, end] integers, got {_short(offs)}')
+        b, en = offs
+        if not 0 <= b <= en <= data_len:
+            raise bad(f'data_offsets {_short(offs)} fall outside the {data_len} data bytes', LimitError,
+                      base + b if 0 <= b <= data_len else 8)
+        need = _st_nbytes(shape, sizes[dt])
+        if en - b != need:
+            raise bad(f'data_offsets span {en - b} bytes, shape {_short(shape)} {dt} needs '
+                      + (f'{need}' if need is not None else 'more than 2**64'), at=base + b)
+        out[name] = StEntry(dt, tuple(shape), base + b, base + en)
+    return out, meta
 
 # %% ../nbs/06b_safetensors.ipynb #38b26a91
 SAFETENSORS_DTYPES = check_code_map('safetensors', {
@@ -57,7 +158,7 @@ def _check_layout(entries:dict, base:int, end:int, fmt:str) -> None:
 
 # %% ../nbs/06b_safetensors.ipynb #ed3b26a0
 class SafetensorsFile:
-    "A safetensors file (path or bytes-like), checked: `entries[name]` is a `binio.StEntry`, `metadata` the string map."
+    "A safetensors file (path or bytes-like), checked: `entries[name]` is a `StEntry`, `metadata` the string map."
     def __init__(self, src, fmt:str|None=None, dtypes=None):
         if isinstance(src, (str, os.PathLike)):
             self.path = Path(src)
