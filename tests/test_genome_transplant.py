@@ -100,3 +100,13 @@ def test_cli_synth_writes_and_refuses(tmp_path):
     assert rc == 1 and 'exists: refusing to overwrite it' in se
     rc, so, se = run_cli('genome', 'synth', '--device', 'no_such_device', '-o', tmp_path / 'x.nac')
     assert rc == 1 and not (tmp_path / 'x.nac').exists()
+
+def test_lowering_refusal_rejects_with_reason(monkeypatch):
+    # no block of the grammar is refused on the shipped devices today; the lowering is being extended, so the path is checked directly
+    import nac_lab.lower.dse as dse
+    from nac_lab.lower.layers import LowerError
+    def refuse(*a, **k): raise LowerError('instruction 7 (nac.softmax): softmax over axis 1 is not lowered\nsecond line')
+    monkeypatch.setattr(dse, 'evaluate', refuse)
+    r = assess(dict(input=[1, 8, 8], classes=4, genes=[dict(g='attn')]), bars_task(0, n_train=8, n_test=8), steps=1)
+    assert (r['status'], r['reason']) == ('rejected', 'lowering: instruction 7 (nac.softmax): softmax over axis 1 is not lowered')
+    assert r['accuracy'] is None and r['cycles'] is None
