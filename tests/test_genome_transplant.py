@@ -110,3 +110,17 @@ def test_lowering_refusal_rejects_with_reason(monkeypatch):
     r = assess(dict(input=[1, 8, 8], classes=4, genes=[dict(g='attn')]), bars_task(0, n_train=8, n_test=8), steps=1)
     assert (r['status'], r['reason']) == ('rejected', 'lowering: instruction 7 (nac.softmax): softmax over axis 1 is not lowered')
     assert r['accuracy'] is None and r['cycles'] is None
+
+def test_cross_architecture_exact_gene_and_report():
+    a1 = dict(input=[1, 8, 8], classes=4, genes=[dict(g='cbr', c=8, s=1), dict(g='pool'), dict(g='dws', c=16, s=1)])
+    (m1, _), (m2, _) = _build(a1, 3), _build(ARCH, 4)
+    A, B = Genome.of(m1, 'A'), Genome.of(m2, 'B')
+    rows = shared_genes(A, B)
+    stem = [r for r in rows if r['status'] == 'exact' and r['a_site'].entry == 0 and r['ops'] == 2]
+    assert len(stem) == 1 and stem[0]['a'] == stem[0]['b'] == 'instructions 3-4'      # conv2d + relu on the input, 8 channels in both
+    new, row = transplant(A, B, stem[0]['id'])
+    x = torch.randn(1, 1, 8, 8, generator=torch.Generator().manual_seed(5))
+    assert verify_transplant(m1, new, row, x)['identical']
+    from nac_lab.genome.transplant import transplant_report
+    rep = {(r['donor'], r['recipient']): r for r in transplant_report({'A': A, 'B': B})}
+    assert rep['A', 'B']['exact'] >= 1 and rep['A', 'B']['shared'] == len(rows) and rep['B', 'A']['shared'] == len(rows)
