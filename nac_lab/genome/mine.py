@@ -99,6 +99,9 @@ class Pattern:
 # %% ../../nbs/102_genome_mine.ipynb #a876beb0
 def _info(m: ModelDag) -> tuple: return m.name, list(m.nodes)
 
+def _warm():
+    import nac_lab.nac.graph, nac_lab.nac.run, nac_lab.genome.dag      # noqa: F401
+
 class LocalRunner:
     "Run the per-model tasks in this process (what `mine` does without a Dask runner)."
     def load(self, srcs): return [load_model(s) for s in srcs]
@@ -114,6 +117,9 @@ class DaskRunner:
         self.cluster = None if scheduler else LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
                                                            dashboard_address=None)
         self.client = Client(scheduler or self.cluster)
+    def warm(self):
+        "Import the graph and mining code on every worker (what the first task would otherwise pay for, e.g. before timing)."
+        self.client.run(_warm)
     def load(self, srcs): return [self.client.submit(load_model, s, pure=False) for s in srcs]
     def info(self, models): return self.client.gather([self.client.submit(_info, m, pure=False) for m in models])
     def level(self, models, occs, limit):
