@@ -265,3 +265,7 @@ def fit_adapter(donor, recipient, row:dict, samples, held_out) -> dict:
     return dict(P=P, Q=Q, fit_rows=len(YA), input_error=_rel(XB @ P, XA), site_error=_rel(YA @ Q, YB),
                 heldout_input_error=_rel(hXB @ P, hXA), heldout_site_error=_rel(site(hins) @ Q, hYB),
                 widths=dict(donor_in=XA.shape[1], recipient_in=XB.shape[1], donor_out=YA.shape[1], recipient_out=YB.shape[1]))
+
+# %% ../../nbs/108_genome_transplant.ipynb #519a1287
+from . import callable_module
+callable_module(__name__)        # `nac_lab.genome.transplant(...)` calls this module's function of the same name (see nbs/105_genome_pkg)
