@@ -331,6 +331,32 @@ def check_sizes(self, vals: list, limit: int | None = None) -> bool:
 
 Interpreter._signature, Interpreter.meta_values, Interpreter.check_sizes = _signature, meta_values, check_sizes
 
+# %% ../../nbs/19_nac_run.ipynb #83401054
+from .signature import signature_of, check_inputs
+
+def _input_signature(self):
+    "The input signature recorded in the file, or None; parsed once (a damaged one is a `NacRunError`)."
+    if '_input_sig' not in self.__dict__:
+        try: self._input_sig = signature_of(self.nac)
+        except NacLabError as ex: raise NacRunError(f'input signature: {ex}') from None
+    return self._input_sig
+
+def _check_signature(self, vals: list) -> None:
+    "Check the user inputs among the call arguments `vals` against the recorded signature (`InputSignatureError`)."
+    sig = self.input_signature
+    if sig is not None: check_inputs(sig, {s[0]: vals[k] for k, s in enumerate(self.slots) if s[2] == 'user'})
+
+_inputs_unchecked = Interpreter._inputs
+
+def _checked_inputs(self, inputs, named, check: bool = True) -> list:
+    "`Interpreter._inputs`, then (unless `check` is False: `run` checks once per input dtypes and shapes) the signature check."
+    vals = _inputs_unchecked(self, inputs, named)
+    if check: self._check_signature(vals)
+    return vals
+
+Interpreter.input_signature, Interpreter._check_signature = property(_input_signature), _check_signature
+Interpreter._inputs = _checked_inputs
+
 # %% ../../nbs/19_nac_run.ipynb #c20d05f5
 @patch
 def _call(self:Interpreter, s, r, guard: bool = False):
@@ -402,8 +428,14 @@ def run(self:Interpreter,
         **named, # inputs by name (a lifted constant left out keeps its default)
        ) -> tuple: # the values of `<OUTPUT B=0>`, in order
     "Execute with the generated program; states change only when the whole call succeeds."
-    vals = self._inputs(inputs, named)
-    if not self.check_sizes(vals): return self.run_steps(vals, guard=True)   # sizes not knowable ahead: op by op
+    vals = self._inputs(inputs, named, check=False)
+    key = (max_bytes(),) + self._signature(vals)       # input signature and sizes are checked once per key
+    ok = self.__dict__.setdefault('_checked', set())
+    if key not in ok:
+        self._check_signature(vals)
+        if not self.check_sizes(vals, key[0]): return self.run_steps(vals, guard=True)   # sizes not knowable ahead: op by op
+        if len(ok) >= 256: ok.clear()
+        ok.add(key)
     st, im = dict(self.states), []
     try:
         with torch.inference_mode(): out = self._prog(vals, st, im)    # no autograd bookkeeping per kernel
@@ -412,34 +444,6 @@ def run(self:Interpreter,
         raise NacRunError(escape(f'execution failed: {type(ex).__name__}: {ex}')) from ex
     self.states.update(st); self.intermediate = im
     return out
-
-# %% ../../nbs/19_nac_run.ipynb #83401054
-from .signature import signature_of, check_inputs
-
-def _input_signature(self):
-    "The input signature recorded in the file, or None; parsed once (a damaged one is a `NacRunError`)."
-    if '_input_sig' not in self.__dict__:
-        try: self._input_sig = signature_of(self.nac)
-        except NacLabError as ex: raise NacRunError(f'input signature: {ex}') from None
-    return self._input_sig
-
-_inputs_unchecked = Interpreter._inputs
-
-def _checked_inputs(self, inputs, named) -> list:
-    "`Interpreter._inputs`, then the signature check of the user inputs (`InputSignatureError`), once per dtypes and shapes."
-    vals = _inputs_unchecked(self, inputs, named)
-    sig = self.input_signature
-    if sig is None: return vals
-    user = {s[0]: vals[k] for k, s in enumerate(self.slots) if s[2] == 'user'}
-    key = tuple((v.shape, v.dtype) for v in user.values())       # all tensors here (`_inputs` made sure)
-    seen = self.__dict__.setdefault('_sig_ok', set())
-    if key not in seen:                   # the check reads only dtypes and shapes: a passing key passes again
-        check_inputs(sig, user)
-        if len(seen) >= 256: seen.clear()
-        seen.add(key)
-    return vals
-
-Interpreter.input_signature, Interpreter._inputs = property(_input_signature), _checked_inputs
 
 # %% ../../nbs/19_nac_run.ipynb #fcc0b2f9
 def run_with_intermediate(self, *inputs, **named) -> tuple:
