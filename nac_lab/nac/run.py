@@ -494,7 +494,10 @@ class NacModel:
             self._interp = Interpreter(self.nac, device=self.device, weights_path=self.weights_path)
         return self._interp
 
-    def run(self, *inputs, **named) -> tuple:
+    def run(self,
+            *inputs, # tensors or NumPy arrays for the inputs, in `input_slots` order
+            **named, # inputs by name (a lifted constant left out keeps its default)
+           ) -> tuple: # the values of `<OUTPUT B=0>` (inference tensors, see `Interpreter.run`)
         "Execute the model; returns the tuple of `<OUTPUT B=0>` values."
         return self.interpreter.run(*inputs, **named)
 
