@@ -16,7 +16,7 @@ from .ops import op_by_name, decode_value, NacOpError
 from .guard import escape
 
 # %% auto #0
-__all__ = ['TUPLE_FIRST_OPS', 'Step', 'regroup', 'control_step', 'Interpreter', 'is_lost_constant', 'first_of_tuples',
+__all__ = ['TUPLE_FIRST_OPS', 'Step', 'regroup', 'is_lost_constant', 'first_of_tuples', 'control_step', 'Interpreter',
            'meta_size_check', 'meta_values', 'check_sizes', 'run_with_intermediate', 'InputSlot', 'input_slots',
            'prepare_inputs', 'run_values', 'NacModel', 'load']
 
@@ -73,223 +73,6 @@ def regroup(op, operands: list, device=None, where='') -> tuple:
         raise NacRunError(f'{where}: {op.name} takes {len(op.params)} parameters but the instruction has {n - it} operand(s) too many')
     return args, kwargs
 
-# %% ../../nbs/19_nac_run.ipynb #30f5769f
-from .control import interp_control, CONTROL_KINDS, guard_prefix, control_line, on_path, exec_control
-
-def control_step(interp, i:int):
-    "The interpreter `Step` of `<CONTROL_FLOW>` `i` (kind `cond`) or of a block's closing `<OUTPUT B=1>` (kind `block_out`)."
-    cm = interp.control
-    if i in cm.constructs: return Step(i, '<CONTROL_FLOW>', 'cond', args=[('ref', cm.constructs[i].pred)], target=cm.constructs[i])
-    return Step(i, '<OUTPUT>', 'block_out', args=[('ref', i + int(d)) for d in interp.nac.ops[i].D], target=cm.ends[i])
-_SIMPLE = (bool, int, type(None), str)
-
-class Interpreter:
-    "Runs a `NacFile`: decodes once, then executes a generated straight-line program per call."
-    def __init__(self, nac: NacFile, *, device=None, weights_path=None):
-        self.nac, self.device = nac, torch.device(device) if device else torch.device('cpu')
-        self.params = torch_weights(nac, weights_path, self.device)     # each in its stored dtype (bf16/fp16 too)
-        self.initial_states, self.slots = {}, []
-        self.control = interp_control(nac)            # <CONTROL_FLOW> blocks (nac.control); empty without them
-        self.steps = [self._decode(i) for i in range(len(nac.ops))]
-        first_of_tuples(self.steps)
-        self.n_run = next((s.index + 1 for s in self.steps if s.kind == 'output'), len(self.steps))
-        self.states, self.intermediate = {}, []
-        self.reset_states()
-        self._prog, self.source = self._codegen()
-
-    # ---- decoding (once) ----
-    def _decode(self, i: int) -> Step:
-        nac = self.nac
-        if self.control and (i in self.control.constructs or i in self.control.ends): return control_step(self, i)
-        try: o = decode_operands(nac, i)
-        except NacLabError as ex: raise NacRunError(f'instruction {i}: {ex}') from None
-        where = f'instruction {i} ({escape(o.name)})'
-        if o.kind == 'input':
-            if o.input_kind == 'param':
-                if o.param_id not in self.params: raise NacRunError(f'{where}: parameter {o.param_id} has no tensor')
-                return Step(i, o.name, 'param', target=o.param_id)
-            if o.input_kind == 'state':
-                if o.state_id not in self.params: raise NacRunError(f'{where}: state {o.state_id} has no initial value in DATA')
-                self.initial_states[o.state_id] = self.params[o.state_id]
-                return Step(i, o.name, 'state', target=o.state_id)
-            slot = len(self.slots)
-            default = nac.constants.get(o.const_id) if o.input_kind == 'lifted' else None
-            if o.input_kind == 'lifted': _refuse_lost(where, 'its default', o.const_id, default)
-            self.slots.append((i, nac.input_names.get(i, f'input{slot}'), o.input_kind, default))
-            return Step(i, o.name, o.input_kind if o.input_kind == 'lifted' else 'input', target=slot)
-        self._check_refs(i, where, [a.ref for a in o.args if a.ref is not None])
-        if o.kind == 'output':
-            refs = [('ref', a.ref) for a in o.args]
-            if o.variant == 0: return Step(i, o.name, 'output', args=refs)
-            from nac_lab.nac.format import state_writes
-            sids = state_writes(nac, i)                     # <OUTPUT B=2> (or an old nac_lab B=1), else §7.2.2
-            if sids is None: return Step(i, o.name, 'intermediate', args=refs)
-            for sid in sids:
-                if sid not in self.params: raise NacRunError(f'{where}: writes state {sid}, which has no initial value in DATA')
-            return Step(i, o.name, 'state_out', args=refs, target=sids)
-        if o.kind != 'op':
-            raise NacRunError(f'{where}: {o.kind} is decoded but not executable by this runtime (decision NAC 11)')
-        try: op = op_by_name(o.name)
-        except NacOpError as ex: raise NacRunError(f'{where}: {ex}') from None
-        operands = [('ref', a.ref) if a.ref is not None else ('const', nac.constants[a.const]) for a in o.args]
-        for k, a in enumerate(o.args):
-            if a.const is not None: _refuse_lost(where, f'argument {k}', a.const, nac.constants[a.const])
-        try: args, kwargs = regroup(op, operands, self.device, where)
-        except NacOpError as ex: raise NacRunError(f'{where}: {ex}') from None
-        pnames = [p.name for p in op.params if not p.kw_only][:len(args)]
-        return Step(i, o.name, 'op', op.kernel, args, kwargs, target=op, pnames=pnames)
-
-    def _check_refs(self, i: int, where: str, refs: list):
-        "Refuse a reference to an `<OUTPUT>` instruction: it produces no value (§7.2), so nothing could be read."
-        for j in refs:
-            if self.nac.ops[j].A == SysOp.OUTPUT:
-                raise NacRunError(f'{where}: reads instruction {j}, an <OUTPUT>, which produces no value')
-
-    def reset_states(self):
-        "Restore all states to their initial values."
-        self.states = {k: v.clone() for k, v in self.initial_states.items()}
-
-    # ---- code generation (once) ----
-    def _codegen(self):
-        env = {'__builtins__': __builtins__}
-        steps = self.steps[:self.n_run]
-        last = {}
-        def refs(items):
-            for k, v in items:
-                if k == 'ref': yield v
-                elif k == 'list': yield from refs(v)
-        for s in steps:
-            for j in refs(list(s.args) + list(s.kwargs.values())): last[j] = s.index
-        def expr(item, i, n):
-            k, v = item
-            if k == 'ref': return f'v{v}'
-            if k == 'list': return '[' + ', '.join(expr(x, i, f'{n}_{m}') for m, x in enumerate(v)) + ']'
-            if isinstance(v, _SIMPLE) or (isinstance(v, float) and math.isfinite(v)): return repr(v)
-            env[f'c{i}_{n}'] = v; return f'c{i}_{n}'
-        lines = ['def _program(_in, _st, _im):']
-        for s in steps:
-            i = s.index
-            n0 = len(lines)
-            if s.kind == 'param': env[f'p{i}'] = self.params[s.target]; lines.append(f'    v{i} = p{i}')
-            elif s.kind == 'state': lines.append(f'    v{i} = _st[{s.target}]')
-            elif s.kind in ('input', 'lifted'): lines.append(f'    v{i} = _in[{s.target}]')
-            elif s.kind == 'op':
-                env[f'k{i}'] = s.fn
-                a = [expr(x, i, m) for m, x in enumerate(s.args)] + [f'{k}={expr(x, i, k)}' for k, x in s.kwargs.items()]
-                lines.append(f'    v{i} = k{i}({", ".join(a)})')
-            elif s.kind == 'state_out':
-                for sid, (_, j) in zip(s.target, s.args): lines.append(f'    _st[{sid}] = v{j}')
-            elif s.kind == 'intermediate': lines.append('    _im.append((' + ''.join(f'v{j}, ' for _, j in s.args) + '))')
-            elif s.kind == 'output':
-                lines.append('    return (' + ''.join(f'v{j}, ' for _, j in s.args) + ')')
-                break
-            elif s.kind in CONTROL_KINDS: lines.append(control_line(s, env))
-            dead = [j for j, t in last.items() if t == i and j != i]
-            if dead and s.kind != 'output': lines.append('    del ' + ', '.join(f'v{j}' for j in sorted(dead)))
-            if self.control and self.control.guard[i]:   # inside a block: runs only on its branch (nac.control)
-                lines[n0:] = ['    ' + guard_prefix(self.control.guard[i]) + l[4:] for l in lines[n0:]]
-        else: lines.append('    return ()')
-        src = '\n'.join(lines)
-        exec(builtins.compile(src, f'<nac program {len(steps)} instructions>', 'exec'), env)
-        return env['_program'], src
-
-    # ---- inputs ----
-    def _inputs(self, inputs, named) -> list:
-        slots = self.slots
-        if len(inputs) > len(slots): raise NacRunError(escape(f'{len(inputs)} inputs given, the model takes {len(slots)}: '
-                                                              f'{", ".join(s[1] for s in slots)}'))
-        vals = list(inputs) + [None] * (len(slots) - len(inputs))
-        have = [k < len(inputs) for k in range(len(slots))]
-        if named:
-            pos = {s[1]: k for k, s in enumerate(slots)}
-            for n, v in named.items():
-                if n not in pos: raise NacRunError(escape(f'unknown input {n!r}; inputs are: {", ".join(s[1] for s in slots)}'))
-                if have[pos[n]]: raise NacRunError(f'input {n!r} given both by position and by name')
-                vals[pos[n]], have[pos[n]] = v, True
-        for k, (i, n, kind, default) in enumerate(slots):
-            v = vals[k]
-            if not have[k]:
-                if kind == 'lifted': vals[k] = default; continue
-                raise NacRunError(f'missing input {n!r} (instruction {i}, <INPUT B=0>)')
-            if kind == 'lifted': continue
-            if isinstance(v, np.ndarray): v = torch.from_numpy(np.ascontiguousarray(v).reshape(v.shape))   # 0-d stays 0-d
-            if not isinstance(v, torch.Tensor): raise NacRunError(f'input {n!r} (instruction {i}): expected a tensor, got '
-                                                                  f'{type(v).__name__}')
-            vals[k] = v if v.device == self.device else v.to(self.device)
-        return vals
-
-    # ---- execution ----
-    def run(self, *inputs, **named) -> tuple:
-        "Execute with the generated program; returns the outputs of `<OUTPUT B=0>`."
-        vals = self._inputs(inputs, named)
-        if not self.check_sizes(vals): return self.run_steps(vals, guard=True)   # sizes not knowable ahead: op by op
-        st, im = dict(self.states), []       # states change only when the whole call succeeds
-        with torch.no_grad():
-            try: out = self._prog(vals, st, im)
-            except Exception as ex:
-                self.run_steps(vals, states=dict(self.states), guard=True)   # re-run step by step to name the failing instruction
-                raise NacRunError(escape(f'execution failed: {type(ex).__name__}: {ex}')) from ex
-        self.states.update(st); self.intermediate = im
-        return out
-
-    def _call(self, s, r, guard: bool = False):
-        def val(item):
-            k, v = item
-            if k == 'ref': return r[v]
-            if k == 'list': return [val(x) for x in v]
-            return v
-        a = [val(x) for x in s.args]; kw = {k: val(x) for k, x in s.kwargs.items()}
-        if guard: meta_size_check(s, a, kw)          # refuse before allocating (nac.guard)
-        try: return s.fn(*a, **kw)
-        except Exception as ex:
-            def desc(x): return f'{tuple(x.shape)}:{str(x.dtype).removeprefix("torch.")}' if isinstance(x, torch.Tensor) else repr(x)
-            names = s.pnames + [f'#{k}' for k in range(len(s.pnames), len(a))]
-            shapes = ', '.join([f'{n}={desc(x)}' for n, x in zip(names, a)] + [f'{k}={desc(x)}' for k, x in kw.items()])
-            raise NacRunError(escape(f'instruction {s.index} ({s.name}): {type(ex).__name__}: {str(ex).splitlines()[0]} [arguments: '
-                                     f'{shapes}]')) from ex
-
-    def run_steps(self, vals: list, timings: list | None = None, states: dict | None = None, values: list | None = None,
-                  guard: bool = False) -> tuple:
-        ("The reference loop: execute steps one by one (optionally timing each); `states` overrides the persistent states, `values` "
-         "receives every result; `guard` checks each result's size before the op runs.")
-        r = [None] * len(self.steps) if values is None else values
-        guards, taken = (self.control.guard if self.control else None), {}     # blocks (nac.control)
-        states = self.states if states is None else states
-        work, im = dict(states), []          # committed to `states` only when the run gets through
-        with torch.no_grad():
-            for s in self.steps[:self.n_run]:
-                if guards and guards[s.index] and not on_path(guards[s.index], taken): continue   # a branch not taken
-                t0 = time.perf_counter() if timings is not None else 0
-                if s.kind == 'param': r[s.index] = self.params[s.target]
-                elif s.kind == 'state': r[s.index] = work[s.target]
-                elif s.kind in ('input', 'lifted'): r[s.index] = vals[s.target]
-                elif s.kind == 'op': r[s.index] = self._call(s, r, guard)
-                elif s.kind in CONTROL_KINDS: exec_control(s, r, taken)
-                elif s.kind == 'state_out':
-                    for sid, (_, j) in zip(s.target, s.args): work[sid] = r[j]
-                elif s.kind == 'intermediate': im.append(tuple(r[j] for _, j in s.args))
-                elif s.kind == 'output': states.update(work); self.intermediate = im; return tuple(r[j] for _, j in s.args)
-                if timings is not None:
-                    if self.device.type == 'cuda': torch.cuda.synchronize()
-                    timings.append((s.index, s.name, time.perf_counter() - t0, _nbytes(r[s.index])))
-        states.update(work); self.intermediate = im
-        return ()
-
-    def run_loop(self, *inputs, **named) -> tuple:
-        "Execute with the step loop (the reference path)."
-        return self.run_steps(self._inputs(inputs, named), guard=True)
-
-    def profile(self, *inputs, **named) -> list:
-        "Run once step by step; returns `[(index, op, seconds, output bytes)]` per instruction."
-        t = []
-        self.run_steps(self._inputs(inputs, named), t, guard=True)
-        return t
-
-def _nbytes(v) -> int:
-    if isinstance(v, torch.Tensor): return v.numel() * v.element_size()
-    if isinstance(v, (list, tuple)): return sum(_nbytes(x) for x in v)
-    return 0
-
 # %% ../../nbs/19_nac_run.ipynb #0a95e793
 import operator, re
 #: ATen ops whose tuple result the reference reads without `getitem(x, 0)` (decision NAC 13)
@@ -330,6 +113,168 @@ def first_of_tuples(steps: list) -> None:
                               f'{next(r.index for r in rd if r not in direct)} and directly by instruction {direct[0].index}')
         s.fn = _tuple_first(s.fn)
 
+# %% ../../nbs/19_nac_run.ipynb #30f5769f
+from fastcore.basics import patch
+from .control import interp_control, CONTROL_KINDS, guard_prefix, control_line, on_path, exec_control
+
+def control_step(interp, i:int):
+    "The interpreter `Step` of `<CONTROL_FLOW>` `i` (kind `cond`) or of a block's closing `<OUTPUT B=1>` (kind `block_out`)."
+    cm = interp.control
+    if i in cm.constructs: return Step(i, '<CONTROL_FLOW>', 'cond', args=[('ref', cm.constructs[i].pred)], target=cm.constructs[i])
+    return Step(i, '<OUTPUT>', 'block_out', args=[('ref', i + int(d)) for d in interp.nac.ops[i].D], target=cm.ends[i])
+_SIMPLE = (bool, int, type(None), str)
+
+class Interpreter:
+    "Runs a `NacFile`: decodes once, then executes a generated straight-line program per call."
+    def __init__(self,
+                 nac: NacFile, # the program; its weights are in DATA or in `weights_path`
+                 *, device=None, # where weights, states and results live (default: CPU)
+                 weights_path=None): # the `.safetensors` of a file with external weights
+        self.nac, self.device = nac, torch.device(device) if device else torch.device('cpu')
+        self.params = torch_weights(nac, weights_path, self.device)     # each in its stored dtype (bf16/fp16 too)
+        self.initial_states, self.slots = {}, []
+        self.control = interp_control(nac)            # <CONTROL_FLOW> blocks (nac.control); empty without them
+        self.steps = [self._decode(i) for i in range(len(nac.ops))]
+        first_of_tuples(self.steps)
+        self.n_run = next((s.index + 1 for s in self.steps if s.kind == 'output'), len(self.steps))
+        self.states, self.intermediate = {}, []
+        self.reset_states()
+        self._prog, self.source = self._codegen()
+
+    def reset_states(self):
+        "Restore all states to their initial values."
+        self.states = {k: v.clone() for k, v in self.initial_states.items()}
+
+# %% ../../nbs/19_nac_run.ipynb #c2444193
+@patch
+def _decode(self:Interpreter, i: int) -> Step:
+    "Instruction `i` as a `Step`; a program this runtime cannot execute is refused here, at load time."
+    nac = self.nac
+    if self.control and (i in self.control.constructs or i in self.control.ends): return control_step(self, i)
+    try: o = decode_operands(nac, i)
+    except NacLabError as ex: raise NacRunError(f'instruction {i}: {ex}') from None
+    where = f'instruction {i} ({escape(o.name)})'
+    if o.kind == 'input': return self._decode_input(i, o, where)
+    self._check_refs(i, where, [a.ref for a in o.args if a.ref is not None])
+    if o.kind == 'output':
+        refs = [('ref', a.ref) for a in o.args]
+        if o.variant == 0: return Step(i, o.name, 'output', args=refs)
+        from nac_lab.nac.format import state_writes
+        sids = state_writes(nac, i)                     # <OUTPUT B=2> (or an old nac_lab B=1), else §7.2.2
+        if sids is None: return Step(i, o.name, 'intermediate', args=refs)
+        for sid in sids:
+            if sid not in self.params: raise NacRunError(f'{where}: writes state {sid}, which has no initial value in DATA')
+        return Step(i, o.name, 'state_out', args=refs, target=sids)
+    if o.kind != 'op':
+        raise NacRunError(f'{where}: {o.kind} is decoded but not executable by this runtime (decision NAC 11)')
+    try: op = op_by_name(o.name)
+    except NacOpError as ex: raise NacRunError(f'{where}: {ex}') from None
+    operands = [('ref', a.ref) if a.ref is not None else ('const', nac.constants[a.const]) for a in o.args]
+    for k, a in enumerate(o.args):
+        if a.const is not None: _refuse_lost(where, f'argument {k}', a.const, nac.constants[a.const])
+    try: args, kwargs = regroup(op, operands, self.device, where)
+    except NacOpError as ex: raise NacRunError(f'{where}: {ex}') from None
+    pnames = [p.name for p in op.params if not p.kw_only][:len(args)]
+    return Step(i, o.name, 'op', op.kernel, args, kwargs, target=op, pnames=pnames)
+
+@patch
+def _decode_input(self:Interpreter, i: int, o, where: str) -> Step:
+    "The `Step` of `<INPUT>` `i` (decoded as `o`): a parameter, a state, or an input slot (user or lifted constant)."
+    if o.input_kind == 'param':
+        if o.param_id not in self.params: raise NacRunError(f'{where}: parameter {o.param_id} has no tensor')
+        return Step(i, o.name, 'param', target=o.param_id)
+    if o.input_kind == 'state':
+        if o.state_id not in self.params: raise NacRunError(f'{where}: state {o.state_id} has no initial value in DATA')
+        self.initial_states[o.state_id] = self.params[o.state_id]
+        return Step(i, o.name, 'state', target=o.state_id)
+    slot = len(self.slots)
+    default = self.nac.constants.get(o.const_id) if o.input_kind == 'lifted' else None
+    if o.input_kind == 'lifted': _refuse_lost(where, 'its default', o.const_id, default)
+    self.slots.append((i, self.nac.input_names.get(i, f'input{slot}'), o.input_kind, default))
+    return Step(i, o.name, o.input_kind if o.input_kind == 'lifted' else 'input', target=slot)
+
+@patch
+def _check_refs(self:Interpreter, i: int, where: str, refs: list):
+    "Refuse a reference to an `<OUTPUT>` instruction: it produces no value (§7.2), so nothing could be read."
+    for j in refs:
+        if self.nac.ops[j].A == SysOp.OUTPUT:
+            raise NacRunError(f'{where}: reads instruction {j}, an <OUTPUT>, which produces no value')
+
+# %% ../../nbs/19_nac_run.ipynb #260db269
+def _refs(items):
+    "The instruction indices an argument list reads (`('ref', j)`, also inside `('list', [...])`)."
+    for k, v in items:
+        if k == 'ref': yield v
+        elif k == 'list': yield from _refs(v)
+
+@patch
+def _codegen(self:Interpreter):
+    "`(program, source)`: the steps as one straight-line Python function, each value deleted after its last use."
+    env = {'__builtins__': __builtins__}
+    steps = self.steps[:self.n_run]
+    last = {}
+    for s in steps:
+        for j in _refs(list(s.args) + list(s.kwargs.values())): last[j] = s.index
+    def expr(item, i, n):
+        k, v = item
+        if k == 'ref': return f'v{v}'
+        if k == 'list': return '[' + ', '.join(expr(x, i, f'{n}_{m}') for m, x in enumerate(v)) + ']'
+        if isinstance(v, _SIMPLE) or (isinstance(v, float) and math.isfinite(v)): return repr(v)
+        env[f'c{i}_{n}'] = v; return f'c{i}_{n}'
+    lines = ['def _program(_in, _st, _im):']
+    for s in steps:
+        i = s.index
+        n0 = len(lines)
+        if s.kind == 'param': env[f'p{i}'] = self.params[s.target]; lines.append(f'    v{i} = p{i}')
+        elif s.kind == 'state': lines.append(f'    v{i} = _st[{s.target}]')
+        elif s.kind in ('input', 'lifted'): lines.append(f'    v{i} = _in[{s.target}]')
+        elif s.kind == 'op':
+            env[f'k{i}'] = s.fn
+            a = [expr(x, i, m) for m, x in enumerate(s.args)] + [f'{k}={expr(x, i, k)}' for k, x in s.kwargs.items()]
+            lines.append(f'    v{i} = k{i}({", ".join(a)})')
+        elif s.kind == 'state_out':
+            for sid, (_, j) in zip(s.target, s.args): lines.append(f'    _st[{sid}] = v{j}')
+        elif s.kind == 'intermediate': lines.append('    _im.append((' + ''.join(f'v{j}, ' for _, j in s.args) + '))')
+        elif s.kind == 'output':
+            lines.append('    return (' + ''.join(f'v{j}, ' for _, j in s.args) + ')')
+            break
+        elif s.kind in CONTROL_KINDS: lines.append(control_line(s, env))
+        dead = [j for j, t in last.items() if t == i and j != i]
+        if dead and s.kind != 'output': lines.append('    del ' + ', '.join(f'v{j}' for j in sorted(dead)))
+        if self.control and self.control.guard[i]:   # inside a block: runs only on its branch (nac.control)
+            lines[n0:] = ['    ' + guard_prefix(self.control.guard[i]) + l[4:] for l in lines[n0:]]
+    else: lines.append('    return ()')
+    src = '\n'.join(lines)
+    exec(builtins.compile(src, f'<nac program {len(steps)} instructions>', 'exec'), env)
+    return env['_program'], src
+
+# %% ../../nbs/19_nac_run.ipynb #3186f3ee
+@patch
+def _inputs(self:Interpreter, inputs, named) -> list:
+    "The argument list of a call: positional `inputs` and `named` ones in slot order, lifted defaults filled in, arrays as tensors."
+    slots = self.slots
+    if len(inputs) > len(slots): raise NacRunError(escape(f'{len(inputs)} inputs given, the model takes {len(slots)}: '
+                                                          f'{", ".join(s[1] for s in slots)}'))
+    vals = list(inputs) + [None] * (len(slots) - len(inputs))
+    have = [k < len(inputs) for k in range(len(slots))]
+    if named:
+        pos = {s[1]: k for k, s in enumerate(slots)}
+        for n, v in named.items():
+            if n not in pos: raise NacRunError(escape(f'unknown input {n!r}; inputs are: {", ".join(s[1] for s in slots)}'))
+            if have[pos[n]]: raise NacRunError(f'input {n!r} given both by position and by name')
+            vals[pos[n]], have[pos[n]] = v, True
+    for k, (i, n, kind, default) in enumerate(slots):
+        v = vals[k]
+        if not have[k]:
+            if kind == 'lifted': vals[k] = default; continue
+            raise NacRunError(f'missing input {n!r} (instruction {i}, <INPUT B=0>)')
+        if kind == 'lifted': continue
+        if isinstance(v, np.ndarray): v = torch.from_numpy(np.ascontiguousarray(v).reshape(v.shape))   # 0-d stays 0-d
+        if not isinstance(v, torch.Tensor): raise NacRunError(f'input {n!r} (instruction {i}): expected a tensor, got '
+                                                              f'{type(v).__name__}')
+        vals[k] = v if v.device == self.device else v.to(self.device)
+    return vals
+
 # %% ../../nbs/19_nac_run.ipynb #1b08b612
 from .guard import to_meta, value_bytes, check_bytes, max_bytes
 
@@ -346,7 +291,7 @@ def meta_size_check(s: Step, a: list, kw: dict, limit: int | None = None):
     check_bytes(value_bytes(out), f'instruction {s.index} ({escape(s.name)})', limit)
 
 def _signature(self, vals) -> tuple:
-    def sig(v): return (tuple(v.shape), v.dtype) if isinstance(v, torch.Tensor) else (type(v).__name__, repr(v)[:64])
+    def sig(v): return (v.shape, v.dtype) if isinstance(v, torch.Tensor) else (type(v).__name__, repr(v)[:64])   # a Size is a tuple
     return tuple(sig(v) for v in vals) + tuple(sig(v) for _, v in sorted(self.states.items()))
 
 def meta_values(self, vals: list, limit: int | None = None) -> list | None:
@@ -396,16 +341,109 @@ def _input_signature(self):
         except NacLabError as ex: raise NacRunError(f'input signature: {ex}') from None
     return self._input_sig
 
-_inputs_unchecked = Interpreter._inputs
-
-def _checked_inputs(self, inputs, named) -> list:
-    "`Interpreter._inputs`, then the signature check of the user inputs (`InputSignatureError`)."
-    vals = _inputs_unchecked(self, inputs, named)
+def _check_signature(self, vals: list) -> None:
+    "Check the user inputs among the call arguments `vals` against the recorded signature (`InputSignatureError`)."
     sig = self.input_signature
     if sig is not None: check_inputs(sig, {s[0]: vals[k] for k, s in enumerate(self.slots) if s[2] == 'user'})
+
+_inputs_unchecked = Interpreter._inputs
+
+def _checked_inputs(self, inputs, named, check: bool = True) -> list:
+    "`Interpreter._inputs`, then (unless `check` is False: `run` checks once per input dtypes and shapes) the signature check."
+    vals = _inputs_unchecked(self, inputs, named)
+    if check: self._check_signature(vals)
     return vals
 
-Interpreter.input_signature, Interpreter._inputs = property(_input_signature), _checked_inputs
+Interpreter.input_signature, Interpreter._check_signature = property(_input_signature), _check_signature
+Interpreter._inputs = _checked_inputs
+
+# %% ../../nbs/19_nac_run.ipynb #c20d05f5
+@patch
+def _call(self:Interpreter, s, r, guard: bool = False):
+    "Run op step `s` on the values `r` (indexed by instruction); a failing kernel becomes a `NacRunError` naming `s` and its arguments."
+    def val(item):
+        k, v = item
+        if k == 'ref': return r[v]
+        if k == 'list': return [val(x) for x in v]
+        return v
+    a = [val(x) for x in s.args]; kw = {k: val(x) for k, x in s.kwargs.items()}
+    if guard: meta_size_check(s, a, kw)          # refuse before allocating (nac.guard)
+    try: return s.fn(*a, **kw)
+    except Exception as ex:
+        def desc(x): return f'{tuple(x.shape)}:{str(x.dtype).removeprefix("torch.")}' if isinstance(x, torch.Tensor) else repr(x)
+        names = s.pnames + [f'#{k}' for k in range(len(s.pnames), len(a))]
+        shapes = ', '.join([f'{n}={desc(x)}' for n, x in zip(names, a)] + [f'{k}={desc(x)}' for k, x in kw.items()])
+        raise NacRunError(escape(f'instruction {s.index} ({s.name}): {type(ex).__name__}: {str(ex).splitlines()[0]} [arguments: '
+                                 f'{shapes}]')) from ex
+
+@patch
+def run_steps(self:Interpreter, vals: list, timings: list | None = None, states: dict | None = None, values: list | None = None,
+              guard: bool = False) -> tuple:
+    ("The reference loop: execute steps one by one (optionally timing each); `states` overrides the persistent states, `values` "
+     "receives every result; `guard` checks each result's size before the op runs.")
+    r = [None] * len(self.steps) if values is None else values
+    guards, taken = (self.control.guard if self.control else None), {}     # blocks (nac.control)
+    states = self.states if states is None else states
+    work, im = dict(states), []          # committed to `states` only when the run gets through
+    with torch.no_grad():
+        for s in self.steps[:self.n_run]:
+            if guards and guards[s.index] and not on_path(guards[s.index], taken): continue   # a branch not taken
+            t0 = time.perf_counter() if timings is not None else 0
+            if s.kind == 'param': r[s.index] = self.params[s.target]
+            elif s.kind == 'state': r[s.index] = work[s.target]
+            elif s.kind in ('input', 'lifted'): r[s.index] = vals[s.target]
+            elif s.kind == 'op': r[s.index] = self._call(s, r, guard)
+            elif s.kind in CONTROL_KINDS: exec_control(s, r, taken)
+            elif s.kind == 'state_out':
+                for sid, (_, j) in zip(s.target, s.args): work[sid] = r[j]
+            elif s.kind == 'intermediate': im.append(tuple(r[j] for _, j in s.args))
+            elif s.kind == 'output': states.update(work); self.intermediate = im; return tuple(r[j] for _, j in s.args)
+            if timings is not None:
+                if self.device.type == 'cuda': torch.cuda.synchronize()
+                timings.append((s.index, s.name, time.perf_counter() - t0, _nbytes(r[s.index])))
+    states.update(work); self.intermediate = im
+    return ()
+
+@patch
+def run_loop(self:Interpreter, *inputs, **named) -> tuple:
+    "Execute with the step loop (the reference path)."
+    return self.run_steps(self._inputs(inputs, named), guard=True)
+
+@patch
+def profile(self:Interpreter, *inputs, **named) -> list:
+    "Run once step by step; returns `[(index, op, seconds, output bytes)]` per instruction."
+    t = []
+    self.run_steps(self._inputs(inputs, named), t, guard=True)
+    return t
+
+def _nbytes(v) -> int:
+    if isinstance(v, torch.Tensor): return v.numel() * v.element_size()
+    if isinstance(v, (list, tuple)): return sum(_nbytes(x) for x in v)
+    return 0
+
+# %% ../../nbs/19_nac_run.ipynb #469a974e
+@patch
+def run(self:Interpreter,
+        *inputs, # tensors or NumPy arrays for the inputs, in `input_slots` order
+        **named, # inputs by name (a lifted constant left out keeps its default)
+       ) -> tuple: # the values of `<OUTPUT B=0>`, in order
+    "Execute with the generated program; states change only when the whole call succeeds."
+    vals = self._inputs(inputs, named, check=False)
+    key = (max_bytes(),) + self._signature(vals)       # input signature and sizes are checked once per key
+    ok = self.__dict__.setdefault('_checked', set())
+    if key not in ok:
+        self._check_signature(vals)
+        if not self.check_sizes(vals, key[0]): return self.run_steps(vals, guard=True)   # sizes not knowable ahead: op by op
+        if len(ok) >= 256: ok.clear()
+        ok.add(key)
+    st, im = dict(self.states), []
+    try:
+        with torch.inference_mode(): out = self._prog(vals, st, im)    # no autograd bookkeeping per kernel
+    except Exception as ex:
+        self.run_steps(vals, states=dict(self.states), guard=True)    # re-run step by step to name the failing instruction
+        raise NacRunError(escape(f'execution failed: {type(ex).__name__}: {ex}')) from ex
+    self.states.update(st); self.intermediate = im
+    return out
 
 # %% ../../nbs/19_nac_run.ipynb #fcc0b2f9
 def run_with_intermediate(self, *inputs, **named) -> tuple:
@@ -456,7 +494,10 @@ class NacModel:
             self._interp = Interpreter(self.nac, device=self.device, weights_path=self.weights_path)
         return self._interp
 
-    def run(self, *inputs, **named) -> tuple:
+    def run(self,
+            *inputs, # tensors or NumPy arrays for the inputs, in `input_slots` order
+            **named, # inputs by name (a lifted constant left out keeps its default)
+           ) -> tuple: # the values of `<OUTPUT B=0>` (inference tensors, see `Interpreter.run`)
         "Execute the model; returns the tuple of `<OUTPUT B=0>` values."
         return self.interpreter.run(*inputs, **named)
 
