@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch import nn
-from ..errors import NacLabError
+from .dag import GenomeError
 
 # %% auto #0
 __all__ = ['BLOCKS', 'WRAPPERS', 'WIDTHS', 'ACTS', 'MUTATIONS', 'SynthError', 'gene_shape', 'arch_shapes', 'arch_key', 'Residual',
@@ -19,7 +19,7 @@ __all__ = ['BLOCKS', 'WRAPPERS', 'WIDTHS', 'ACTS', 'MUTATIONS', 'SynthError', 'g
            'best_of', 'random_search', 'evolve', 'summarise', 'Synthesis', 'synthesize']
 
 # %% ../../nbs/106_genome_synth.ipynb #49dae814
-class SynthError(NacLabError, ValueError):
+class SynthError(GenomeError):
     "An architecture that breaks the gene grammar's rules (the message names the JSON path and what was expected)."
 
 BLOCKS = ('cbr', 'dws', 'ir', 'mlp', 'attn', 'pool')
