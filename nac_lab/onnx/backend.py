@@ -4,7 +4,6 @@
 
 # %% ../../nbs/96_onnx_backend.ipynb #0b03733d
 from __future__ import annotations
-import weakref
 import numpy as np
 import torch
 from fastcore.basics import patch
@@ -32,29 +31,37 @@ class OrtSession:
         self.threads = threads
         self.session = ort.InferenceSession(self.onnx, so, providers=['CPUExecutionProvider'])
         self.input_names = [i.name for i in self.session.get_inputs()]
-        self._run = self.session.run
+        self.output_names = [o.name for o in self.session.get_outputs()]
+        core = getattr(self.session, '_sess', None)       # the C++ session: `InferenceSession.run` minus its per-call Python checks,
+        if core is not None and hasattr(core, 'run'):      # which `feed` does (names) or ORT does anyway (types and shapes)
+            ro = ort.RunOptions(); self._run = lambda names, feed: core.run(names, feed, ro)
+        else: self._run = self.session.run
     def feed(self, inputs, named) -> dict:
         "`{ONNX input name: array}` from positional and named inputs (tensors, arrays or numbers)."
         if len(inputs) + len(named) != len(self.input_names) or any(k not in self.input_names for k in named):
             raise NacRunError(f'the ONNX Runtime backend takes the inputs {self.input_names} (positional or by name); got '
                               f'{len(inputs)} positional and {sorted(named)}')
         d = dict(zip(self.input_names, inputs)); d.update(named)
-        return {k: v.detach().numpy() if isinstance(v, torch.Tensor) else np.asarray(v) for k, v in d.items()}
+        return {k: _array(v) for k, v in d.items()}
     def __call__(self, *inputs, **named) -> tuple:
-        try: outs = self._run(None, self.feed(inputs, named))
+        feed = ({k: _array(v) for k, v in zip(self.input_names, inputs)} if not named and len(inputs) == len(self.input_names)
+                else self.feed(inputs, named))
+        try: outs = self._run(self.output_names, feed)
         except NacRunError: raise
         except Exception as ex:                    # onnxruntime raises its own exception types (Fail, InvalidArgument, ...)
             raise NacRunError(f'ONNX Runtime: {str(ex).strip().splitlines()[0][:300]}') from None
-        return tuple(torch.from_numpy(o) for o in outs)
+        return tuple(map(torch.from_numpy, outs))
 
-_SESSIONS = weakref.WeakKeyDictionary()
+def _array(v) -> np.ndarray:
+    if type(v) is torch.Tensor: return (v.detach() if v.requires_grad else v).cpu().numpy()      # .cpu() is free on the CPU
+    return np.asarray(v)
 
 def ort_session(model: NacModel, threads: int | None = None, *, rebuild: bool = False) -> OrtSession:
     ("The cached `OrtSession` of `model` (built on first use; again when `threads` changes, `rebuild` is set or the model's "
-     "`NacFile` was replaced).")
-    s = _SESSIONS.get(model)
+     "`NacFile` was replaced). It is kept in the model's `__dict__`, so the per-call lookup is one attribute read.")
+    s = model.__dict__.get('_ort_session')
     if rebuild or s is None or s[0] is not model.nac or (threads is not None and s[1].threads != threads):
-        s = _SESSIONS[model] = (model.nac, OrtSession(model, threads))
+        s = model.__dict__['_ort_session'] = (model.nac, OrtSession(model, threads))
     return s[1]
 
 # %% ../../nbs/96_onnx_backend.ipynb #bb4724de
@@ -67,5 +74,6 @@ def run(self: NacModel, *inputs, backend: str = 'nac', **named) -> tuple:
     b = _ALIASES.get(backend)
     if b == 'nac': return _nac_run(self, *inputs, **named)
     if b is None: raise NacRunError(f'backend {backend!r}: expected one of {", ".join(BACKENDS)} (or ort)')
-    return ort_session(self)(*inputs, **named)
+    s = self.__dict__.get('_ort_session')
+    return (s[1] if s is not None and s[0] is self.nac else ort_session(self))(*inputs, **named)
 NacModel.run._nac_run = _nac_run
