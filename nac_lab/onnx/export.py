@@ -196,6 +196,9 @@ def _adaptive_avg(b, n, a):
     t = b.g.value_type(a['self'].node)
     if all(v == 1 for v in out): return b.op('GlobalAveragePool', [x])
     ins = t.shape[-len(out):]
+    if all(type(i) is int and o % i == 0 for i, o in zip(ins, out)):      # every window is one input element: nearest upsampling
+        return b.op('Resize', [x, '', b.const([1.0] * (t.rank - len(out)) + [o / i for i, o in zip(ins, out)], 'float32')],
+                    mode='nearest', coordinate_transformation_mode='asymmetric', nearest_mode='floor')
     if not all(type(i) is int and i % o == 0 for i, o in zip(ins, out)):
         b.fail(f'adaptive average pooling from {ins} to {out} is not a fixed window (ONNX has no adaptive pooling)')
     k = [i // o for i, o in zip(ins, out)]
@@ -430,7 +433,12 @@ def _pad(b, n, a):
     p = [int(v) for v in n.attrs['pad']]; r = b.rank(a['self']); k = len(p) // 2
     begin, end = [0] * r, [0] * r
     for j in range(k): begin[r - 1 - j], end[r - 1 - j] = p[2 * j], p[2 * j + 1]
-    return b.op('Pad', [b.tensor(a['self']), b.const(begin + end, 'int64'), b.const(n.attrs['value'], b.dtype(a['self']))])
+    mode = {'constant': 'constant', 'reflect': 'reflect', 'replicate': 'edge', 'circular': 'wrap'}.get(n.attrs.get('mode', 'constant'))
+    if mode is None: b.fail(f'pad mode {n.attrs["mode"]!r}')
+    v = n.attrs.get('value'); v = 0 if v is None else v
+    ins = [b.tensor(a['self']), b.const(begin + end, 'int64')] + ([b.const(v, b.dtype(a['self']))] if mode == 'constant' else [])
+    if mode == 'wrap' and b.opset < 19: b.fail('circular padding needs opset 19')
+    return b.op('Pad', ins, mode=mode)
 
 def _resize(b, n, a):
     at = n.attrs; x = b.tensor(a['input']); r = b.rank(a['input'])
@@ -485,7 +493,8 @@ _MAP = {**{k: lambda b, n, a: b.op(_UNARY[n.name], [b.tensor(a['self'])]) for k 
         'nac.size': _size, 'nac.embedding': _embedding, 'nac.repeat_interleave': _repeat_interleave, 'nac.where': _where,
         'nac.masked_fill': _masked_fill, **{k: _fill for k in ('nac.zeros', 'nac.ones', 'nac.full', 'nac.zeros_like', 'nac.ones_like',
                                                                 'nac.full_like')},
-        'nac.arange': _arange, 'nac.constant_pad_nd': _pad, 'nac.upsample_nearest2d': _resize, 'nac.upsample_bilinear2d': _resize,
+        'nac.arange': _arange, 'nac.constant_pad_nd': _pad, 'nac.pad': _pad,
+        'nac.upsample_nearest2d': _resize, 'nac.upsample_bilinear2d': _resize,
         'aten.gru.input': _gru}
 
 def exportable_ops() -> list:
