@@ -65,7 +65,7 @@ def cmd_run(args):
     ins = parse_inputs(args.input)
     m = load(args.file)
     pos = positional(ins, len(m.input_slots()))
-    outs = m.run(*pos, **ins)
+    outs = m.run(*pos, **ins) if args.backend == 'nac' else _backend_run(m, args.backend, pos, ins)
     for k, t in enumerate(outs): print(_summary(k, t))
     if args.output:
         dest = Path(args.output)
@@ -84,6 +84,11 @@ def cmd_run(args):
         for name, (n, sec, nb) in sorted(agg.items(), key=lambda kv: -kv[1][1]):
             print(f'{name:24} {n:5d} {sec * 1e6:10.1f} {sec / total:6.1%} {nb / 1024:9.1f}')
 
+def _backend_run(m, backend, pos, ins):
+    "Run `m` on another backend (`nac_lab.onnx.backend` adds it to `NacModel.run`)."
+    import nac_lab.onnx.backend  # noqa: F401
+    return m.run(*pos, backend=backend, **ins)
+
 def register(sub):
     "Add `run` to the `nac-lab` command line."
     p = sub.add_parser('run', help='execute a .nac model on .npy inputs')
@@ -91,6 +96,8 @@ def register(sub):
     p.add_argument('--input', '-i', action='append', metavar='NAME=PATH.npy', help='an input by name (or position 0, 1, ...); repeatable')
     p.add_argument('--output', '-o', metavar='OUT.npz', help='save the outputs to an .npz file')
     p.add_argument('--profile', action='store_true', help='print time and output bytes per op')
+    p.add_argument('--backend', choices=('nac', 'onnxruntime'), default='nac',
+                   help='what executes the model: nac (the NAC interpreter) or onnxruntime (its ONNX export) (default nac)')
     from nac_lab.nac.cli_mep import add_run_flags; add_run_flags(p)              # --orchestrated (MEP plan), --prompt, --seed, --max-steps
     p.set_defaults(func=cmd_run)
 

@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 # %% auto #0
-__all__ = ['register', 'parse_dims']
+__all__ = ['OPSET_HELP', 'register', 'parse_dims', 'register_export']
 
 # %% ../../nbs/93_onnx_cli.ipynb #1ce42881
 def register(sub):
@@ -19,6 +19,7 @@ def register(sub):
     p.add_argument('--quant', default='none', help='weight quantization: none, fp16, int8_tensor, int8_channel or block_fp8 (default none)')
     p.add_argument('--no-check', action='store_true', help='skip the comparison with the eager ONNX run')
     p.set_defaults(func=_import)
+    register_export(sub)
 
 def parse_dims(items:list) -> dict:
     "`['batch=4', 'seq=16']` -> `{'batch': 4, 'seq': 16}`, with a clear error for anything else."
@@ -39,3 +40,42 @@ def _import(args):
     n = len(m.nac.ops)
     print(f'wrote {p}: {n} instructions, {len(m.nac.tensors)} weight tensors, from {len(m.onnx_folded.runtime)} runtime ONNX nodes '
           f'({len(m.onnx_folded.known)} values folded at import)' + ('' if args.no_check else '; outputs checked against the ONNX graph'))
+
+# %% ../../nbs/93_onnx_cli.ipynb #a9e1c002
+OPSET_HELP = 'ONNX opset, 17 to 22 (default 18)'    # registering must not import torch: the test below checks it against export
+
+def register_export(sub):
+    "Add `nac-lab export` and `nac-lab view` to the CLI."
+    p = sub.add_parser('export', help='export a .nac model as an ONNX file (checked with the full ONNX checker)')
+    p.add_argument('model', help='the .nac file (external weights are read from the .safetensors beside it)')
+    p.add_argument('-o', '--output', required=True, help='the .onnx file to write')
+    p.add_argument('--opset', type=int, default=None, help=OPSET_HELP)
+    p.add_argument('--external', action='store_true',
+                   help='store initializers of 1 KiB or more in OUTPUT.data beside the model (ONNX external data; default: inside)')
+    p.add_argument('--json', action='store_true', help='print the summary as JSON (default: one line of text)')
+    p.set_defaults(func=_export)
+    v = sub.add_parser('view', help='show a .nac model in netron (exported to ONNX on the fly; node names i{index}_{op})')
+    v.add_argument('model', help='the .nac file')
+    v.add_argument('--port', type=int, default=None, help='port of the local netron server (default: a free port)')
+    v.add_argument('--host', default='localhost', help='address to listen on (default localhost)')
+    v.add_argument('--no-browser', action='store_true', help='only serve and print the URL (default: also open a browser)')
+    v.add_argument('--opset', type=int, default=None, help=OPSET_HELP)
+    v.set_defaults(func=_view)
+
+def _export(args):
+    import json
+    from nac_lab.onnx.export import export_onnx, DEFAULT_OPSET
+    r = export_onnx(args.model, args.output, opset=args.opset or DEFAULT_OPSET, external=args.external)
+    if args.json: print(json.dumps(r, indent=2)); return
+    print(f"wrote {r['path']}: opset {r['opset']}, {r['nodes']} ONNX nodes, {r['initializers']} initializers"
+          + (f", external data {r['data']}" if r['data'] else '') + '; passes onnx.checker (full) and shape inference')
+
+def _view(args):
+    import netron, sys
+    from nac_lab.onnx.view import serve_nac, stop
+    from nac_lab.onnx.export import DEFAULT_OPSET
+    info = serve_nac(args.model, port=args.port, browse=not args.no_browser, opset=args.opset or DEFAULT_OPSET, host=args.host)
+    print(f"serving {info['name']} ({info['nodes']} ONNX nodes) at {info['url']}; Ctrl-C stops", flush=True)
+    try: netron.wait()
+    except KeyboardInterrupt: print(file=sys.stderr)
+    finally: stop(info)
