@@ -11,7 +11,8 @@ from .layers import LowerError
 from .emit import ESIZE, LAYER_EMITTERS, qdesc, qchan, to_elem, arena_name
 
 # %% auto #0
-__all__ = ['GemmTiling', 'gemm_dims', 'gemm_layout', 'gemm_candidates', 'naive_gemm', 'emit_linear', 'emit_linear_engines']
+__all__ = ['GemmTiling', 'gemm_dims', 'gemm_layout', 'tile_sizes', 'gemm_candidates', 'naive_gemm', 'emit_linear',
+           'emit_linear_engines']
 
 # %% ../../nbs/69f_lower_gemm.ipynb #5d55031b
 @dataclass
@@ -48,17 +49,22 @@ def gemm_layout(M, K, N, tm, tn, slots, elem) -> dict:
     return o
 
 # %% ../../nbs/69f_lower_gemm.ipynb #60376e53
-def gemm_candidates(M, K, N, elem, l1) -> list:
-    "Every `GemmTiling` considered for an M x K x N linear layer that fits `l1` bytes."
-    tns = sorted({t for t in [N] + [-(-N // d) for d in (2, 4, 8, 16, 32)] if t >= min(N, 16)}, reverse=True)
-    tms = sorted({t for t in (M, -(-M // 2), -(-M // 4), 1) if t >= 1}, reverse=True)
+def tile_sizes(n, lo=1, most=None) -> list:
+    ("Tile sizes worth trying along a dimension of `n` (largest first): `ceil(n/d)` for every number of tiles `d` (so divisors and "
+     "non-divisors with a remainder tile) down to `lo`, and the multiples of 16 in between; `most`: at most that many tiles.")
+    lo = max(1, min(lo, n)); top = n // lo if most is None else min(most, n)
+    s = {-(-n // d) for d in range(1, top + 1)} | {m for m in range(16, n, 16) if m >= lo and (most is None or -(-n // m) <= most)}
+    return sorted((t for t in s if lo <= t <= n), reverse=True)
+
+def gemm_candidates(M, K, N, elem, l1, keep=3) -> list:
+    ("The `GemmTiling`s considered for an M x K x N linear layer that fit `l1` bytes: for each row block (see `tile_sizes`, at most 4 "
+     "blocks) and slot count, the `keep` widest column tiles that fit (column tiles of `ceil(N/d)` for every d and the multiples of "
+     "16, down to 16 columns).")
     out = []
-    for tm in tms:
-        for tn in tns:
-            nt, nm = -(-N // tn), -(-M // tm)
-            for s in ((1, 2) if nt > 1 else (1,)):
-                b = gemm_layout(M, K, N, tm, tn, s, elem)['end']
-                if b <= l1: out.append(GemmTiling(tm, tn, s, b))
+    for tm in tile_sizes(M, 1, 4):
+        for s in (1, 2):
+            fit = [tn for tn in tile_sizes(N, min(N, 16)) if (s == 1 or tn < N) and gemm_layout(M, K, N, tm, tn, s, elem)['end'] <= l1]
+            out += [GemmTiling(tm, tn, s, gemm_layout(M, K, N, tm, tn, s, elem)['end']) for tn in fit[:keep]]
     return out
 
 # %% ../../nbs/69f_lower_gemm.ipynb #17ee53ba
@@ -66,11 +72,13 @@ def naive_gemm(M, K, N, elem, l1, where='') -> GemmTiling:
     "The naive tiling: the largest tile (most rows, then most columns) that fits with one slot; an error naming the layer when none does."
     c = [t for t in gemm_candidates(M, K, N, elem, l1) if t.slots == 1]
     if not c:
-        raise LowerError(f'{where}: not even one row with a tile of {min(N, 16)} output columns fits L1 ({l1} bytes; the whole K = {K} '
-                         f'per tile); '
+        n = min(N, 16); need = gemm_layout(M, K, N, 1, n, 1, elem)['end']
+        rb = ', '.join(map(str, tile_sizes(M, 1, 4)))
+        raise LowerError(f'{where}: no tiling fits L1 ({l1} bytes): tried row blocks of {rb} rows and '
+                         f'column tiles of {N} down to {n} columns (every ceil({N}/d) and multiple of 16) with 1 and 2 weight slots; the '
+                         f'smallest, 1 row x {n} columns with one slot, needs {need} bytes (the whole K = {K} per tile); '
                          'splitting K would need i32 partial sums between tasks, which no gemm.int8 variant produces (its output is i8 '
-                         'or i16) '
-                         'and eltwise<i32> is not on the shipped devices')
+                         'or i16) and eltwise<i32> is not on the shipped devices')
     return max(c, key=lambda t: (t.tm, t.tn))
 
 # %% ../../nbs/69f_lower_gemm.ipynb #695ed34b

@@ -12,7 +12,7 @@ from ..core import data_path
 from .layers import LowerError
 from ..nem.memory import NemExecError
 from .emit import Emitter, Tiling, Val, conv_l1, nem_shape, stored_nhwc, emit_program, conv_rows, _uniform_run
-from .gemm import GemmTiling, gemm_dims, gemm_candidates, naive_gemm
+from .gemm import GemmTiling, gemm_dims, gemm_candidates, naive_gemm, gemm_layout
 from ..progress import track
 import nac_lab.lower.ops  # noqa: F401 -- registers the emitters of matmul, transpose, concat, softmax, layernorm, rmsnorm
 
@@ -137,8 +137,10 @@ def _choose_gemm(l, g, dev, elem, qp, policy, chosen, naive, costs):
     n = dev.resolved.topology['num_engines'] if dev.resolved is not None else 1
     for t in [by[k] for k in sorted(c, key=c.get) if k[0] == 1][:3]:      # the three best with one row per block, over 2 .. all engines
         for ne in sorted({2, n}):
-            if not 1 < ne <= n or -(-N // t.tn) < 2 * ne: continue
-            u = GemmTiling(1, t.tn, t.slots, t.l1_bytes, ne)
+            tn = min(t.tn, -(-N // (2 * ne)))                              # at least two column tiles per engine
+            if not 1 < ne <= n or tn < min(N, 16): continue
+            u = GemmTiling(1, tn, 2, gemm_layout(M, K, N, 1, tn, 2, elem)['end'], ne)
+            if u.key in c or u.l1_bytes > dev.l1: continue
             try: c[u.key] = simulate_text(layer_program(l, g, dev, elem, qp, u), dev).total_cycles; by[u.key] = u
             except NemExecError as ex:
                 if ex.rule != 'token.limit': raise
