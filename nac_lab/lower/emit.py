@@ -13,9 +13,9 @@ from ..dtypes import elem_type
 from .quant import pool_attrs, const_q
 
 # %% auto #0
-__all__ = ['DTYPE', 'ESIZE', 'UNARY_OPS', 'LAYER_EMITTERS', 'fnum', 'qdesc', 'qchan', 'to_elem', 'from_elem', 'Val', 'nem_shape',
-           'stored_nhwc', 'Emitter', 'region', 'Tiling', 'conv_rows', 'conv_l1', 'arena_name', 'emit_conv',
-           'emit_whole', 'L2Alloc', 'EmitCtx', 'emit_program']
+__all__ = ['DTYPE', 'ESIZE', 'UNARY_OPS', 'LAYER_EMITTERS', 'CONV_SPLIT', 'fnum', 'qdesc', 'qchan', 'to_elem', 'from_elem', 'Val',
+           'nem_shape', 'stored_nhwc', 'Emitter', 'region', 'Tiling', 'conv_rows', 'conv_l1', 'arena_name', 'emit_conv',
+           'emit_whole', 'L2Alloc', 'EmitCtx', 'emit_conv_layer', 'emit_program']
 
 # %% ../../nbs/68_lower_emit.ipynb #1f6065e8
 def fnum(x) -> str:
@@ -84,6 +84,7 @@ class Emitter:
         self.bufs, self.body, self.data, self.n = [], [], {}, 0
         self.arena = 0
         self.live = []; self.loads = []; self.l2 = L2Alloc(); self.ctok = {}; self.kname = {}; self.engines = 1; self.nhwc = None
+        self.l2_budget = None       # L2 bytes left for constant copies (None: no limit)
     def buffer(self, name, level, size):
         self.bufs.append(f'buffer {name} : {level} (size={max(int(size), 1)}, align=64)'); return name
     def const(self, name, arr, l2=True):
@@ -92,6 +93,9 @@ class Emitter:
         if name in self.data: return (name + '_L2', self.ctok[name]) if name in self.ctok else (name, None)
         arr = np.ascontiguousarray(arr); self.data[name] = arr
         self.buffer(name, 'DDR', arr.nbytes)
+        if l2 and self.l2_budget is not None:            # L2 planning (`lower.api.lower`): copies to L2 only while the budget lasts
+            if -(-arr.nbytes // 64) * 64 > self.l2_budget: l2 = False
+            else: self.l2_budget -= -(-arr.nbytes // 64) * 64
         if not l2: return name, None
         self.buffer(name + '_L2', 'L2', arr.nbytes)
         t = self.ctok[name] = self.tok(name + '_load')
@@ -128,8 +132,11 @@ class Tiling:
     slots: int = 2
     l1_bytes: int = 0
     engines: int = 1
+    tco: int = 0                    # output channels per weight tile (0: every channel, weights resident; see `lower.gemm.emit_conv_split`)
     @property
-    def key(self): return (self.th, self.slots) if self.engines == 1 else (self.th, self.slots, self.engines)
+    def key(self):
+        if self.tco: return (self.th, self.slots, self.engines, self.tco)
+        return (self.th, self.slots) if self.engines == 1 else (self.th, self.slots, self.engines)
 
 # %% ../../nbs/68_lower_emit.ipynb #d34c25e5
 def conv_rows(l, th, Hin, Ho):
@@ -199,12 +206,12 @@ def emit_conv(E, l, xv, yv, wc, bc, wq_desc, tiling, prev, elem, qx, qy):
         Wn = f'{l.name}_W{sfx(q)}'
         E.line(f'{Wn} = {_arena_region(E, off, (KH, KW, I, O), elem, wq_desc, "HWIO", ar)}'); off += -(-KH * KW * I * O * e // 64) * 64
         tw = E.tok(l.name + '_w' + sfx(q)); E.line(f'{tw} = transfer.async(dst={Wn}, src=region({wc[0]}, 0, {KH * KW * I * O * e}), '
-                                                   f'deps=[{", ".join(prev + [wc[1]])}])')
+                                                   f'deps=[{", ".join(prev + [wc[1]] if wc[1] else prev)}])')
         Bn = f'{l.name}_B{sfx(q)}'; ob = off
         if elem == 'i8': E.line(f'{Bn} = {_arena_region(E, off, (O,), "i32", ar=ar)}'); off += -(-O * 4 // 64) * 64
         else: E.line(f'{Bn} = {_arena_region(E, off, (N, th, Wo, Co), elem, ar=ar)}'); off += SY
         tb = E.tok(l.name + '_b' + sfx(q)); E.line(f'{tb} = transfer.async(dst={Bn}, src=region({bc[0]}, 0, {nb}), '
-                                                   f'deps=[{", ".join(prev + [bc[1]])}])')
+                                                   f'deps=[{", ".join(prev + [bc[1]] if bc[1] else prev)}])')
         WN.append(Wn); BN.append(Bn); TW.append(tw); TB.append(tb)
     Wn, Bn, tw, tb = WN[0], BN[0], TW[0], TB[0]
     E.engines = max(E.engines, nE)
@@ -255,8 +262,11 @@ def emit_conv(E, l, xv, yv, wc, bc, wq_desc, tiling, prev, elem, qx, qy):
         tok = [E.tok(f'{l.name}_x{k}'), E.tok(f'{l.name}_conv{k}'), E.tok(f'{l.name}_bias{k}') if elem != 'i8' else None,
                E.tok(f'{l.name}_s{k}')]
         if tok[2] is None: E.live.remove(tok[2]) if tok[2] in E.live else None
+        if old >= 0:               # the band that used this slot: done before this one is emitted (fewer live tokens)
+            E.retire([t for t in E.live if t.endswith((f'_x{old}', f'_conv{old}', f'_bias{old}', f'_s{old}'))])
+        lv = lambda ts: [t for t in ts if t in E.live]
         lines, last = band(k, sl, (N, i1 - i0, W, C), (N, r1 - r0, Wo, Co), i0 * W * C * e, r0 * Wo * Co * e, (pt, pb), tok,
-                           prev + ([tcs[old]] if old in tcs else []), [tss[old]] if old in tss else [], [])
+                           prev + lv([tcs[old]] if old in tcs else []), lv([tss[old]] if old in tss else []), [])
         for ln in lines: E.line(ln)
         tcs[k], tss[k] = last, tok[3]
     for k in range(0, min(la, len(rows))):
@@ -358,6 +368,26 @@ class EmitCtx:
 
 LAYER_EMITTERS = {}      # layer op -> fn(E, layer, EmitCtx, input Val, output Val, live tokens) -> live tokens
 
+# %% ../../nbs/68_lower_emit.ipynb #c8ef5049
+def emit_conv_layer(E, l, ctx, xv, yv, prev) -> list:
+    ("Emit conv2d layer `l` with its tiling: weights resident (`emit_conv`), or streamed in output-channel tiles when the tiling has "
+     "`tco` (`lower.gemm.emit_conv_split`, registered in `CONV_SPLIT`); returns the live tokens.")
+    t, elem = ctx.tilings[l.name], ctx.elem
+    if getattr(t, 'tco', 0): return CONV_SPLIT[0](E, l, ctx, xv, yv, t, prev)
+    w = l.params['w']; O = w.shape[0]
+    if elem == 'i8':
+        q = ctx.ql[l.name]
+        wc = E.const(f'{l.name}_w', np.transpose(q.wq, (2, 3, 1, 0))); bc = E.const(f'{l.name}_b', q.bq)
+        wd = qchan(q.sw, 3)
+    else:
+        wc = E.const(f'{l.name}_w', to_elem(np.transpose(w, (2, 3, 1, 0)), elem)); wd = None
+        bc = E.const(f'{l.name}_b', to_elem(np.broadcast_to(l.params.get('b', np.zeros(O, np.float32)), (yv.shape[0], t.th,
+                                                                                                         yv.shape[2], O)), elem))
+    wc = (wc[0], wc[1], np.transpose(w, (2, 3, 1, 0)).shape)
+    return emit_conv(E, l, xv, yv, wc, bc, wd, t, prev, elem, qdesc(xv.q) if xv.q else None, qdesc(yv.q) if yv.q else None)
+
+CONV_SPLIT = [None]      # the emitter of output-channel-split convolutions (set by `lower.gemm`, which imports this module)
+
 # %% ../../nbs/68_lower_emit.ipynb #da725f4c
 def emit_program(g, E, mode, qp=None, ql=None, tilings=None, probe=False, prefetch=True) -> dict:
     """Emit every layer of `g` into `E`; returns io (inputs/outputs -> DDR buffer facts). `probe`: inputs are imported L2
@@ -399,20 +429,7 @@ def emit_program(g, E, mode, qp=None, ql=None, tilings=None, probe=False, prefet
         yv = _l2(E, l.name, l.shape, elem, Q(l.name)); vals[l.name] = yv
         if l.op in LAYER_EMITTERS:
             prev = LAYER_EMITTERS[l.op](E, l, ctx, xv, yv, prev)
-        elif l.op == 'conv2d':
-            w = l.params['w']; O = w.shape[0]
-            if mode == 'int8':
-                q = ql[l.name]
-                wc = E.const(f'{l.name}_w', np.transpose(q.wq, (2, 3, 1, 0))); bc = E.const(f'{l.name}_b', q.bq)
-                wd = qchan(q.sw, 3)
-            else:
-                wc = E.const(f'{l.name}_w', to_elem(np.transpose(w, (2, 3, 1, 0)), elem)); wd = None
-                th = tilings[l.name].th
-                bc = E.const(f'{l.name}_b', to_elem(np.broadcast_to(l.params.get('b', np.zeros(O, np.float32)), (yv.shape[0], th,
-                                                                                                                 yv.shape[2], O)), elem))
-            wc = (wc[0], wc[1], np.transpose(w, (2, 3, 1, 0)).shape)
-            prev = emit_conv(E, l, xv, yv, wc, bc, wd, tilings[l.name], prev, elem, qdesc(xv.q) if xv.q else None,
-                             qdesc(yv.q) if yv.q else None)
+        elif l.op == 'conv2d': prev = emit_conv_layer(E, l, ctx, xv, yv, prev)
         elif l.op in ('add_c', 'mul_c'):
             c = l.attrs['c']
             kn = f'K_{"add" if l.op == "add_c" else "mul"}{len([k for k in E.data if k.startswith("K_")])}'
