@@ -104,3 +104,20 @@ def test_resnet18_64_lowers_and_checks():
     assert not r.errors
     assert l2_bytes(low_emitter := type('E', (), {'bufs': [ln for ln in low.program.splitlines() if ln.startswith('buffer ')]})) \
         <= resolve_device('npm_pro').resolved.topology['l2_size_bytes'], low_emitter
+
+def test_elementwise_larger_than_l1_in_chunks():
+    "A ReLU and a residual add of 96x96x64 int8 (1.18 MB in and out) on a 1 MB L1: chunked, bit-exact; f16 within 5e-3."
+    class M(nn.Module):
+        def __init__(s): super().__init__(); s.c = nn.Conv2d(3, 64, 3, padding=1); s.d = nn.Conv2d(64, 64, 1)
+        def forward(s, x): y = torch.relu(s.c(x)); return torch.relu(s.d(y) + y)
+    torch.manual_seed(9)
+    m = nac_compile(M().eval(), (torch.zeros(1, 3, 96, 96),))
+    x = np.random.default_rng(9).standard_normal((1, 3, 96, 96)).astype(np.float32)
+    low = lower(m, 'npm_mid', mode='int8', calib=[x], tiling='naive')
+    assert not low.check().errors and '_c1_out' in low.program
+    raw = low.run_raw(*low.quantize_inputs(x).values())
+    ref = reference_int8(low.graph, low.qp, low.ql, low.qp['x'].quantize(x))
+    for o in low.graph.outputs: np.testing.assert_array_equal(np.transpose(raw[o], (0, 3, 1, 2)), ref[o])
+    lf = lower(m, 'npm_mid', mode='f16', example=(x,), tiling='naive')
+    assert not lf.check().errors
+    np.testing.assert_allclose(lf.run(x)[0], m.run(torch.from_numpy(x))[0].numpy(), atol=5e-3, rtol=0)

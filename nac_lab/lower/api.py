@@ -70,6 +70,11 @@ class Lowered:
     def report(self) -> list:
         "Per-layer rows (see `nac_lab.lower.tile.layer_report`)."
         return layer_report(self)
+    def roofline(self, res=None) -> dict:
+        "The whole program's simulated cycles against its roofline bound (`nac_lab.lower.tile.roofline`); `res`: a simulation already run."
+        from nac_lab.lower.tile import roofline
+        res = res if res is not None else self.simulate()
+        return dict(cycles=res.total_cycles, **roofline(res, 'i8' if self.qp else self.elem))
     def save(self, out, inputs=()) -> Path:
         ("Write `out/model.nem`, the device file(s), one `<BUFFER>.npy` per constant buffer and `io.json`, atomically (never over one of "
          "`inputs`).")

@@ -13,9 +13,10 @@ from ..dtypes import elem_type
 from .quant import pool_attrs, const_q
 
 # %% auto #0
-__all__ = ['DTYPE', 'ESIZE', 'UNARY_OPS', 'LAYER_EMITTERS', 'CONV_SPLIT', 'fnum', 'qdesc', 'qchan', 'to_elem', 'from_elem', 'Val',
-           'nem_shape', 'stored_nhwc', 'Emitter', 'region', 'Tiling', 'conv_rows', 'conv_l1', 'arena_name', 'emit_conv',
-           'emit_whole', 'L2Alloc', 'EmitCtx', 'emit_conv_layer', 'emit_program']
+__all__ = ['DTYPE', 'ESIZE', 'UNARY_OPS', 'CHUNK_OPS', 'LAYER_EMITTERS', 'CONV_SPLIT', 'fnum', 'qdesc', 'qchan', 'to_elem',
+           'from_elem', 'Val', 'nem_shape', 'stored_nhwc', 'Emitter', 'region', 'Tiling', 'conv_rows', 'conv_l1',
+           'arena_name', 'emit_conv', 'emit_whole', 'emit_chunked', 'L2Alloc', 'EmitCtx', 'emit_conv_layer',
+           'emit_program']
 
 # %% ../../nbs/68_lower_emit.ipynb #1f6065e8
 def fnum(x) -> str:
@@ -308,6 +309,7 @@ def emit_conv(E, l, xv, yv, wc, bc, wq_desc, tiling, prev, elem, qx, qy):
 # %% ../../nbs/68_lower_emit.ipynb #f3bf1a73
 def emit_whole(E, l, opcode, ins, consts, yv, attrs, prev, elem):
     "An untiled layer: its inputs (and constants) into L1, one compute task, the result back to L2."
+    if _chunkable(E, opcode, ins, consts, yv): return emit_chunked(E, l, opcode, ins, consts, yv, attrs, prev)
     off, regs, toks = 0, [], []
     for k, v in enumerate(ins):
         v, lay = v if isinstance(v, tuple) else (v, v.layout)
@@ -330,6 +332,52 @@ def emit_whole(E, l, opcode, ins, consts, yv, attrs, prev, elem):
     ts = E.tok(f'{l.name}_s')
     E.line(f'{ts} = store.async(dst=region({yv.buf}, {yv.base}, {yv.nbytes}), src={yr}, deps=[{tc}])')
     return [ts], yr, tc
+
+# %% ../../nbs/68_lower_emit.ipynb #d01c7263
+CHUNK_OPS = ('relu', 'gelu', 'silu', 'sigmoid', 'tanh', 'add', 'sub', 'mul', 'div', 'clamp', 'sqrt', 'hardswish', 'hardsigmoid')
+
+def _chunkable(E, opcode, ins, consts, yv) -> bool:
+    "Whether an `emit_whole` layer is elementwise over equal-sized operands and too large for L1 whole."
+    if opcode not in CHUNK_OPS or any(isinstance(v, tuple) for v in ins): return False
+    n = math.prod(yv.shape)
+    if any(math.prod(v.shape) != n for v in ins) or any(math.prod(c[2]) != n for c in consts): return False
+    need = sum(-(-v.nbytes // 64) * 64 for v in ins) + sum(-(-n * ESIZE[c[3]] // 64) * 64 for c in consts) + -(-yv.nbytes // 64) * 64
+    return need > E.l1
+
+def emit_chunked(E, l, opcode, ins, consts, yv, attrs, prev) -> tuple:
+    "Emit elementwise layer `l` in chunks of the flat tensors (see above); returns (live tokens, None, None) like `emit_whole`."
+    n = math.prod(yv.shape)
+    ops = [(v.buf, v.base, v.elem, qdesc(v.q) if v.q else None, None) for v in ins] + \
+          [(c[0], 0, c[3], c[4], c[1]) for c in consts] + [(yv.buf, yv.base, yv.elem, qdesc(yv.q) if yv.q else None, None)]
+    per = sum(ESIZE[o[2]] for o in ops)                         # bytes per element over every operand
+    ch = max(1, (E.l1 // 2 - 64 * len(ops)) // per)             # two slots
+    ch = max(1, ch // 64 * 64) if ch >= 64 else ch
+    sz = [-(-ch * ESIZE[o[2]] // 64) * 64 for o in ops]
+    base = [sum(sz[:k]) for k in range(len(ops))]; slot = sum(sz)
+    if 2 * slot > E.l1: raise LowerError(f'{l.name}: {opcode} needs {2 * slot} bytes of L1 even in chunks of {ch} elements, the device '
+                                         f'has {E.l1}')
+    E.arena = max(E.arena, 2 * slot)
+    at = f' {attrs}' if attrs else ''
+    done = {}
+    for i, c0 in enumerate(range(0, n, ch)):
+        m = min(ch, n - c0); s = i % 2
+        E.retire([t for t in done.pop(i - 2, []) if t in E.live])        # the chunk that used this slot is stored
+        regs, toks = [], []
+        for k, (buf, b0, el, q, ctok) in enumerate(ops[:-1]):
+            e = ESIZE[el]; r = f'{l.name}_c{i}_{k}'
+            E.line(f'{r} = {_arena_region(E, s * slot + base[k], (m,), el, q, "C")}')
+            t = E.tok(f'{l.name}_c{i}_{k}')
+            deps = [x for x in prev + ([ctok] if ctok else []) if x in E.live]
+            E.line(f'{t} = transfer.async(dst={r}, src=region({buf}, {b0 + c0 * e}, {m * e}), deps=[{", ".join(deps)}])')
+            regs.append(r + (' @readonly' if ctok is not None or k >= len(ins) else '')); toks.append(t)
+        buf, b0, el, q, _ = ops[-1]; e = ESIZE[el]
+        yr = f'{l.name}_c{i}_out'; E.line(f'{yr} = {_arena_region(E, s * slot + base[-1], (m,), el, q, "C")}')
+        tc = E.tok(f'{l.name}_c{i}_op')
+        E.line(f'{tc} = {opcode}.async in {", ".join(regs)} out {yr}{at} deps=[{", ".join(toks)}]')
+        ts = E.tok(f'{l.name}_c{i}_s')
+        E.line(f'{ts} = store.async(dst=region({buf}, {b0 + c0 * e}, {m * e}), src={yr}, deps=[{tc}])')
+        done[i] = toks + [tc, ts]
+    return [t for v in done.values() for t in v if t in E.live], None, None
 
 # %% ../../nbs/68_lower_emit.ipynb #51c273ac
 class L2Alloc:

@@ -18,7 +18,7 @@ import nac_lab.lower.ops  # noqa: F401 -- registers the emitters of matmul, tran
 
 # %% auto #0
 __all__ = ['Device', 'resolve_device', 'check_legal', 'layer_program', 'simulate_text', 'choose_tilings', 'layer_report',
-           'format_report']
+           'format_report', 'roofline']
 
 # %% ../../nbs/69_lower_tile.ipynb #fdc368d2
 @dataclass
@@ -290,7 +290,7 @@ def layer_report(low) -> list:
         if l.op == 'reshape': continue
         t = (low.tilings or {}).get(l.name)
         res = simulate_text(layer_program(l, g, dev, elem, low.qp, t), dev)
-        s = summary(res)
+        s = summary(res); rf = roofline(res, elem)
         busy = lambda ty: max([u['busy'] for u in s['units'].values() if u['type'] == ty] + [0.0])
         comp = max(busy('NMU'), busy('CSTL'), busy('VPU'))
         mem = max(busy('DMA'), busy('sDMA'))
@@ -304,13 +304,29 @@ def layer_report(low) -> list:
                          ddr_bytes=sum(v.get('read', 0) for k, v in s['bytes'].items() if k == 'DDR'),
                          l2_bytes=sum(v.get('read', 0) + v.get('written', 0) for k, v in s['bytes'].items() if k == 'L2'),
                          l1_bytes_moved=sum(v.get('read', 0) + v.get('written', 0) for k, v in s['bytes'].items() if k.startswith('L1')),
-                         bound='compute' if comp >= mem else 'memory'))
+                         bound='compute' if comp >= mem else 'memory',
+                         roofline=int(round(rf['bound'])), roof_ratio=f'{rf["ratio"]:.2f}x' if rf['ratio'] else None,
+                         roof_limit=rf['limit']))
     return rows
 
 # %% ../../nbs/69_lower_tile.ipynb #de19939a
 def format_report(rows) -> str:
     "The per-layer table as fixed-width text."
     cols = ['layer', 'op', 'tile', 'slots', 'l1_bytes', 'macs', 'cycles', 'naive_cycles', 'mac_util', 'ddr_bytes', 'l2_bytes', 'bound']
+    cols += [c for c in ('roofline', 'roof_ratio') if any(c in r for r in rows)]
     fmt = lambda v: '-' if v is None else f'{v:.1%}' if isinstance(v, float) else str(v)
     w = {c: max(len(c), *(len(fmt(r[c])) for r in rows)) for c in cols}
     return '\n'.join([' '.join(c.ljust(w[c]) for c in cols)] + [' '.join(fmt(r[c]).ljust(w[c]) for c in cols) for r in rows])
+
+# %% ../../nbs/69_lower_tile.ipynb #f4a6f988
+def roofline(res, elem) -> dict:
+    ("The roofline bound of simulation `res` (cycles): compute (MACs ÷ MAC rate of all NMUs for `elem`), ddr and l2 (bytes read and "
+     "written ÷ port bytes per cycle), the bound (their max), which one it is, and ratio = simulated cycles ÷ bound.")
+    from nac_lab.nem.table import MAC_KEY
+    uc, lb = res.table.uc, res.table.level_bytes
+    nmu = sum(1 for u in res.units.values() if u == 'NMU')
+    mv = lambda lvl: sum(v.get('read', 0) + v.get('written', 0) for k, v in lb.items() if k == lvl)
+    b = dict(compute=float(res.table.macs.sum()) / (uc['NMU'][MAC_KEY[elem]] * max(nmu, 1)),
+             ddr=mv('DDR') / uc['sDMA']['ddr_bytes_per_cycle'], l2=mv('L2') / uc['DMA']['l2_bytes_per_cycle'])
+    lim = max(b, key=b.get)
+    return dict(**b, bound=b[lim], limit=lim, ratio=res.total_cycles / b[lim] if b[lim] else None)
