@@ -240,7 +240,7 @@ def choose_tilings(g, dev, elem, qp, ql, policy='search') -> tuple:
         c = costs[l.name] = {}; by = {**res, **split}
         for k, u in by.items(): c[k] = _cost(l, g, dev, elem, qp, u)
         if nv.key not in c: by[nv.key] = nv; c[nv.key] = _cost(l, g, dev, elem, qp, nv)
-        if n > 1 and not split:                         # the tallest ping-pong band that can be spread over engines, if not timed yet
+        if n > 1 and not split and xs[0] == 1:          # the tallest ping-pong band that can be spread over engines, if not timed yet
             t = next((t for t in _tile_candidates(ys[1]) if t < ys[1] and l1(t, 2) <= dev.l1 and _engine_counts(l, dev, t, xs, ys)), None)
             if t is not None and (t, 2) not in c: by[(t, 2)] = Tiling(t, 2, l1(t, 2)); c[(t, 2)] = _cost(l, g, dev, elem, qp, by[(t, 2)])
         tried = 0
@@ -256,6 +256,8 @@ def choose_tilings(g, dev, elem, qp, ql, policy='search') -> tuple:
                 try: c[v.key] = _cost(l, g, dev, elem, qp, v); by[v.key] = v
                 except NemExecError as ex:            # more tokens live than the sequencer tracks: not a tiling for this device
                     if ex.rule != 'token.limit': raise
+                except LowerError as ex:              # a spread the checker refuses (stores of remainder bands racing): not a candidate
+                    if 'does not check' not in str(ex): raise
             if tried == 3: break
         k = min(c, key=lambda k: (c[k], -k[0], k[1], by[k].engines, -by[k].tco))
         chosen[l.name] = by[k]
