@@ -65,13 +65,15 @@ def bench_lowering(models, device='npm_lite', repeats=3) -> dict:
 
 # %% ../../nbs/69d_lower_bench.ipynb #52ee933b
 def bench_tiling(models, devices=('npm_lite', 'npm_mid', 'npm_pro', 'npm_pro_x1')) -> list:
-    "Simulated cycles, searched vs naive tiling, per model and device (deterministic: no timing)."
+    ("Simulated cycles, searched vs naive tiling, and the searched program's cycles over its roofline bound (`Lowered.roofline`), per "
+     "model and device (deterministic: no timing).")
     rows = []
     for n, (m, cal) in models.items():
         for d in devices:
-            a = lower(m, d, mode='int8', calib=cal).simulate().total_cycles
+            low = lower(m, d, mode='int8', calib=cal); res = low.simulate()
+            a = res.total_cycles
             b = lower(m, d, mode='int8', calib=cal, tiling='naive').simulate().total_cycles
-            rows.append((n, d, a, b, b / a))
+            rows.append((n, d, a, b, b / a, low.roofline(res)['ratio']))
     return rows
 
 # %% ../../nbs/69d_lower_bench.ipynb #d71e9306
@@ -93,8 +95,8 @@ def report(pairs=5):
     print('lowering time (int8, npm_lite, including the tile search):')
     for n, s in bench_lowering(models).items(): print(f'  {n:10} {s:7.2f} s')
     print('simulated cycles, searched vs naive tiling:')
-    print(f'  {"model":10} {"device":11} {"searched":>9} {"naive":>9} {"naive/searched":>15}')
-    for n, d, a, b, r in bench_tiling(models): print(f'  {n:10} {d:11} {a:9} {b:9} {r:15.2f}')
+    print(f'  {"model":10} {"device":11} {"searched":>9} {"naive":>9} {"naive/searched":>15} {"searched/roofline":>18}')
+    for n, d, a, b, r, rr in bench_tiling(models): print(f'  {n:10} {d:11} {a:9} {b:9} {r:15.2f} {rr:18.2f}')
     ta, tb = bench_exec(*models['resnet18'], pairs=pairs)
     print(f'resnet18 (3x64x64) per inference: NAC interpreter {ta * 1e3:.1f} ms, NEM execution of the lowered int8 program '
           f'{tb * 1e3:.1f} ms (elaborated once): NEM / NAC = {tb / ta:.1f}x')

@@ -15,7 +15,7 @@ from .emit import Emitter, emit_program, DTYPE, to_elem, from_elem
 from .tile import Device, resolve_device, check_legal, choose_tilings, layer_report
 
 # %% auto #0
-__all__ = ['ELEM_OF', 'Lowered', 'own_output', 'float_type', 'lower']
+__all__ = ['ELEM_OF', 'Lowered', 'own_output', 'float_type', 'l2_bytes', 'emit_planned', 'lower']
 
 # %% ../../nbs/69a_lower_api.ipynb #0ab9e25f
 @dataclass
@@ -70,6 +70,11 @@ class Lowered:
     def report(self) -> list:
         "Per-layer rows (see `nac_lab.lower.tile.layer_report`)."
         return layer_report(self)
+    def roofline(self, res=None) -> dict:
+        "The whole program's simulated cycles against its roofline bound (`nac_lab.lower.tile.roofline`); `res`: a simulation already run."
+        from nac_lab.lower.tile import roofline
+        res = res if res is not None else self.simulate()
+        return dict(cycles=res.total_cycles, **roofline(res, 'i8' if self.qp else self.elem))
     def save(self, out, inputs=()) -> Path:
         ("Write `out/model.nem`, the device file(s), one `<BUFFER>.npy` per constant buffer and `io.json`, atomically (never over one of "
          "`inputs`).")
@@ -119,6 +124,26 @@ def float_type(g, dev, want=None) -> str:
         except LowerError as ex: errs.append(str(ex))
     raise LowerError(errs[0] if want else 'no float type fits every layer:\n' + '\n'.join(errs))
 
+# %% ../../nbs/69a_lower_api.ipynb #1147f7b3
+def l2_bytes(E) -> int:
+    "The L2 bytes an emitted program declares (every `: L2` buffer, each rounded up to its 64-byte alignment)."
+    import re
+    return sum(-(-int(m) // 64) * 64 for m in re.findall(r':\s*L2\s*\(size=(\d+)', '\n'.join(E.bufs)))
+
+def emit_planned(g, dev, elem, qp, ql, tilings, prefetch=True) -> Emitter:
+    "Emit `g` for `dev` within its L2 (see above); returns the `Emitter`, its `io` facts in `.io`."
+    l2 = int(dev.resolved.topology['l2_size_bytes']) if dev.resolved is not None else None
+    mode = 'int8' if elem == 'i8' else elem
+    E = Emitter(dev, dev.l1, elem); E.io = emit_program(g, E, mode, qp, ql, tilings, prefetch=prefetch)
+    if l2 is None or l2_bytes(E) <= l2: return E
+    act = -(-E.l2.peak // 64) * 64
+    if act > l2: raise LowerError(f'the activations need {act} bytes of L2 at their peak (one buffer, placed by lifetime); {dev.name} has '
+                                  f'{l2}')
+    E = Emitter(dev, dev.l1, elem); E.l2_budget = l2 - act
+    E.io = emit_program(g, E, mode, qp, ql, tilings, prefetch=prefetch)
+    if l2_bytes(E) > l2: raise LowerError(f'internal: the planned program declares {l2_bytes(E)} bytes of L2, {dev.name} has {l2}')
+    return E
+
 # %% ../../nbs/69a_lower_api.ipynb #a5e85015
 def lower(model, device, *, mode='int8', calib=None, example=None, tiling='search') -> Lowered:
     "Lower NAC `model` to a tiled NEM program for `device` (`mode` 'int8' with `calib` samples, or 'float' / 'f32' / 'bf16' / 'f16')."
@@ -144,6 +169,5 @@ def lower(model, device, *, mode='int8', calib=None, example=None, tiling='searc
     if mode == 'int8': elem = 'i8'
     else: elem = float_type(g, dev, None if mode == 'float' else mode)
     tl, naive, costs = choose_tilings(g, dev, elem, qp, ql, tiling)
-    E = Emitter(dev, dev.l1, elem)
-    io = emit_program(g, E, 'int8' if elem == 'i8' else elem, qp, ql, tl, prefetch=tiling != 'naive')
-    return Lowered(E.text('lowered'), E.data, io, dev, g, tl, naive, qp, ql, costs, elem)
+    E = emit_planned(g, dev, elem, qp, ql, tl, prefetch=tiling != 'naive')
+    return Lowered(E.text('lowered'), E.data, E.io, dev, g, tl, naive, qp, ql, costs, elem)

@@ -13,9 +13,10 @@ from ..dtypes import elem_type
 from .quant import pool_attrs, const_q
 
 # %% auto #0
-__all__ = ['DTYPE', 'ESIZE', 'UNARY_OPS', 'LAYER_EMITTERS', 'fnum', 'qdesc', 'qchan', 'to_elem', 'from_elem', 'Val', 'nem_shape',
-           'stored_nhwc', 'Emitter', 'region', 'Tiling', 'conv_rows', 'conv_l1', 'arena_name', 'emit_conv',
-           'emit_whole', 'L2Alloc', 'EmitCtx', 'emit_program']
+__all__ = ['DTYPE', 'ESIZE', 'UNARY_OPS', 'CHUNK_OPS', 'LAYER_EMITTERS', 'CONV_SPLIT', 'fnum', 'qdesc', 'qchan', 'to_elem',
+           'from_elem', 'Val', 'nem_shape', 'stored_nhwc', 'Emitter', 'region', 'Tiling', 'conv_rows', 'conv_l1',
+           'arena_name', 'emit_conv', 'emit_whole', 'emit_chunked', 'L2Alloc', 'EmitCtx', 'emit_conv_layer',
+           'emit_program']
 
 # %% ../../nbs/68_lower_emit.ipynb #1f6065e8
 def fnum(x) -> str:
@@ -84,6 +85,7 @@ class Emitter:
         self.bufs, self.body, self.data, self.n = [], [], {}, 0
         self.arena = 0
         self.live = []; self.loads = []; self.l2 = L2Alloc(); self.ctok = {}; self.kname = {}; self.engines = 1; self.nhwc = None
+        self.l2_budget = None       # L2 bytes left for constant copies (None: no limit)
     def buffer(self, name, level, size):
         self.bufs.append(f'buffer {name} : {level} (size={max(int(size), 1)}, align=64)'); return name
     def const(self, name, arr, l2=True):
@@ -92,6 +94,9 @@ class Emitter:
         if name in self.data: return (name + '_L2', self.ctok[name]) if name in self.ctok else (name, None)
         arr = np.ascontiguousarray(arr); self.data[name] = arr
         self.buffer(name, 'DDR', arr.nbytes)
+        if l2 and self.l2_budget is not None:            # L2 planning (`lower.api.lower`): copies to L2 only while the budget lasts
+            if -(-arr.nbytes // 64) * 64 > self.l2_budget: l2 = False
+            else: self.l2_budget -= -(-arr.nbytes // 64) * 64
         if not l2: return name, None
         self.buffer(name + '_L2', 'L2', arr.nbytes)
         t = self.ctok[name] = self.tok(name + '_load')
@@ -128,8 +133,11 @@ class Tiling:
     slots: int = 2
     l1_bytes: int = 0
     engines: int = 1
+    tco: int = 0                    # output channels per weight tile (0: every channel, weights resident; see `lower.gemm.emit_conv_split`)
     @property
-    def key(self): return (self.th, self.slots) if self.engines == 1 else (self.th, self.slots, self.engines)
+    def key(self):
+        if self.tco: return (self.th, self.slots, self.engines, self.tco)
+        return (self.th, self.slots) if self.engines == 1 else (self.th, self.slots, self.engines)
 
 # %% ../../nbs/68_lower_emit.ipynb #d34c25e5
 def conv_rows(l, th, Hin, Ho):
@@ -199,12 +207,12 @@ def emit_conv(E, l, xv, yv, wc, bc, wq_desc, tiling, prev, elem, qx, qy):
         Wn = f'{l.name}_W{sfx(q)}'
         E.line(f'{Wn} = {_arena_region(E, off, (KH, KW, I, O), elem, wq_desc, "HWIO", ar)}'); off += -(-KH * KW * I * O * e // 64) * 64
         tw = E.tok(l.name + '_w' + sfx(q)); E.line(f'{tw} = transfer.async(dst={Wn}, src=region({wc[0]}, 0, {KH * KW * I * O * e}), '
-                                                   f'deps=[{", ".join(prev + [wc[1]])}])')
+                                                   f'deps=[{", ".join(prev + [wc[1]] if wc[1] else prev)}])')
         Bn = f'{l.name}_B{sfx(q)}'; ob = off
         if elem == 'i8': E.line(f'{Bn} = {_arena_region(E, off, (O,), "i32", ar=ar)}'); off += -(-O * 4 // 64) * 64
         else: E.line(f'{Bn} = {_arena_region(E, off, (N, th, Wo, Co), elem, ar=ar)}'); off += SY
         tb = E.tok(l.name + '_b' + sfx(q)); E.line(f'{tb} = transfer.async(dst={Bn}, src=region({bc[0]}, 0, {nb}), '
-                                                   f'deps=[{", ".join(prev + [bc[1]])}])')
+                                                   f'deps=[{", ".join(prev + [bc[1]] if bc[1] else prev)}])')
         WN.append(Wn); BN.append(Bn); TW.append(tw); TB.append(tb)
     Wn, Bn, tw, tb = WN[0], BN[0], TW[0], TB[0]
     E.engines = max(E.engines, nE)
@@ -255,8 +263,11 @@ def emit_conv(E, l, xv, yv, wc, bc, wq_desc, tiling, prev, elem, qx, qy):
         tok = [E.tok(f'{l.name}_x{k}'), E.tok(f'{l.name}_conv{k}'), E.tok(f'{l.name}_bias{k}') if elem != 'i8' else None,
                E.tok(f'{l.name}_s{k}')]
         if tok[2] is None: E.live.remove(tok[2]) if tok[2] in E.live else None
+        if old >= 0:               # the band that used this slot: done before this one is emitted (fewer live tokens)
+            E.retire([t for t in E.live if t.endswith((f'_x{old}', f'_conv{old}', f'_bias{old}', f'_s{old}'))])
+        lv = lambda ts: [t for t in ts if t in E.live]
         lines, last = band(k, sl, (N, i1 - i0, W, C), (N, r1 - r0, Wo, Co), i0 * W * C * e, r0 * Wo * Co * e, (pt, pb), tok,
-                           prev + ([tcs[old]] if old in tcs else []), [tss[old]] if old in tss else [], [])
+                           prev + lv([tcs[old]] if old in tcs else []), lv([tss[old]] if old in tss else []), [])
         for ln in lines: E.line(ln)
         tcs[k], tss[k] = last, tok[3]
     for k in range(0, min(la, len(rows))):
@@ -298,6 +309,7 @@ def emit_conv(E, l, xv, yv, wc, bc, wq_desc, tiling, prev, elem, qx, qy):
 # %% ../../nbs/68_lower_emit.ipynb #f3bf1a73
 def emit_whole(E, l, opcode, ins, consts, yv, attrs, prev, elem):
     "An untiled layer: its inputs (and constants) into L1, one compute task, the result back to L2."
+    if _chunkable(E, opcode, ins, consts, yv): return emit_chunked(E, l, opcode, ins, consts, yv, attrs, prev)
     off, regs, toks = 0, [], []
     for k, v in enumerate(ins):
         v, lay = v if isinstance(v, tuple) else (v, v.layout)
@@ -320,6 +332,52 @@ def emit_whole(E, l, opcode, ins, consts, yv, attrs, prev, elem):
     ts = E.tok(f'{l.name}_s')
     E.line(f'{ts} = store.async(dst=region({yv.buf}, {yv.base}, {yv.nbytes}), src={yr}, deps=[{tc}])')
     return [ts], yr, tc
+
+# %% ../../nbs/68_lower_emit.ipynb #d01c7263
+CHUNK_OPS = ('relu', 'gelu', 'silu', 'sigmoid', 'tanh', 'add', 'sub', 'mul', 'div', 'clamp', 'sqrt', 'hardswish', 'hardsigmoid')
+
+def _chunkable(E, opcode, ins, consts, yv) -> bool:
+    "Whether an `emit_whole` layer is elementwise over equal-sized operands and too large for L1 whole."
+    if opcode not in CHUNK_OPS or any(isinstance(v, tuple) for v in ins): return False
+    n = math.prod(yv.shape)
+    if any(math.prod(v.shape) != n for v in ins) or any(math.prod(c[2]) != n for c in consts): return False
+    need = sum(-(-v.nbytes // 64) * 64 for v in ins) + sum(-(-n * ESIZE[c[3]] // 64) * 64 for c in consts) + -(-yv.nbytes // 64) * 64
+    return need > E.l1
+
+def emit_chunked(E, l, opcode, ins, consts, yv, attrs, prev) -> tuple:
+    "Emit elementwise layer `l` in chunks of the flat tensors (see above); returns (live tokens, None, None) like `emit_whole`."
+    n = math.prod(yv.shape)
+    ops = [(v.buf, v.base, v.elem, qdesc(v.q) if v.q else None, None) for v in ins] + \
+          [(c[0], 0, c[3], c[4], c[1]) for c in consts] + [(yv.buf, yv.base, yv.elem, qdesc(yv.q) if yv.q else None, None)]
+    per = sum(ESIZE[o[2]] for o in ops)                         # bytes per element over every operand
+    ch = max(1, (E.l1 // 2 - 64 * len(ops)) // per)             # two slots
+    ch = max(1, ch // 64 * 64) if ch >= 64 else ch
+    sz = [-(-ch * ESIZE[o[2]] // 64) * 64 for o in ops]
+    base = [sum(sz[:k]) for k in range(len(ops))]; slot = sum(sz)
+    if 2 * slot > E.l1: raise LowerError(f'{l.name}: {opcode} needs {2 * slot} bytes of L1 even in chunks of {ch} elements, the device '
+                                         f'has {E.l1}')
+    E.arena = max(E.arena, 2 * slot)
+    at = f' {attrs}' if attrs else ''
+    done = {}
+    for i, c0 in enumerate(range(0, n, ch)):
+        m = min(ch, n - c0); s = i % 2
+        E.retire([t for t in done.pop(i - 2, []) if t in E.live])        # the chunk that used this slot is stored
+        regs, toks = [], []
+        for k, (buf, b0, el, q, ctok) in enumerate(ops[:-1]):
+            e = ESIZE[el]; r = f'{l.name}_c{i}_{k}'
+            E.line(f'{r} = {_arena_region(E, s * slot + base[k], (m,), el, q, "C")}')
+            t = E.tok(f'{l.name}_c{i}_{k}')
+            deps = [x for x in prev + ([ctok] if ctok else []) if x in E.live]
+            E.line(f'{t} = transfer.async(dst={r}, src=region({buf}, {b0 + c0 * e}, {m * e}), deps=[{", ".join(deps)}])')
+            regs.append(r + (' @readonly' if ctok is not None or k >= len(ins) else '')); toks.append(t)
+        buf, b0, el, q, _ = ops[-1]; e = ESIZE[el]
+        yr = f'{l.name}_c{i}_out'; E.line(f'{yr} = {_arena_region(E, s * slot + base[-1], (m,), el, q, "C")}')
+        tc = E.tok(f'{l.name}_c{i}_op')
+        E.line(f'{tc} = {opcode}.async in {", ".join(regs)} out {yr}{at} deps=[{", ".join(toks)}]')
+        ts = E.tok(f'{l.name}_c{i}_s')
+        E.line(f'{ts} = store.async(dst=region({buf}, {b0 + c0 * e}, {m * e}), src={yr}, deps=[{tc}])')
+        done[i] = toks + [tc, ts]
+    return [t for v in done.values() for t in v if t in E.live], None, None
 
 # %% ../../nbs/68_lower_emit.ipynb #51c273ac
 class L2Alloc:
@@ -357,6 +415,26 @@ class EmitCtx:
     ql: dict = None
 
 LAYER_EMITTERS = {}      # layer op -> fn(E, layer, EmitCtx, input Val, output Val, live tokens) -> live tokens
+
+# %% ../../nbs/68_lower_emit.ipynb #c8ef5049
+def emit_conv_layer(E, l, ctx, xv, yv, prev) -> list:
+    ("Emit conv2d layer `l` with its tiling: weights resident (`emit_conv`), or streamed in output-channel tiles when the tiling has "
+     "`tco` (`lower.gemm.emit_conv_split`, registered in `CONV_SPLIT`); returns the live tokens.")
+    t, elem = ctx.tilings[l.name], ctx.elem
+    if getattr(t, 'tco', 0): return CONV_SPLIT[0](E, l, ctx, xv, yv, t, prev)
+    w = l.params['w']; O = w.shape[0]
+    if elem == 'i8':
+        q = ctx.ql[l.name]
+        wc = E.const(f'{l.name}_w', np.transpose(q.wq, (2, 3, 1, 0))); bc = E.const(f'{l.name}_b', q.bq)
+        wd = qchan(q.sw, 3)
+    else:
+        wc = E.const(f'{l.name}_w', to_elem(np.transpose(w, (2, 3, 1, 0)), elem)); wd = None
+        bc = E.const(f'{l.name}_b', to_elem(np.broadcast_to(l.params.get('b', np.zeros(O, np.float32)), (yv.shape[0], t.th,
+                                                                                                         yv.shape[2], O)), elem))
+    wc = (wc[0], wc[1], np.transpose(w, (2, 3, 1, 0)).shape)
+    return emit_conv(E, l, xv, yv, wc, bc, wd, t, prev, elem, qdesc(xv.q) if xv.q else None, qdesc(yv.q) if yv.q else None)
+
+CONV_SPLIT = [None]      # the emitter of output-channel-split convolutions (set by `lower.gemm`, which imports this module)
 
 # %% ../../nbs/68_lower_emit.ipynb #da725f4c
 def emit_program(g, E, mode, qp=None, ql=None, tilings=None, probe=False, prefetch=True) -> dict:
@@ -399,20 +477,7 @@ def emit_program(g, E, mode, qp=None, ql=None, tilings=None, probe=False, prefet
         yv = _l2(E, l.name, l.shape, elem, Q(l.name)); vals[l.name] = yv
         if l.op in LAYER_EMITTERS:
             prev = LAYER_EMITTERS[l.op](E, l, ctx, xv, yv, prev)
-        elif l.op == 'conv2d':
-            w = l.params['w']; O = w.shape[0]
-            if mode == 'int8':
-                q = ql[l.name]
-                wc = E.const(f'{l.name}_w', np.transpose(q.wq, (2, 3, 1, 0))); bc = E.const(f'{l.name}_b', q.bq)
-                wd = qchan(q.sw, 3)
-            else:
-                wc = E.const(f'{l.name}_w', to_elem(np.transpose(w, (2, 3, 1, 0)), elem)); wd = None
-                th = tilings[l.name].th
-                bc = E.const(f'{l.name}_b', to_elem(np.broadcast_to(l.params.get('b', np.zeros(O, np.float32)), (yv.shape[0], th,
-                                                                                                                 yv.shape[2], O)), elem))
-            wc = (wc[0], wc[1], np.transpose(w, (2, 3, 1, 0)).shape)
-            prev = emit_conv(E, l, xv, yv, wc, bc, wd, tilings[l.name], prev, elem, qdesc(xv.q) if xv.q else None,
-                             qdesc(yv.q) if yv.q else None)
+        elif l.op == 'conv2d': prev = emit_conv_layer(E, l, ctx, xv, yv, prev)
         elif l.op in ('add_c', 'mul_c'):
             c = l.attrs['c']
             kn = f'K_{"add" if l.op == "add_c" else "mul"}{len([k for k in E.data if k.startswith("K_")])}'

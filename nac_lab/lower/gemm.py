@@ -8,10 +8,11 @@ import math
 from dataclasses import dataclass
 import numpy as np
 from .layers import LowerError
-from .emit import ESIZE, LAYER_EMITTERS, qdesc, qchan, to_elem, arena_name
+from .emit import ESIZE, LAYER_EMITTERS, CONV_SPLIT, qdesc, qchan, to_elem, arena_name
 
 # %% auto #0
-__all__ = ['GemmTiling', 'gemm_dims', 'gemm_layout', 'gemm_candidates', 'naive_gemm', 'emit_linear', 'emit_linear_engines']
+__all__ = ['GemmTiling', 'gemm_dims', 'gemm_layout', 'tile_sizes', 'gemm_candidates', 'naive_gemm', 'emit_linear',
+           'emit_linear_engines', 'conv_split_l1', 'emit_conv_split']
 
 # %% ../../nbs/69f_lower_gemm.ipynb #5d55031b
 @dataclass
@@ -48,17 +49,22 @@ def gemm_layout(M, K, N, tm, tn, slots, elem) -> dict:
     return o
 
 # %% ../../nbs/69f_lower_gemm.ipynb #60376e53
-def gemm_candidates(M, K, N, elem, l1) -> list:
-    "Every `GemmTiling` considered for an M x K x N linear layer that fits `l1` bytes."
-    tns = sorted({t for t in [N] + [-(-N // d) for d in (2, 4, 8, 16, 32)] if t >= min(N, 16)}, reverse=True)
-    tms = sorted({t for t in (M, -(-M // 2), -(-M // 4), 1) if t >= 1}, reverse=True)
+def tile_sizes(n, lo=1, most=None) -> list:
+    ("Tile sizes worth trying along a dimension of `n` (largest first): `ceil(n/d)` for every number of tiles `d` (so divisors and "
+     "non-divisors with a remainder tile) down to `lo`, and the multiples of 16 in between; `most`: at most that many tiles.")
+    lo = max(1, min(lo, n)); top = n // lo if most is None else min(most, n)
+    s = {-(-n // d) for d in range(1, top + 1)} | {m for m in range(16, n, 16) if m >= lo and (most is None or -(-n // m) <= most)}
+    return sorted((t for t in s if lo <= t <= n), reverse=True)
+
+def gemm_candidates(M, K, N, elem, l1, keep=3) -> list:
+    ("The `GemmTiling`s considered for an M x K x N linear layer that fit `l1` bytes: for each row block (see `tile_sizes`, at most 4 "
+     "blocks) and slot count, the `keep` widest column tiles that fit (column tiles of `ceil(N/d)` for every d and the multiples of "
+     "16, down to 16 columns).")
     out = []
-    for tm in tms:
-        for tn in tns:
-            nt, nm = -(-N // tn), -(-M // tm)
-            for s in ((1, 2) if nt > 1 else (1,)):
-                b = gemm_layout(M, K, N, tm, tn, s, elem)['end']
-                if b <= l1: out.append(GemmTiling(tm, tn, s, b))
+    for tm in tile_sizes(M, 1, 4):
+        for s in (1, 2):
+            fit = [tn for tn in tile_sizes(N, min(N, 16)) if (s == 1 or tn < N) and gemm_layout(M, K, N, tm, tn, s, elem)['end'] <= l1]
+            out += [GemmTiling(tm, tn, s, gemm_layout(M, K, N, tm, tn, s, elem)['end']) for tn in fit[:keep]]
     return out
 
 # %% ../../nbs/69f_lower_gemm.ipynb #17ee53ba
@@ -66,11 +72,13 @@ def naive_gemm(M, K, N, elem, l1, where='') -> GemmTiling:
     "The naive tiling: the largest tile (most rows, then most columns) that fits with one slot; an error naming the layer when none does."
     c = [t for t in gemm_candidates(M, K, N, elem, l1) if t.slots == 1]
     if not c:
-        raise LowerError(f'{where}: not even one row with a tile of {min(N, 16)} output columns fits L1 ({l1} bytes; the whole K = {K} '
-                         f'per tile); '
+        n = min(N, 16); need = gemm_layout(M, K, N, 1, n, 1, elem)['end']
+        rb = ', '.join(map(str, tile_sizes(M, 1, 4)))
+        raise LowerError(f'{where}: no tiling fits L1 ({l1} bytes): tried row blocks of {rb} rows and '
+                         f'column tiles of {N} down to {n} columns (every ceil({N}/d) and multiple of 16) with 1 and 2 weight slots; the '
+                         f'smallest, 1 row x {n} columns with one slot, needs {need} bytes (the whole K = {K} per tile); '
                          'splitting K would need i32 partial sums between tasks, which no gemm.int8 variant produces (its output is i8 '
-                         'or i16) '
-                         'and eltwise<i32> is not on the shipped devices')
+                         'or i16) and eltwise<i32> is not on the shipped devices')
     return max(c, key=lambda t: (t.tm, t.tn))
 
 # %% ../../nbs/69f_lower_gemm.ipynb #695ed34b
@@ -230,3 +238,111 @@ def _emit_linear(E, l, ctx, xv, yv, prev):
     return (emit_linear_engines if t.engines > 1 else emit_linear)(E, l, ctx, xv, yv, t, prev)
 
 LAYER_EMITTERS['linear'] = _emit_linear
+
+# %% ../../nbs/69f_lower_gemm.ipynb #2a8951c3
+def conv_split_l1(l, xs, ys, th, slots, tco, elem) -> int:
+    ("L1 bytes (per engine) of an output-channel-split conv tiling: `slots` input slabs and output blocks (float: and result "
+     "blocks), two weight slots of `tco` channels (one when a single tile), the bias.")
+    N, H, W, C = xs; _, Ho, Wo, Co = ys
+    a = l.attrs; s, d = a['strides'][0], a['dilations'][0]; _, I, KH, KW = l.params['w'].shape
+    rin = min(H, (th - 1) * s + d * (KH - 1) + 1); e = ESIZE[elem]
+    sy = _r(N * th * Wo * Co * e)
+    ws = 2 if tco < Co else 1
+    band = _r(N * rin * W * C * e) + sy * (1 if elem == 'i8' else 2)
+    return ws * _r(KH * KW * I * tco * e) + (_r(Co * 4) if elem == 'i8' else sy) + slots * band
+
+# %% ../../nbs/69f_lower_gemm.ipynb #641aabb4
+def _conv_weight_tiles(l, ctx, cols):
+    "The layer's weights as HWIO tiles of output channels stored one after the other (element values), and the int8 per-channel scales."
+    q = ctx.ql[l.name] if ctx.elem == 'i8' else None
+    hwio = np.transpose(q.wq if q is not None else l.params['w'], (2, 3, 1, 0))
+    tiles = np.concatenate([np.ascontiguousarray(hwio[..., c0:c1]).reshape(-1) for c0, c1 in cols])
+    return (tiles if q is not None else to_elem(tiles, ctx.elem)), (q.sw if q is not None else None)
+
+def _reg4(ar, off, shape, elem, q=None, pitch=None, layout='NHWC'):
+    "A 4-D region of arena `ar`; `pitch`: the channel count of the wider NHWC block a channel slice lives in (strided)."
+    e = ESIZE[elem]; qs = f', {q}' if q else ''
+    if pitch is None or pitch == shape[3]:
+        return f'region({ar}, {off}, {math.prod(shape) * e}, elem={elem}, shape=[{", ".join(map(str, shape))}], layout={layout}{qs})'
+    n, h, w, c = shape; st = (h * w * pitch, w * pitch, pitch, 1)
+    ext = (sum((d - 1) * s for d, s in zip(shape, st)) + 1) * e
+    return f'region({ar}, {off}, {ext}, elem={elem}, shape=[{n}, {h}, {w}, {c}], strides=[{", ".join(map(str, st))}]{qs})'
+
+# %% ../../nbs/69f_lower_gemm.ipynb #c48aef4f
+def emit_conv_split(E, l, ctx, xv, yv, t, prev) -> list:
+    "Emit conv2d layer `l` in bands of `t.th` rows with its output channels in tiles of `t.tco`, weights streamed (see above)."
+    from nac_lab.lower.emit import conv_rows
+    elem = ctx.elem; e = ESIZE[elem]; q8 = elem == 'i8'
+    N, H, W, C = xv.shape; _, Ho, Wo, Co = yv.shape
+    a = l.attrs; th, slots, tco, nE = t.th, t.slots, t.tco, t.engines
+    if a['groups'] != 1: raise LowerError(f'{l.name} (NAC instruction {l.nac}): an output-channel split of a grouped convolution '
+                                          f'(groups={a["groups"]}) is not emitted')
+    _, I, KH, KW = l.params['w'].shape
+    rows = conv_rows(l, th, H, Ho)
+    rin = min(H, (th - 1) * a['strides'][0] + a['dilations'][0] * (KH - 1) + 1)
+    cols = [(c0, min(Co, c0 + tco)) for c0 in range(0, Co, tco)]
+    ws = 2 if len(cols) > 1 else 1
+    SX, SY, SW = _r(N * rin * W * C * e), _r(N * th * Wo * Co * e), _r(KH * KW * I * tco * e)
+    ob = ws * SW; ox = ob + (_r(Co * 4) if q8 else SY); oy = ox + slots * SX; oc = oy + slots * SY
+    end = oc + (0 if q8 else slots * SY)
+    if end > E.l1: raise LowerError(f'{l.name}: tiling th={th} tco={tco} needs {end} bytes of L1, the device has {E.l1}')
+    E.arena = max(E.arena, end); E.engines = max(E.engines, nE)
+    wdata, sw = _conv_weight_tiles(l, ctx, cols)
+    wc = E.const(f'{l.name}_w', wdata)
+    if q8: bc = E.const(f'{l.name}_b', ctx.ql[l.name].bq)
+    else: bc = E.const(f'{l.name}_b', to_elem(np.broadcast_to(l.params.get('b', np.zeros(Co, np.float32)), (N, th, Wo, Co)), elem))
+    live = lambda *ts: [x for x in ts if x and x in E.live]
+    qx, qy = (qdesc(xv.q), qdesc(yv.q)) if q8 else (None, None)
+    def attrs(pt, pb):
+        return (f'pads=[{pt}, {a["pads"][1]}, {pb}, {a["pads"][3]}] strides=[{", ".join(map(str, a["strides"]))}] '
+                f'dilations=[{", ".join(map(str, a["dilations"]))}] groups=1')
+    TB = []
+    for q in range(nE):
+        tb = E.tok(f'{l.name}_b{q}'); TB.append(tb)
+        br = _reg4(arena_name(q), ob, (N, th, Wo, Co), elem) if not q8 else \
+            f'region({arena_name(q)}, {ob}, {Co * 4}, elem=i32, shape=[{Co}], layout=C)'
+        E.line(f'{tb} = transfer.async(dst={br}, src=region({bc[0]}, 0, {Co * 4 if q8 else N * th * Wo * Co * e}), '
+               f'deps=[{", ".join(live(*prev, bc[1]))}])')
+    E.retire(TB)                     # the bias is in every engine before the first band: fewer live tokens
+    gq = [0] * nE; wt = [dict() for _ in range(nE)]; band = {}; resident = [None] * nE
+    for k, (r0, r1, i0, i1, pt, pb) in enumerate(rows):
+        q, ar = k % nE, arena_name(k % nE); sl = (k // nE) % slots
+        E.retire(live(*band.pop(k - nE * slots, ())))          # the band that used these slots on this engine is done
+        xs, ys = (N, i1 - i0, W, C), (N, r1 - r0, Wo, Co)
+        xr = f'{l.name}_x{k}'; E.line(f'{xr} = {_reg4(ar, ox + sl * SX, xs, elem, qx)}')
+        tx = E.tok(f'{l.name}_x{k}')
+        E.line(f'{tx} = transfer.async(dst={xr}, src=region({xv.buf}, {xv.at(i0 * W * C * e)}, {math.prod(xs) * e}), '
+               f'deps=[{", ".join(live(*prev))}])')
+        mine = [tx]
+        for j, (c0, c1) in enumerate(cols):
+            n = c1 - c0; g = gq[q]; gq[q] += 1; s = g % ws
+            if resident[q] is None:
+                E.retire(live(*wt[q].pop(g - ws, ())))            # the tile that used this weight slot is done
+                Wr = f'{l.name}_w{k}_{j}'
+                E.line(f'{Wr} = {_reg4(ar, s * SW, (KH, KW, I, n), elem, qchan(sw[c0:c1], 3) if q8 else None, layout="HWIO")}')
+                tw = E.tok(f'{l.name}_w{k}_{j}')
+                E.line(f'{tw} = transfer.async(dst={Wr}, src=region({wc[0]}, {KH * KW * I * c0 * e}, {KH * KW * I * n * e}), '
+                       f'deps=[{", ".join(live(*prev, wc[1]))}])')
+                if len(cols) == 1: resident[q] = (Wr, tw)          # one tile: loaded once per engine, resident
+            else: Wr, tw = resident[q]
+            Yr = _reg4(ar, (oy if q8 else oc) + sl * SY + c0 * e, (N, r1 - r0, Wo, n), elem, qy, pitch=Co)
+            ins = f'{xr}, {Wr} @readonly' + (f', region({ar}, {ob + c0 * 4}, {n * 4}, elem=i32, shape=[{n}], layout=C) @readonly'
+                                             if q8 else '')
+            tc = E.tok(f'{l.name}_conv{k}_{j}')
+            E.line(f'{tc} = conv2d.async in {ins} out {Yr} {attrs(pt, pb)} accum_type={"i32" if q8 else "f32"} '
+                   f'deps=[{", ".join(live(tx, tw, mine[-1] if j else None))}]')      # the slices interleave: one after the other
+            wt[q][g] = (tw, tc) if resident[q] is None else (tc,); mine.append(tc)
+        yr = f'{l.name}_y{k}'; E.line(f'{yr} = {_reg4(ar, oy + sl * SY, ys, elem, qy)}')
+        last = live(*mine[1:])
+        if not q8:
+            ta = E.tok(f'{l.name}_bias{k}')
+            E.line(f'{ta} = add.async in {_reg4(ar, oc + sl * SY, ys, elem)}, {_reg4(ar, ob, ys, elem)} @readonly out {yr} '
+                   f'deps=[{", ".join(last)}]')
+            last = [ta]; mine.append(ta)
+        ts = E.tok(f'{l.name}_s{k}')
+        E.line(f'{ts} = store.async(dst=region({yv.buf}, {yv.at(r0 * Wo * Co * e)}, {math.prod(ys) * e}), src={yr}, '
+               f'deps=[{", ".join(last)}])')
+        band[k] = mine + [ts]
+    return live(*[x for b in band.values() for x in b])
+
+CONV_SPLIT[0] = emit_conv_split

@@ -12,13 +12,13 @@ from ..core import data_path
 from .layers import LowerError
 from ..nem.memory import NemExecError
 from .emit import Emitter, Tiling, Val, conv_l1, nem_shape, stored_nhwc, emit_program, conv_rows, _uniform_run
-from .gemm import GemmTiling, gemm_dims, gemm_candidates, naive_gemm
+from .gemm import GemmTiling, gemm_dims, gemm_candidates, naive_gemm, gemm_layout, tile_sizes, conv_split_l1
 from ..progress import track
 import nac_lab.lower.ops  # noqa: F401 -- registers the emitters of matmul, transpose, concat, softmax, layernorm, rmsnorm
 
 # %% auto #0
 __all__ = ['Device', 'resolve_device', 'check_legal', 'layer_program', 'simulate_text', 'choose_tilings', 'layer_report',
-           'format_report']
+           'format_report', 'roofline']
 
 # %% ../../nbs/69_lower_tile.ipynb #fdc368d2
 @dataclass
@@ -96,7 +96,8 @@ def check_legal(g, dev, elem):
 
 # %% ../../nbs/69_lower_tile.ipynb #7d9c6cea
 def _tile_candidates(Ho):
-    return sorted({t for t in (Ho, -(-Ho // 2), -(-Ho // 4), -(-Ho // 8), 4, 2, 1) if 1 <= t <= Ho}, reverse=True)
+    "Band heights for `Ho` output rows, tallest first: `ceil(Ho/d)` for up to 8 bands (remainder bands included), multiples of 16, 4, 2, 1."
+    return sorted(set(tile_sizes(Ho, 1, 8)) | {t for t in (4, 2, 1) if t <= Ho}, reverse=True)
 
 # %% ../../nbs/69_lower_tile.ipynb #d227322b
 def layer_program(l, g, dev, elem, qp, tiling) -> str:
@@ -105,6 +106,14 @@ def layer_program(l, g, dev, elem, qp, tiling) -> str:
     sub = LayerGraph({n: g.inputs.get(n) or g.layer(n).shape for n in dict.fromkeys(l.inputs)}, [l], [l.name], g.nhwc,
                      set(getattr(g, 'ints', ())) & set(l.inputs))
     E = Emitter(dev, dev.l1, elem)
+    if dev.resolved is not None:             # constants go to L2 only while the device's L2 has room next to the layer's values
+        from nac_lab.lower.emit import ESIZE
+        vals = {**sub.inputs, l.name: l.shape}
+        act = sum(-(-math.prod(s) * ESIZE[elem if n not in sub.ints else 'i32'] // 64) * 64 for n, s in vals.items())
+        l2 = int(dev.resolved.topology['l2_size_bytes'])
+        if act > l2: raise LowerError(f'the activations need {act} bytes of L2 at their peak ({l.name}, NAC instruction {l.nac}: its '
+                                      f'inputs and output); {dev.name} has {l2}')
+        E.l2_budget = l2 - act
     emit_program(sub, E, 'int8' if elem == 'i8' else elem, qp, _fake_ql(l, elem), {l.name: tiling}, probe=True)
     return E.text('tile_probe')
 
@@ -137,8 +146,10 @@ def _choose_gemm(l, g, dev, elem, qp, policy, chosen, naive, costs):
     n = dev.resolved.topology['num_engines'] if dev.resolved is not None else 1
     for t in [by[k] for k in sorted(c, key=c.get) if k[0] == 1][:3]:      # the three best with one row per block, over 2 .. all engines
         for ne in sorted({2, n}):
-            if not 1 < ne <= n or -(-N // t.tn) < 2 * ne: continue
-            u = GemmTiling(1, t.tn, t.slots, t.l1_bytes, ne)
+            tn = min(t.tn, -(-N // (2 * ne)))                              # at least two column tiles per engine
+            if not 1 < ne <= n or tn < min(N, 16): continue
+            u = GemmTiling(1, tn, 2, gemm_layout(M, K, N, 1, tn, 2, elem)['end'], ne)
+            if u.key in c or u.l1_bytes > dev.l1: continue
             try: c[u.key] = simulate_text(layer_program(l, g, dev, elem, qp, u), dev).total_cycles; by[u.key] = u
             except NemExecError as ex:
                 if ex.rule != 'token.limit': raise
@@ -154,41 +165,102 @@ def _engine_counts(l, dev, th, xs, ys) -> list:
     return [k for k in sorted({2, n}) if 1 < k <= n and lb - la + 1 >= 2 * k]
 
 # %% ../../nbs/69_lower_tile.ipynb #ebb8aa78
+_COSTS = {}          # (device file, layer signature, tiling key) -> simulated cycles: equal layers are timed once
+
+def _cost(l, g, dev, elem, qp, t) -> float:
+    "Simulated cycles of layer `l` alone with tiling `t`, memoised on what the timing depends on (shapes, attributes, tiling)."
+    src = [tuple(g.inputs.get(n) or g.layer(n).shape) for n in l.inputs]
+    key = (str(dev.file), dev.name, elem, l.op, tuple(src), tuple(l.shape), repr(sorted(l.attrs.items())),
+           tuple(l.params['w'].shape) if 'w' in l.params else None, t.key,
+           tuple(stored_nhwc(g, n, s) for n, s in zip(l.inputs, src)), stored_nhwc(g, l.name, l.shape))
+    if key not in _COSTS:
+        if len(_COSTS) > 20000: _COSTS.clear()
+        _COSTS[key] = simulate_text(layer_program(l, g, dev, elem, qp, t), dev).total_cycles
+    return _COSTS[key]
+
+def _conv_fits(l, dev, elem, xs, ys, most=4) -> tuple:
+    ("(resident, split): the band tilings of conv `l` worth timing, as {key: Tiling}. resident: weights resident, the `most` tallest "
+     "bands that fit with one slot and with two. split (only when a full-height band does not fit with resident weights, groups=1): "
+     "per band height, the widest output-channel tile that fits next to the bands (see `lower.gemm.emit_conv_split`).")
+    def l1(t, s): return conv_l1(l, Val('', xs, elem), Val('', ys, elem), t, s, elem)
+    cands = _tile_candidates(ys[1]) if xs[0] == 1 else [ys[1]]
+    res = {}
+    for s in (1, 2):
+        for t in [t for t in cands if (s == 1 or t < ys[1]) and l1(t, s) <= dev.l1][:most]: res[(t, s)] = Tiling(t, s, l1(t, s))
+    split = {}
+    if l.attrs.get('groups', 1) == 1 and (ys[1], 1) not in res:
+        Co = ys[3]
+        for s in (1, 2):
+            hs = [t for t in cands if s == 1 or t < ys[1]]
+            for t in hs:
+                tc = next((c for c in tile_sizes(Co, min(Co, 16)) if c < Co and conv_split_l1(l, xs, ys, t, s, c, elem) <= dev.l1), None)
+                if tc is None: continue
+                u = Tiling(t, s, conv_split_l1(l, xs, ys, t, s, tc, elem), 1, tc); split[u.key] = u
+                if len([k for k in split if k[1] == s]) >= most: break
+    return res, split
+
+# %% ../../nbs/69_lower_tile.ipynb #3ae927c7
+def _conv_refusal(l, dev, elem, xs, ys) -> str:
+    "What was tried for a conv layer nothing fits, and what the smallest tiling needs."
+    one = conv_l1(l, Val('', xs, elem), Val('', ys, elem), 1, 1, elem)
+    m = min(ys[3], 16)
+    sp = conv_split_l1(l, xs, ys, 1, 1, m, elem) if l.attrs.get('groups', 1) == 1 else None
+    hs = ', '.join(map(str, _tile_candidates(ys[1])))
+    return (f'{l.name} (NAC instruction {l.nac}): no tiling fits L1 ({dev.l1} bytes): tried bands of {hs} '
+            f'output rows with 1 and 2 slots, weights resident (one row needs {one} bytes)'
+            + (f' and output-channel tiles of {ys[3]} down to {m} channels, weights streamed (one row, {m} channels needs {sp} bytes)'
+               if sp is not None else ' (an output-channel split of a grouped convolution is not emitted)')
+            + '; a split of the input channels (K) would need i32 partial sums between tasks, which no conv2d.int8 variant produces')
+
+# %% ../../nbs/69_lower_tile.ipynb #b7a3b6fd
 def choose_tilings(g, dev, elem, qp, ql, policy='search') -> tuple:
     """(chosen, naive, costs) row tilings per conv layer (`GemmTiling`s per linear layer, see `_choose_gemm`).
-    naive: the largest band that fits L1 with one slot (no overlap). search: every candidate band height with one and two
-    slots that fits, timed by the NEM simulator on a one-layer program; the fastest wins (ties: fewer bands). An int:
-    that band height everywhere. A dict: those tilings for the layers it names, naive for the others (tests,
-    experiments). costs: layer -> {(th, slots): cycles}."""
+    naive: the tallest band that fits L1 with one slot (no overlap), weights resident, or else streamed in the widest output-channel
+    tiles that fit. search: the candidates of `_conv_fits`, timed by the NEM simulator on a one-layer program (`_cost`); the three
+    fastest that can be spread are timed again over 2 and all engines; the fastest wins (ties: fewer bands). An int: that band height
+    everywhere. A dict: those tilings for the layers it names, naive for the others (tests, experiments). costs: layer ->
+    {tiling key: cycles}."""
     chosen, naive, costs = {}, {}, {}
+    n = dev.resolved.topology['num_engines'] if dev.resolved is not None else 1
     for l in track(g.layers, 'tile search', unit='layer'):
         if l.op == 'linear': _choose_gemm(l, g, dev, elem, qp, policy, chosen, naive, costs)
         if l.op != 'conv2d': continue
         src = g.inputs.get(l.inputs[0]) or g.layer(l.inputs[0]).shape
         xs, ys = nem_shape(src), nem_shape(l.shape)
-        cands = _tile_candidates(ys[1]) if xs[0] == 1 else [ys[1]]
         def l1(t, s): return conv_l1(l, Val('', xs, elem), Val('', ys, elem), t, s, elem)
-        fit = [(t, s) for t in cands for s in (1, 2) if l1(t, s) <= dev.l1 and (s == 1 or t < ys[1])]
-        if not fit: raise LowerError(f'{l.name} (NAC instruction {l.nac}): even one output row does not fit L1 ({dev.l1} bytes) with '
-                                     f'resident weights')
-        t1 = max(t for t, s in fit if s == 1)
-        naive[l.name] = Tiling(t1, 1, l1(t1, 1))
-        if policy == 'naive' or isinstance(policy, dict): chosen[l.name] = naive[l.name]; continue
+        res, split = _conv_fits(l, dev, elem, xs, ys, 1 if policy == 'naive' or isinstance(policy, dict) else 4)
+        if not res and not split: raise LowerError(_conv_refusal(l, dev, elem, xs, ys))
+        ones = [u for u in list(res.values()) + list(split.values()) if u.slots == 1]
+        nv = naive[l.name] = max(ones, key=lambda u: (not u.tco, u.th, u.tco)) if ones else min(split.values(), key=lambda u: -u.th)
+        if policy == 'naive' or isinstance(policy, dict): chosen[l.name] = nv; continue
         if isinstance(policy, int):                      # a fixed band height (tests, experiments): two slots when they fit
             t = min(policy, ys[1]); s = 2 if l1(t, 2) <= dev.l1 and t < ys[1] else 1
             if l1(t, s) > dev.l1: raise LowerError(f'{l.name}: a band of {t} rows does not fit L1 ({dev.l1} bytes)')
             chosen[l.name] = Tiling(t, s, l1(t, s)); continue
-        c = costs[l.name] = {}
-        for t, s in fit: c[(t, s)] = simulate_text(layer_program(l, g, dev, elem, qp, Tiling(t, s)), dev).total_cycles
-        multi = [(t, s, _engine_counts(l, dev, t, xs, ys)) for t, s in sorted(c, key=c.get) if s == 2 or t == ys[1]]
-        for t, s, ens in [m for m in multi if m[2]][:3]:    # the three best ping-pong tilings on one engine that can be spread,
-                                                            # over 2 .. all engines
+        c = costs[l.name] = {}; by = {**res, **split}
+        for k, u in by.items(): c[k] = _cost(l, g, dev, elem, qp, u)
+        if nv.key not in c: by[nv.key] = nv; c[nv.key] = _cost(l, g, dev, elem, qp, nv)
+        if n > 1 and not split and xs[0] == 1:          # the tallest ping-pong band that can be spread over engines, if not timed yet
+            t = next((t for t in _tile_candidates(ys[1]) if t < ys[1] and l1(t, 2) <= dev.l1 and _engine_counts(l, dev, t, xs, ys)), None)
+            if t is not None and (t, 2) not in c: by[(t, 2)] = Tiling(t, 2, l1(t, 2)); c[(t, 2)] = _cost(l, g, dev, elem, qp, by[(t, 2)])
+        tried = 0
+        for k in sorted(c, key=c.get):                  # the three best one-engine tilings that can be spread, over 2 .. all engines
+            u = by[k]
+            if u.tco: ens = [e for e in sorted({2, n}) if 1 < e <= n and len(conv_rows(l, u.th, xs[1], ys[1])) >= e]
+            elif u.slots == 2 or u.th == ys[1]: ens = _engine_counts(l, dev, u.th, xs, ys)
+            else: ens = []
+            if not ens: continue
+            tried += 1
             for ne in ens:
-                try: c[(t, s, ne)] = simulate_text(layer_program(l, g, dev, elem, qp, Tiling(t, s, engines=ne)), dev).total_cycles
+                v = Tiling(u.th, u.slots, u.l1_bytes, ne, u.tco)
+                try: c[v.key] = _cost(l, g, dev, elem, qp, v); by[v.key] = v
                 except NemExecError as ex:            # more tokens live than the sequencer tracks: not a tiling for this device
                     if ex.rule != 'token.limit': raise
-        k = min(c, key=lambda k: (c[k], -k[0], k[1], k[2] if len(k) > 2 else 1))
-        chosen[l.name] = Tiling(k[0], k[1], l1(k[0], k[1]), k[2] if len(k) > 2 else 1)
+                except LowerError as ex:              # a spread the checker refuses (stores of remainder bands racing): not a candidate
+                    if 'does not check' not in str(ex): raise
+            if tried == 3: break
+        k = min(c, key=lambda k: (c[k], -k[0], k[1], by[k].engines, -by[k].tco))
+        chosen[l.name] = by[k]
     if isinstance(policy, dict): chosen.update(policy)
     return chosen, naive, costs
 
@@ -220,7 +292,7 @@ def layer_report(low) -> list:
         if l.op == 'reshape': continue
         t = (low.tilings or {}).get(l.name)
         res = simulate_text(layer_program(l, g, dev, elem, low.qp, t), dev)
-        s = summary(res)
+        s = summary(res); rf = roofline(res, elem)
         busy = lambda ty: max([u['busy'] for u in s['units'].values() if u['type'] == ty] + [0.0])
         comp = max(busy('NMU'), busy('CSTL'), busy('VPU'))
         mem = max(busy('DMA'), busy('sDMA'))
@@ -234,13 +306,29 @@ def layer_report(low) -> list:
                          ddr_bytes=sum(v.get('read', 0) for k, v in s['bytes'].items() if k == 'DDR'),
                          l2_bytes=sum(v.get('read', 0) + v.get('written', 0) for k, v in s['bytes'].items() if k == 'L2'),
                          l1_bytes_moved=sum(v.get('read', 0) + v.get('written', 0) for k, v in s['bytes'].items() if k.startswith('L1')),
-                         bound='compute' if comp >= mem else 'memory'))
+                         bound='compute' if comp >= mem else 'memory',
+                         roofline=int(round(rf['bound'])), roof_ratio=f'{rf["ratio"]:.2f}x' if rf['ratio'] else None,
+                         roof_limit=rf['limit']))
     return rows
 
 # %% ../../nbs/69_lower_tile.ipynb #de19939a
 def format_report(rows) -> str:
     "The per-layer table as fixed-width text."
     cols = ['layer', 'op', 'tile', 'slots', 'l1_bytes', 'macs', 'cycles', 'naive_cycles', 'mac_util', 'ddr_bytes', 'l2_bytes', 'bound']
+    cols += [c for c in ('roofline', 'roof_ratio') if any(c in r for r in rows)]
     fmt = lambda v: '-' if v is None else f'{v:.1%}' if isinstance(v, float) else str(v)
     w = {c: max(len(c), *(len(fmt(r[c])) for r in rows)) for c in cols}
     return '\n'.join([' '.join(c.ljust(w[c]) for c in cols)] + [' '.join(fmt(r[c]).ljust(w[c]) for c in cols) for r in rows])
+
+# %% ../../nbs/69_lower_tile.ipynb #f4a6f988
+def roofline(res, elem) -> dict:
+    ("The roofline bound of simulation `res` (cycles): compute (MACs ÷ MAC rate of all NMUs for `elem`), ddr and l2 (bytes read and "
+     "written ÷ port bytes per cycle), the bound (their max), which one it is, and ratio = simulated cycles ÷ bound.")
+    from nac_lab.nem.table import MAC_KEY
+    uc, lb = res.table.uc, res.table.level_bytes
+    nmu = sum(1 for u in res.units.values() if u == 'NMU')
+    mv = lambda lvl: sum(v.get('read', 0) + v.get('written', 0) for k, v in lb.items() if k == lvl)
+    b = dict(compute=float(res.table.macs.sum()) / (uc['NMU'][MAC_KEY[elem]] * max(nmu, 1)),
+             ddr=mv('DDR') / uc['sDMA']['ddr_bytes_per_cycle'], l2=mv('L2') / uc['DMA']['l2_bytes_per_cycle'])
+    lim = max(b, key=b.get)
+    return dict(**b, bound=b[lim], limit=lim, ratio=res.total_cycles / b[lim] if b[lim] else None)
