@@ -8,6 +8,7 @@ import numpy as np
 import torch
 from .layers import UNARY, BINARY, PASS, LowerError, Layer, LayerGraph, nem_input_name  # noqa: F401 (re-exported)
 from .attn import import_more
+from .cnn import fold_affines          # registers the CNN rewrites into lower.attn.MORE
 from .ops import plan_layouts
 
 # %% auto #0
@@ -100,7 +101,7 @@ def import_nac(model, *example) -> LayerGraph:
         if lay.op in ('hardsigmoid', 'hardswish'):
             g.layers += _hard(lay); names[s.index] = lname; continue
         g.layers.append(lay); names[s.index] = lname
-    return plan_layouts(g)
+    return plan_layouts(fold_affines(g))
 
 # %% ../../nbs/66_lower_import.ipynb #5aec103c
 def _hard(l) -> list:
