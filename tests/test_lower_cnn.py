@@ -98,3 +98,19 @@ def test_comparison_is_refused_with_its_instruction():
     m = nac_compile(Cmp().eval(), (torch.zeros(1, 4),))
     with pytest.raises(LowerError, match=r'instruction \d+ \(nac\.gt\).*no comparison instruction'):
         lower(m, 'npm_pro', mode='float', example=(np.ones((1, 4), np.float32),))
+
+def test_cli_lowers_a_symbolic_batch_zoo_model_with_no_flags(tmp_path):
+    "`zoo build cnn` (dynamic batch: its view reads nac.size) then `nem lower M --device D`: float from the signature, batch 1."
+    import contextlib, io, json
+    from nac_lab.cli import main
+    def cli(*a):
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err): rc = main([str(x) for x in a])
+        return rc, out.getvalue(), err.getvalue()
+    rc, _, err = cli('zoo', 'build', 'cnn', '-o', tmp_path / 'cnn.nac')
+    assert not rc, err
+    rc, out, err = cli('nem', 'lower', tmp_path / 'cnn.nac', '--device', 'npm_pro', '-o', tmp_path / 'o')
+    assert not rc and '(bf16 on npm_pro)' in out and 'nem check: 0 errors' in out, err
+    assert json.loads((tmp_path / 'o' / 'io.json').read_text())['inputs']['x']['shape'][0] == 1
+    rc, out, err = cli('nem', 'lower', tmp_path / 'cnn.nac', '--device', 'npm_pro', '--batch', 2, '--json', '-o', tmp_path / 'o2')
+    assert not rc and json.loads(out)['inputs']['x'][0] == 2, err
