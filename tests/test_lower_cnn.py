@@ -114,3 +114,12 @@ def test_cli_lowers_a_symbolic_batch_zoo_model_with_no_flags(tmp_path):
     assert json.loads((tmp_path / 'o' / 'io.json').read_text())['inputs']['x']['shape'][0] == 1
     rc, out, err = cli('nem', 'lower', tmp_path / 'cnn.nac', '--device', 'npm_pro', '--batch', 2, '--json', '-o', tmp_path / 'o2')
     assert not rc and json.loads(out)['inputs']['x'][0] == 2, err
+
+def test_a_program_the_checker_rejects_is_a_lower_error():
+    from nac_lab.lower.api import checked
+    x = np.zeros(SHAPE, np.float32)
+    low = lower(_model('gap'), 'npm_pro', mode='float', example=(x,))
+    assert checked(low) is low
+    low.program = low.program.replace('buffer ACT_L2 : L2 (size=', 'buffer ACT_L2 : L2 (size=99999999', 1)    # 100 MB in an 8 MB L2
+    with pytest.raises(LowerError, match=r'fails nem check on npm_pro with \d+ error'):
+        checked(low)

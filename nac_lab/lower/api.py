@@ -15,7 +15,7 @@ from .emit import Emitter, emit_program, DTYPE, to_elem, from_elem
 from .tile import Device, resolve_device, check_legal, choose_tilings, layer_report
 
 # %% auto #0
-__all__ = ['ELEM_OF', 'Lowered', 'own_output', 'float_type', 'lower']
+__all__ = ['ELEM_OF', 'Lowered', 'own_output', 'float_type', 'checked', 'lower']
 
 # %% ../../nbs/69a_lower_api.ipynb #0ab9e25f
 @dataclass
@@ -119,6 +119,15 @@ def float_type(g, dev, want=None) -> str:
         except LowerError as ex: errs.append(str(ex))
     raise LowerError(errs[0] if want else 'no float type fits every layer:\n' + '\n'.join(errs))
 
+# %% ../../nbs/69a_lower_api.ipynb #14bfd7bf
+def checked(low):
+    ("`low` when `nem check` finds no error in its program, else a `LowerError` with the checker's first diagnostics (lowering never "
+     "hands out a program its own checker rejects).")
+    errs = low.check().errors
+    if not errs: return low
+    first = '\n  '.join(f'{d.file.rsplit("/", 1)[-1]}:{d.line}:{d.col}: {d.rule}: {d.message}' for d in errs[:3])
+    raise LowerError(f'the lowered program fails nem check on {low.device.name} with {len(errs)} error(s); the first:\n  {first}')
+
 # %% ../../nbs/69a_lower_api.ipynb #a5e85015
 def lower(model, device, *, mode='int8', calib=None, example=None, tiling='search') -> Lowered:
     "Lower NAC `model` to a tiled NEM program for `device` (`mode` 'int8' with `calib` samples, or 'float' / 'f32' / 'bf16' / 'f16')."
@@ -146,4 +155,4 @@ def lower(model, device, *, mode='int8', calib=None, example=None, tiling='searc
     tl, naive, costs = choose_tilings(g, dev, elem, qp, ql, tiling)
     E = Emitter(dev, dev.l1, elem)
     io = emit_program(g, E, 'int8' if elem == 'i8' else elem, qp, ql, tl, prefetch=tiling != 'naive')
-    return Lowered(E.text('lowered'), E.data, io, dev, g, tl, naive, qp, ql, costs, elem)
+    return checked(Lowered(E.text('lowered'), E.data, io, dev, g, tl, naive, qp, ql, costs, elem))
