@@ -121,5 +121,5 @@ def test_a_program_the_checker_rejects_is_a_lower_error():
     low = lower(_model('gap'), 'npm_pro', mode='float', example=(x,))
     assert checked(low) is low
     low.program = low.program.replace('buffer ACT_L2 : L2 (size=', 'buffer ACT_L2 : L2 (size=99999999', 1)    # 100 MB in an 8 MB L2
-    with pytest.raises(LowerError, match=r'fails nem check on npm_pro with \d+ error'):
+    with pytest.raises(LowerError, match=r'fails nem check on npm_pro with \d+ error\(s\), first: \S+: '):
         checked(low)

@@ -125,8 +125,8 @@ def checked(low):
      "hands out a program its own checker rejects).")
     errs = low.check().errors
     if not errs: return low
-    first = '\n  '.join(f'{d.file.rsplit("/", 1)[-1]}:{d.line}:{d.col}: {d.rule}: {d.message}' for d in errs[:3])
-    raise LowerError(f'the lowered program fails nem check on {low.device.name} with {len(errs)} error(s); the first:\n  {first}')
+    first = '\n  '.join(f'{d.rule}: {d.message} (model.nem:{d.line}:{d.col})' for d in errs[:3])     # the first on the first line
+    raise LowerError(f'the lowered program fails nem check on {low.device.name} with {len(errs)} error(s), first: {first}')
 
 # %% ../../nbs/69a_lower_api.ipynb #a5e85015
 def lower(model, device, *, mode='int8', calib=None, example=None, tiling='search') -> Lowered:
