@@ -43,8 +43,12 @@ def test_pareto():
 
 def test_lower_cli_errors(files):
     d = files
-    rc, out, err = _cli('nem', 'lower', d / 'cnn.nac', '--device', 'npm_lite', '--float', '-o', d / 'o')
-    assert rc and '--example' in err
+    rc, out, err = _cli('nem', 'lower', d / 'cnn.nac', '--device', 'npm_lite', '-o', d / 'o0')   # no flag: float, shapes from the signature
+    assert not rc and '(f16 on npm_lite)' in out, err
+    rc, out, err = _cli('nem', 'lower', d / 'cnn.nac', '--device', 'npm_lite', '--int8', '--json', '--report-csv', d / 'r.csv',
+                        '-o', d / 'o1')
+    assert not rc and 'without --calib' in err and json.loads(out)['elem'] == 'int8'
+    assert next(csv.DictReader(open(d / 'r.csv')))['layer'].startswith('L')
     rc, out, err = _cli('nem', 'lower', d / 'cnn.nac', '--device', 'npm_lite', '--float', '--float-type', 'f32', '--example', d / 'c0.npy',
                         '-o', d / 'o')
     assert rc and 'nearest variant on npm_lite' in err and not (d / 'o').exists()

@@ -15,7 +15,7 @@ from .emit import Emitter, emit_program, DTYPE, to_elem, from_elem
 from .tile import Device, resolve_device, check_legal, choose_tilings, layer_report
 
 # %% auto #0
-__all__ = ['ELEM_OF', 'Lowered', 'own_output', 'float_type', 'l2_bytes', 'emit_planned', 'lower']
+__all__ = ['ELEM_OF', 'Lowered', 'own_output', 'float_type', 'l2_bytes', 'emit_planned', 'checked', 'lower']
 
 # %% ../../nbs/69a_lower_api.ipynb #0ab9e25f
 @dataclass
@@ -144,6 +144,15 @@ def emit_planned(g, dev, elem, qp, ql, tilings, prefetch=True) -> Emitter:
     if l2_bytes(E) > l2: raise LowerError(f'internal: the planned program declares {l2_bytes(E)} bytes of L2, {dev.name} has {l2}')
     return E
 
+# %% ../../nbs/69a_lower_api.ipynb #14bfd7bf
+def checked(low):
+    ("`low` when `nem check` finds no error in its program, else a `LowerError` with the checker's first diagnostics (lowering never "
+     "hands out a program its own checker rejects).")
+    errs = low.check().errors
+    if not errs: return low
+    first = '\n  '.join(f'{d.rule}: {d.message} (model.nem:{d.line}:{d.col})' for d in errs[:3])     # the first on the first line
+    raise LowerError(f'the lowered program fails nem check on {low.device.name} with {len(errs)} error(s), first: {first}')
+
 # %% ../../nbs/69a_lower_api.ipynb #a5e85015
 def lower(model, device, *, mode='int8', calib=None, example=None, tiling='search') -> Lowered:
     "Lower NAC `model` to a tiled NEM program for `device` (`mode` 'int8' with `calib` samples, or 'float' / 'f32' / 'bf16' / 'f16')."
@@ -170,4 +179,4 @@ def lower(model, device, *, mode='int8', calib=None, example=None, tiling='searc
     else: elem = float_type(g, dev, None if mode == 'float' else mode)
     tl, naive, costs = choose_tilings(g, dev, elem, qp, ql, tiling)
     E = emit_planned(g, dev, elem, qp, ql, tl, prefetch=tiling != 'naive')
-    return Lowered(E.text('lowered'), E.data, E.io, dev, g, tl, naive, qp, ql, costs, elem)
+    return checked(Lowered(E.text('lowered'), E.data, E.io, dev, g, tl, naive, qp, ql, costs, elem))

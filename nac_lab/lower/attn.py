@@ -74,9 +74,9 @@ def _split(c):
     starts = np.cumsum([0] + sizes)
     return [], Parts(src, sh, ax, [(int(a), int(min(b, d))) for a, b in zip(starts[:-1], starts[1:])])
 
-def _slice_layer(c, src, sh, ax, a, b, suffix=''):
-    out = list(sh); out[ax] = b - a
-    return _L(c, suffix, 'slice', [src], out, attrs=dict(axis=ax, start=a, end=b))
+def _slice_layer(c, src, sh, ax, a, b, suffix='', step=1):
+    out = list(sh); out[ax] = len(range(a, b, step))
+    return _L(c, suffix, 'slice', [src], out, attrs=dict(axis=ax, start=a, end=b, **({'step': step} if step != 1 else {})))
 
 def _getitem(c):
     if c.kind('self') != 'parts': raise c.err('getitem of something other than a split/unbind/chunk result')
@@ -92,11 +92,13 @@ def _select(c):
         i = int(c.C('index')) % sh[ax]
         sl = _slice_layer(c, x, sh, ax, i, i + 1, '_s')
         return [sl, _L(c, '', 'reshape', [sl.name], c.shape)], c.lname
-    st = c.C('step') or 1
-    if st != 1: raise c.err(f'slice with step {st} is not lowered')
+    st = int(c.C('step') or 1)
+    if st < 1: raise c.err(f'slice with step {st} is not lowered')
     a, b = c.C('start') or 0, c.C('end'); b = sh[ax] if b is None else b
     a, b = (v + sh[ax] if v < 0 else v for v in (a, b))
-    return [_slice_layer(c, x, sh, ax, max(0, min(a, sh[ax])), max(0, min(b, sh[ax])))], c.lname
+    a, b = max(0, min(a, sh[ax])), max(0, min(b, sh[ax]))
+    if st == 1 and (a, b) == (0, sh[ax]): return [], x                   # the whole axis: no layer
+    return [_slice_layer(c, x, sh, ax, a, b, step=st)], c.lname
 
 def _repeat_interleave(c):
     x, sh = c.A('self'), c.S('self'); r = c.C('repeats'); ax = c.C('dim')
@@ -268,7 +270,8 @@ def _emit_gather(E, l, ctx, xv, yv, prev):
 def _emit_slice(E, l, ctx, xv, yv, prev):
     from nac_lab.lower.ops import nem_axis
     ax = nem_axis(l.attrs['axis'], len(l.shape), xv.layout == 'NHWC')
-    return emit_whole(E, l, 'slice', [xv], [], yv, f'starts=[{l.attrs["start"]}] ends=[{l.attrs["end"]}] axes=[{ax}] steps=[1]', prev,
+    return emit_whole(E, l, 'slice', [xv], [], yv, f'starts=[{l.attrs["start"]}] ends=[{l.attrs["end"]}] axes=[{ax}] '
+                      f'steps=[{l.attrs.get("step", 1)}]', prev,
                       ctx.elem)[0]
 
 def _emit_eltwise(E, l, ctx, xv, yv, prev):

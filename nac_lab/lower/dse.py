@@ -74,8 +74,9 @@ def _evaluate_bytes(nac_bytes, name, device, tiling, mode, calib, example):
     with tempfile.TemporaryDirectory() as d:
         p = atomic_write(Path(d) / f'{name}.nac', nac_bytes)
         try: return evaluate(p, device, mode=mode, calib=calib, example=example, tiling=tiling, name=name)
-        except LowerError as e: return dict(model=name, device=Path(str(device)).stem, mode=mode, tiling=str(tiling),
-                                            error=str(e).split('\n')[0])
+        except Exception as e:            # any failure is a row naming its model (no worker traceback reaches the user)
+            msg = str(e).split('\n')[0] if isinstance(e, LowerError) else f'{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ""}'
+            return dict(model=name, device=Path(str(device)).stem, mode=mode, tiling=str(tiling), error=msg)
 
 # %% ../../nbs/69c_lower_dse.ipynb #1fe853a3
 def sweep(models:dict, devices:list, tilings:list, *, mode='int8', calib=None, example=None, scheduler=None, n_workers=2,

@@ -8,10 +8,11 @@ import numpy as np
 import torch
 from .layers import UNARY, BINARY, PASS, LowerError, Layer, LayerGraph, nem_input_name  # noqa: F401 (re-exported)
 from .attn import import_more
+from .cnn import fold_affines          # registers the CNN rewrites into lower.attn.MORE
 from .ops import plan_layouts
 
 # %% auto #0
-__all__ = ['import_nac']
+__all__ = ['import_nac', 'signature_example']
 
 # %% ../../nbs/66_lower_import.ipynb #cc2ed91d
 def _item(r):
@@ -36,6 +37,8 @@ def _args(node):
 def _pair(v): return list(v) * 2 if len(v) == 1 else list(v)
 
 # %% ../../nbs/66_lower_import.ipynb #06eb2aa8
+_SCALAR = object()          # the value of an instruction that computes a scalar (a size): no NEM value
+
 def _np(t): return t.detach().to(torch.float32).cpu().numpy() if isinstance(t, torch.Tensor) else np.asarray(t, np.float32)
 
 # %% ../../nbs/66_lower_import.ipynb #d317cfc2
@@ -43,7 +46,7 @@ def import_nac(model, *example) -> LayerGraph:
     "The layer graph of NAC model `model` (path, `NacFile` or `NacModel`), shapes from its typed graph for `example` inputs."
     from nac_lab.nac.run import NacModel, load
     from nac_lab.nac.format import NacFile
-    from nac_lab.nac.graph import NacGraph, TensorType
+    from nac_lab.nac.graph import NacGraph, TensorType, ScalarType
     if isinstance(model, NacFile): model = NacModel(model)
     elif not isinstance(model, NacModel): model = load(model)
     if not example: raise LowerError('import_nac needs example inputs (their shapes fix every layer\'s shape)')
@@ -56,6 +59,8 @@ def import_nac(model, *example) -> LayerGraph:
         if i[0] != 'ref': return None
         if j not in names: raise LowerError(f'{where}: reads instruction {j} ({ng.node(j).name}, {ng.node(j).kind}), which is not a '
                                             f'lowered value')
+        if names[j] is _SCALAR: raise LowerError(f'{where}: reads the scalar instruction {j} ({ng.node(j).name}) computes at run time '
+                                                 f'as a tensor; not lowered')
         return names[j]
     for s in ng:
         where = f'instruction {s.index} ({s.name})'
@@ -68,6 +73,8 @@ def import_nac(model, *example) -> LayerGraph:
             g.outputs = [ref(a, where) for a in _args(s).values()]; break
         if s.kind != 'op': raise LowerError(f'{where}: a {s.kind} value cannot be lowered (only user inputs, parameters and ops)')
         a = _args(s)
+        if isinstance(vals[s.index], ScalarType):            # a size (symbolic batch): the example fixed it; views read their shapes
+            names[s.index] = _SCALAR; continue
         r = import_more(s, a, names, vals, it, consts)         # the ops of lower.attn (transformers)
         if r is not None: g.layers += r[0]; names[s.index] = r[1]; continue
         shape = tuple(vals[s.index].shape) if isinstance(vals[s.index], TensorType) else None
@@ -100,7 +107,40 @@ def import_nac(model, *example) -> LayerGraph:
         if lay.op in ('hardsigmoid', 'hardswish'):
             g.layers += _hard(lay); names[s.index] = lname; continue
         g.layers.append(lay); names[s.index] = lname
-    return plan_layouts(g)
+    return plan_layouts(fold_affines(g))
+
+# %% ../../nbs/66_lower_import.ipynb #31a64cba
+def signature_example(model, batch:int|None=None) -> tuple:
+    ("Zero inputs of the shapes the input signature of `model` (path, `NacFile` or `NacModel`) gives: a symbolic leading (batch) dim "
+     "becomes `batch` (default 1); a file without a signature, or with another dim left open, is a `LowerError` asking for an example.")
+    from nac_lab.nac.run import NacModel, load
+    from nac_lab.nac.format import NacFile
+    from nac_lab.nac.signature import eval_dim, _parse_expr
+    from nac_lab.nac.guard import escape
+    m = NacModel(model) if isinstance(model, NacFile) else model if isinstance(model, NacModel) else load(model)
+    sig = m.interpreter.input_signature
+    if sig is None: raise LowerError('the model has no input signature: give an example input (--example X.npy) to fix the shapes')
+    specs = sorted(sig.inputs, key=lambda s: s.at)
+    env = {}
+    for s in specs:
+        d = s.shape[0] if s.shape else None
+        if isinstance(d, str) and d.isidentifier(): env.setdefault(d, 1 if batch is None else int(batch))
+    if batch is not None and not env: raise LowerError(f'--batch {batch}: the input signature has no symbolic batch dim '
+                                                       f'({", ".join(str(list(s.shape)) for s in specs)})')
+    for k, v in env.items():
+        lo, hi = sig.dims.get(k, [0, None])
+        if v < max(int(lo or 0), 1) or (hi is not None and v > int(hi)):
+            raise LowerError(f'batch {v} is outside the range [{lo}, {hi}] the signature gives {k}')
+    out = []
+    for s in specs:
+        try: shape = [d if type(d) is int else eval_dim(_parse_expr(d), env) for d in s.shape]
+        except Exception: shape = None
+        if shape is None or any(d is None or d < 0 for d in shape):
+            raise LowerError(f'input {escape(s.name)}: dim(s) of {escape(str(list(s.shape)))} other than the batch are symbolic; give an '
+                             f'example input (--example X.npy) to fix them')
+        dt = np.float32 if s.dtype in ('bfloat16', 'float16', 'float64') else np.dtype(s.dtype)
+        out.append(np.zeros(shape, dt))
+    return tuple(out)
 
 # %% ../../nbs/66_lower_import.ipynb #5aec103c
 def _hard(l) -> list:

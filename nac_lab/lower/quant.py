@@ -15,7 +15,7 @@ from .layers import LowerError
 
 # %% auto #0
 __all__ = ['SAME_Q', 'REAL_FN', 'QParam', 'act_qparam', 'calibrate', 'QLayer', 'derived_range', 'const_q', 'quantize_graph',
-           'pool_attrs', 'eval_float', 'reference_int8', 'reference_bf16']
+           'pad_real', 'pool_attrs', 'eval_float', 'reference_int8', 'reference_bf16']
 
 # %% ../../nbs/67_lower_quant.ipynb #2fec9a67
 @dataclass(frozen=True)
@@ -27,7 +27,8 @@ class QParam:
                                                         127).astype(np.int8)
     def dequantize(self, q) -> np.ndarray: return (np.asarray(q, np.int64) - self.zero_point) * self.scale
 
-SAME_Q = ('relu', 'maxpool', 'reshape', 'transpose', 'relayout', 'slice')     # output keeps the input's descriptor (E4: exact on integers)
+# output keeps the input's descriptor (E4: exact on integers)
+SAME_Q = ('relu', 'maxpool', 'reshape', 'transpose', 'relayout', 'slice', 'take')
 
 # %% ../../nbs/67_lower_quant.ipynb #27483cb9
 def act_qparam(lo:float, hi:float) -> QParam:
@@ -71,7 +72,7 @@ class QLayer:
 def derived_range(l, r) -> tuple:
     "The range of an intermediate layer (one the NAC model has no value for) from its input's range `r`."
     lo, hi = r
-    if l.op in ('relayout', 'slice'): return lo, hi       # a subset of the values: the input's range contains it
+    if l.op in ('relayout', 'slice', 'take'): return lo, hi       # a subset of the values: the input's range contains it
     if l.op == 'add_c': return lo + l.attrs['c'], hi + l.attrs['c']
     if l.op == 'mul_c': return tuple(sorted((lo * l.attrs['c'], hi * l.attrs['c'])))
     if l.op == 'clamp': a, b = l.attrs['min_val'], l.attrs['max_val']; return min(max(lo, a), b), min(max(hi, a), b)
@@ -132,9 +133,18 @@ def _pool_real(x, a, kind):
     cnt = sliding_window_view(ones, k)[::s[0], ::s[1]].sum(axis=(-2, -1))
     return w.sum(axis=(-2, -1)) / cnt
 
+# %% ../../nbs/67_lower_quant.ipynb #cf60edd8
+_NP_PAD = {'constant': 'constant', 'reflect': 'reflect', 'edge': 'edge'}
+
+def pad_real(x, a) -> np.ndarray:
+    "A `pad` layer on real `x` (PyTorch layout): `begins`/`ends` per axis, mode constant (with `value`), reflect or edge."
+    w = list(zip(a['begins'], a['ends']))
+    kw = dict(constant_values=a['value']) if a['mode'] == 'constant' else {}
+    return np.pad(np.asarray(x, np.float64), w, mode=_NP_PAD[a['mode']], **kw)
+
 # %% ../../nbs/67_lower_quant.ipynb #d90c70cf
 def _erf(x): return torch.special.erf(torch.from_numpy(np.ascontiguousarray(x, np.float64))).numpy()
-REAL_FN = dict(sqrt=np.sqrt, relu=lambda x: np.maximum(x, 0), gelu=lambda x: 0.5 * x * (1 + _erf(x / math.sqrt(2))),
+REAL_FN = dict(sqrt=np.sqrt, exp=np.exp, log=np.log, relu=lambda x: np.maximum(x, 0), gelu=lambda x: 0.5 * x * (1 + _erf(x / math.sqrt(2))),
                sigmoid=lambda x: 1 / (1 + np.exp(-x)), silu=lambda x: x / (1 + np.exp(-x)), tanh=np.tanh)
 
 # %% ../../nbs/67_lower_quant.ipynb #65df098c
@@ -167,7 +177,9 @@ def _layer_value(l, xs, shapes):
     if o in ('reshape', 'relayout'): return xs[0].reshape(l.shape)
     if o == 'transpose': return np.transpose(xs[0], a['perm'])
     if o == 'concat': return np.concatenate(xs, axis=a['axis'])
-    if o == 'slice': return np.take(xs[0], np.arange(a['start'], a['end']), axis=a['axis'])
+    if o == 'slice': return np.take(xs[0], np.arange(a['start'], a['end'], a.get('step', 1)), axis=a['axis'])
+    if o == 'take': return np.take(xs[0], a['index'], axis=a['axis'])
+    if o == 'pad': return pad_real(xs[0], a)
     if o == 'matmul': return np.matmul(*xs)
     if o == 'const': return l.params['v'].astype(np.float64)
     if o == 'gather': return l.params['table'].astype(np.float64)[xs[0].astype(np.int64)]
@@ -235,10 +247,12 @@ def reference_int8(g, qp:dict, ql:dict, *qinputs) -> dict:
         elif l.op in ('layernorm', 'rmsnorm', 'softmax'): v[l.name] = _island_ref(l, xs[0], qi[0], qo)     # f16 island (lower.ops)
         elif l.op == 'const': v[l.name] = qo.quantize(l.params['v'])
         elif l.op == 'gather': v[l.name] = qo.quantize(l.params['table'])[xs[0].astype(np.int64)]
-        elif l.op == 'slice': v[l.name] = np.take(xs[0], np.arange(l.attrs['start'], l.attrs['end']), axis=l.attrs['axis'])
+        elif l.op == 'slice': v[l.name] = np.take(xs[0], np.arange(l.attrs['start'], l.attrs['end'], l.attrs.get('step', 1)),
+                                                  axis=l.attrs['axis'])
+        elif l.op == 'take': v[l.name] = np.take(xs[0], l.attrs['index'], axis=l.attrs['axis'])     # a gather copies bytes
         elif l.op == 'relayout': v[l.name] = xs[0]                # a storage change only: the same PyTorch-order values
         elif l.op == 'transpose': v[l.name] = np.transpose(xs[0], l.attrs['perm'])
-        elif l.op == 'maxpool': v[l.name] = _pool_real(xs[0].astype(np.float64), l.attrs, 'max').astype(np.int8)
+        elif l.op == 'maxpool': v[l.name] = _pool_real(xs[0].astype(np.float64), pool_attrs(l, xs[0].shape), 'max').astype(np.int8)
         else:
             r = [qi[k].dequantize(xs[k]) for k in range(len(xs))]
             if l.op in REAL_FN: y = REAL_FN[l.op](r[0])
@@ -251,6 +265,7 @@ def reference_int8(g, qp:dict, ql:dict, *qinputs) -> dict:
             elif l.op == 'div': y = r[0] / r[1]
             elif l.op == 'avgpool': y = _pool_real(r[0], pool_attrs(l, xs[0].shape), 'avg')
             elif l.op == 'concat': y = np.concatenate(r, axis=l.attrs['axis'])
+            elif l.op == 'pad': y = pad_real(r[0], l.attrs)
             elif l.op == 'softmax':
                 e = np.exp(r[0] - r[0].max(axis=l.attrs['axis'], keepdims=True)); y = e / e.sum(axis=l.attrs['axis'], keepdims=True)
             else: raise LowerError(f'{l.name}: no int8 lowering of {l.op} (layer of NAC instruction {l.nac})')

@@ -5,36 +5,42 @@
 # %% ../../nbs/69b_lower_cli.ipynb #6c42102c
 from __future__ import annotations
 from pathlib import Path
+import numpy as np
 from ..binio import NacLabError
 from ..cli import command_group
 
 # %% auto #0
-__all__ = ['register', 'register_sweep']
+__all__ = ['CALIB_SEED', 'CALIB_N', 'register', 'random_calib', 'write_report_csv', 'register_sweep']
 
 # %% ../../nbs/69b_lower_cli.ipynb #e20b0e04
 def register(sub):
     "Add `nac-lab nem lower` and `nac-lab nem sweep` to the `nem` command group."
     s = command_group(sub, 'nem')
-    p = s.add_parser('lower', help='lower a .nac model to a tiled NEM program for a device (int8 or float)')
-    p.add_argument('model', help='the .nac file')
+    p = s.add_parser('lower', help='lower a .nac model to a tiled NEM program for a device (float by default, int8 with --int8)')
+    p.add_argument('model', help='the .nac file (its input signature fixes the shapes)')
     p.add_argument('--device', required=True, help='a shipped device name (npm_lite, npm_mid, npm_pro, npm_pro_x1) or a .nem file')
     m = p.add_mutually_exclusive_group()
     m.add_argument('--float', dest='mode', action='store_const', const='float',
-                   help='float: f32, else bf16, else f16, whichever the device has for every layer')
+                   help='float (the default without --calib): f32, else bf16, else f16, whichever the device has for every layer')
     m.add_argument('--int8', dest='mode', action='store_const', const='int8',
-                   help='int8 post-training quantization (default); needs --calib')
+                   help='int8 post-training quantization (the default when --calib is given); without --calib it calibrates on 8 '
+                        'seeded standard-normal inputs and warns')
     p.add_argument('--float-type', choices=['f32', 'bf16', 'f16'],
                    help='with --float: this element type (default: the widest one the device has)')
     p.add_argument('--calib', action='append', default=[], metavar='X.npy',
-                   help='a calibration input (the model input tensor, batch included); give it several times')
-    p.add_argument('--example', metavar='X.npy', help='an input fixing the shapes (float path; default: the first --calib)')
+                   help='a calibration input (the model input tensor, batch included); give it several times (default: none)')
+    p.add_argument('--example', metavar='X.npy', help='an input whose shape overrides the input signature (default: the signature, '
+                                                      'or the first --calib)')
+    p.add_argument('--batch', type=int, metavar='N', help='the size of a symbolic batch dim of the signature (default 1)')
     p.add_argument('--tiling', choices=['search', 'naive'], default='search',
                    help='row tiling of convolutions: simulator-scored search (default) or the largest tile that fits')
-    p.add_argument('--report', action='store_true', help='print the per-layer table (tile, L1 bytes, MACs, cycles, bound)')
+    p.add_argument('--report', action='store_true', help='print the per-layer table (tile, L1 bytes, MACs, cycles, bound; default off)')
+    p.add_argument('--report-csv', metavar='FILE', help='write the per-layer table as CSV to FILE (default: none)')
+    p.add_argument('--json', action='store_true', help='print the result (and the per-layer rows) as JSON instead of text (default off)')
     p.add_argument('-o', '--output', required=True, metavar='OUTDIR',
                    help='model.nem, the device file, one <BUFFER>.npy per constant, io.json; a new or empty folder, or one an earlier '
                         '`nem lower` wrote (a folder holding any other file is refused)')
-    p.set_defaults(func=_lower, mode='int8')
+    p.set_defaults(func=_lower, mode=None)
     register_sweep(s)
 
 # %% ../../nbs/69b_lower_cli.ipynb #76a906c3
@@ -45,26 +51,60 @@ def _load_npy(path, what:str='--calib'):
     return finite_array(read_npy(path, what=what), f'{what} {escape(path)}')
 
 # %% ../../nbs/69b_lower_cli.ipynb #a899ce94
+CALIB_SEED, CALIB_N = 0, 8            # int8 without --calib: this many seeded standard-normal inputs
+
+def random_calib(example, n:int=CALIB_N, seed:int=CALIB_SEED) -> list:
+    "`n` seeded calibration samples shaped like `example` (a tuple of arrays): standard normal floats, integer inputs in [0, 2)."
+    rng = np.random.default_rng(seed)
+    return [tuple(rng.standard_normal(x.shape).astype(np.float32) if np.issubdtype(x.dtype, np.floating) else
+                  rng.integers(0, 2, x.shape).astype(x.dtype) for x in example) for _ in range(n)]
+
 def _lower(args):
+    import json, sys
     from nac_lab.lower.api import lower, own_output
+    from nac_lab.lower.graph import signature_example
     from nac_lab.lower.tile import format_report
     from nac_lab.fileio import check_output_dir
     ins = [args.model, *args.calib, *([args.example] if args.example else [])]
     check_output_dir(args.output, inputs=ins, own=own_output)     # before the work: no user folder replaced, no input overwritten
     calib = [_load_npy(f) for f in args.calib]
-    ex = (_load_npy(args.example, '--example'),) if args.example else None
-    if args.mode == 'int8' and not calib: raise NacLabError('--int8 needs at least one --calib X.npy')
-    if args.mode == 'float' and ex is None and not calib:
-        raise NacLabError('--float needs --example X.npy (or --calib) to fix the input shapes')
-    mode = args.float_type if args.mode == 'float' and args.float_type else args.mode
+    mode = args.mode or ('int8' if calib else 'float')
+    if args.example: ex = (_load_npy(args.example, '--example'),)
+    elif calib: ex = None
+    else: ex = signature_example(args.model, args.batch)
+    if mode == 'int8' and not calib:
+        calib = random_calib(ex)
+        print(f'warning: --int8 without --calib: calibrated on {CALIB_N} seeded standard-normal inputs (seed {CALIB_SEED}); give '
+              f'--calib X.npy with real inputs for meaningful int8 scales', file=sys.stderr)
+    if mode == 'float' and args.float_type: mode = args.float_type
     low = lower(args.model, args.device, mode=mode, calib=calib, example=ex, tiling=args.tiling)
     errs = low.check().errors
     if errs: raise NacLabError(f'internal error: the emitted program has {len(errs)} check error(s)')
     low.save(args.output, inputs=ins)
-    print(f'{args.model} -> {Path(args.output) / "model.nem"} ({low.elem if args.mode == "float" else "int8"} on {low.device.name}): '
-          f'{len(low.graph.layers)} layers, '
+    rows = low.report() if (args.report or args.report_csv or args.json) else []
+    if args.report_csv: write_report_csv(rows, args.report_csv, inputs=ins)
+    elem = 'int8' if low.elem == 'i8' else low.elem
+    if args.json:
+        print(json.dumps(dict(model=str(args.model), program=str(Path(args.output) / 'model.nem'), elem=elem, device=low.device.name,
+                              layers=len(low.graph.layers), constant_buffers=len(low.data), check_errors=0,
+                              inputs={n: f['shape'] for n, f in low.io['inputs'].items()}, report=rows), indent=2, default=_plain))
+        return
+    print(f'{args.model} -> {Path(args.output) / "model.nem"} ({elem} on {low.device.name}): {len(low.graph.layers)} layers, '
           f'{len(low.data)} constant buffers; nem check: 0 errors')
-    if args.report: print(format_report(low.report()))
+    if args.report: print(format_report(rows))
+
+def _plain(v):
+    "numpy scalars in JSON."
+    return v.item() if hasattr(v, 'item') else str(v)
+
+def write_report_csv(rows, path, inputs=()):
+    "The per-layer rows as CSV (columns of the first row), written atomically."
+    import csv, io
+    from nac_lab.fileio import atomic_write
+    b = io.StringIO()
+    w = csv.DictWriter(b, list(rows[0]) if rows else ['layer'], extrasaction='ignore', lineterminator='\n'); w.writeheader()
+    for r in rows: w.writerow({k: _plain(v) if v is not None else '' for k, v in r.items()})
+    atomic_write(path, b.getvalue(), inputs=list(inputs))
 
 # %% ../../nbs/69b_lower_cli.ipynb #8d881e2a
 def register_sweep(s):
@@ -98,6 +138,7 @@ def _device_list(items) -> list:
 # %% ../../nbs/69b_lower_cli.ipynb #6b9a5e82
 def _sweep(args):
     from nac_lab.lower.dse import sweep, policies, write_csv, pareto_plot, pareto
+    from nac_lab.nac.guard import escape
     calib = [_load_npy(f) for f in args.calib]
     ex = (_load_npy(args.example, '--example'),) if args.example else None
     if args.mode == 'int8' and not calib: raise NacLabError('--int8 needs at least one --calib X.npy')
@@ -114,5 +155,6 @@ def _sweep(args):
                                                                     bbox_inches='tight'); plt.close(ax.figure)
         atomic_write(args.plot, b.getvalue(), inputs=ins)
     bad = [r for r in rows if 'error' in r]
+    for r in bad: print(f"not mapped: {escape(r['model'])} on {escape(r['device'])} ({r['tiling']}): {escape(r['error'])}")
     print(f'{len(rows)} evaluations ({len(bad)} not mappable) -> {args.output}; Pareto front: ' +
           ', '.join(f"{r['model']}@{r['device']}/{r['tiling']}: {r['cycles']} cycles, {r['l1_used']} B L1" for r in pareto(rows)))

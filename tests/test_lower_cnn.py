@@ -1,0 +1,125 @@
+("The CNN ops of lower.cnn, one tiny module each: float (f32) within 1e-4 of the NAC interpreter, int8 bit-exact with the independent "
+ "integer reference, nem check clean.")
+import shutil
+import numpy as np, pytest, torch, torch.nn as nn, torch.nn.functional as F
+from nac_lab.core import data_path
+from nac_lab.nac.compile import compile as nac_compile
+from nac_lab.lower.api import lower
+from nac_lab.lower.layers import LowerError
+from int_reference import reference_int8
+
+@pytest.fixture(scope='module')
+def f32dev(tmp_path_factory):
+    "npm_pro_x1 plus f32 view and norm variants: every layer of these modules lowers in f32."
+    d = tmp_path_factory.mktemp('dev')
+    for n in ('npm_pro', 'npm_pro_x1'): shutil.copyfile(data_path('nem', 'devices', f'{n}.nem'), d / f'{n}.nem')
+    (d / 'npm_f32.nem').write_text('include "npm_pro_x1.nem"\n\ndevice npm_f32 extends npm_pro_x1 {\n    opcode.extended {\n'
+                                   '        norm<f32>.default\n        view<f32>.default\n        gemm.float<f32>.no_bias\n    }\n}\n')
+    return d / 'npm_f32.nem'
+
+class Fn(nn.Module):
+    "conv (with a batch norm after a relu) then `f`."
+    def __init__(s, f, cin=3, c=4):
+        super().__init__(); s.c, s.bn, s.f = nn.Conv2d(cin, c, 3, padding=1), nn.BatchNorm2d(c), f
+        with torch.no_grad(): s.bn.running_mean.uniform_(-0.5, 0.5); s.bn.running_var.uniform_(0.5, 2); s.bn.weight.uniform_(0.5, 1.5)
+    def forward(s, x): return s.f(s.bn(torch.relu(s.c(x))))
+
+class SE(nn.Module):
+    def __init__(s):
+        super().__init__(); s.fc1, s.fc2 = nn.Conv2d(4, 2, 1), nn.Conv2d(2, 4, 1)
+    def forward(s, y): return y * F.hardsigmoid(s.fc2(F.relu(s.fc1(y.mean((2, 3), keepdim=True)))))
+
+class GN(nn.Module):
+    def __init__(s):
+        super().__init__(); s.g = nn.GroupNorm(2, 4)
+        with torch.no_grad(): s.g.weight.uniform_(0.5, 1.5); s.g.bias.uniform_(-1, 1)
+    def forward(s, y): return s.g(y)
+
+class C1(nn.Module):
+    def __init__(s):
+        super().__init__(); s.c = nn.Conv1d(4, 5, 3, padding=1, stride=2)
+    def forward(s, y): return s.c(y.mean(2))
+
+class Lin(nn.Module):
+    def __init__(s):
+        super().__init__(); s.w, s.b = nn.Parameter(torch.randn(4, 3)), nn.Parameter(torch.randn(3))
+    def forward(s, y):
+        z = y.mean((2, 3)); return torch.addcmul(torch.addmm(s.b, z, s.w), torch.addmm(s.b, z, s.w), torch.addmm(s.b, z, s.w), value=0.5)
+
+CASES = {
+    'gap': lambda y: y.mean((2, 3)),
+    'gap_keepdim_unsqueeze': lambda y: y.mean((2, 3), keepdim=True).squeeze(-1).unsqueeze(0),
+    'maxpool_ceil': lambda y: F.max_pool2d(y, 3, 2, ceil_mode=True),
+    'avgpool_ceil': lambda y: F.avg_pool2d(y, 2, 2, ceil_mode=True),
+    'avgpool_count_pad': lambda y: F.avg_pool2d(y, 3, 2, 1, ceil_mode=True, count_include_pad=True),
+    'pad': lambda y: F.pad(y, (1, 2, 0, 1), value=0.0),
+    'strided_slice': lambda y: y[:, 1:, ::2, 1::2],
+    'upsample': lambda y: F.interpolate(y, scale_factor=2, mode='nearest'),
+    'relu6_hardswish': lambda y: F.hardswish(F.relu6(y) - 1.0),
+    'hardtanh_silu': lambda y: F.silu(F.hardtanh(y, -0.5, 0.5)),
+    'mish': F.mish,
+    'adaptive_max': lambda y: F.adaptive_max_pool2d(y, (2, 2)),
+    'se': SE(), 'group_norm': GN(), 'conv1d': C1(), 'addmm_addcmul': Lin(),
+}
+SHAPE = (1, 3, 8, 8)
+
+def _model(name, seed=0):
+    torch.manual_seed(seed)
+    return nac_compile(Fn(CASES[name]).eval(), (torch.zeros(SHAPE),))
+
+@pytest.mark.parametrize('name', list(CASES))
+def test_float_f32(f32dev, name):
+    m = _model(name)
+    x = np.random.default_rng(1).standard_normal(SHAPE).astype(np.float32)
+    low = lower(m, f32dev, mode='f32', example=(x,))
+    assert not low.check().errors
+    np.testing.assert_allclose(low.run(x)[0], m.run(torch.from_numpy(x))[0].numpy(), atol=1e-4, rtol=0)
+
+@pytest.mark.parametrize('name', list(CASES))
+def test_int8_bit_exact(name):
+    m = _model(name, seed=2)
+    rng = np.random.default_rng(3)
+    xs = [rng.standard_normal(SHAPE).astype(np.float32) for _ in range(3)]
+    low = lower(m, 'npm_pro', mode='int8', calib=xs)
+    assert not low.check().errors
+    x = xs[0]                                           # a calibration sample: no clipping, so the float bound below is tight
+    raw = low.run_raw(*low.quantize_inputs(x).values())
+    ref = reference_int8(low.graph, low.qp, low.ql, low.qp[next(iter(low.graph.inputs))].quantize(x))
+    for o in low.graph.outputs:
+        got = np.transpose(raw[o], (0, 3, 1, 2)) if low.io['outputs'][o]['layout'] == 'NHWC' else raw[o]      # NEM layout -> PyTorch
+        np.testing.assert_array_equal(got, ref[o])
+    y, yr = low.run(x)[0], m.run(torch.from_numpy(x))[0].numpy()        # and close to the float model (a loose sanity bound)
+    assert np.abs(y - yr).max() <= 0.1 * np.abs(yr).max() + 0.02
+
+class Cmp(nn.Module):
+    def forward(s, x): return (x > 0).float() * x
+
+def test_comparison_is_refused_with_its_instruction():
+    m = nac_compile(Cmp().eval(), (torch.zeros(1, 4),))
+    with pytest.raises(LowerError, match=r'instruction \d+ \(nac\.gt\).*no comparison instruction'):
+        lower(m, 'npm_pro', mode='float', example=(np.ones((1, 4), np.float32),))
+
+def test_cli_lowers_a_symbolic_batch_zoo_model_with_no_flags(tmp_path):
+    "`zoo build cnn` (dynamic batch: its view reads nac.size) then `nem lower M --device D`: float from the signature, batch 1."
+    import contextlib, io, json
+    from nac_lab.cli import main
+    def cli(*a):
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err): rc = main([str(x) for x in a])
+        return rc, out.getvalue(), err.getvalue()
+    rc, _, err = cli('zoo', 'build', 'cnn', '-o', tmp_path / 'cnn.nac')
+    assert not rc, err
+    rc, out, err = cli('nem', 'lower', tmp_path / 'cnn.nac', '--device', 'npm_pro', '-o', tmp_path / 'o')
+    assert not rc and '(bf16 on npm_pro)' in out and 'nem check: 0 errors' in out, err
+    assert json.loads((tmp_path / 'o' / 'io.json').read_text())['inputs']['x']['shape'][0] == 1
+    rc, out, err = cli('nem', 'lower', tmp_path / 'cnn.nac', '--device', 'npm_pro', '--batch', 2, '--json', '-o', tmp_path / 'o2')
+    assert not rc and json.loads(out)['inputs']['x'][0] == 2, err
+
+def test_a_program_the_checker_rejects_is_a_lower_error():
+    from nac_lab.lower.api import checked
+    x = np.zeros(SHAPE, np.float32)
+    low = lower(_model('gap'), 'npm_pro', mode='float', example=(x,))
+    assert checked(low) is low
+    low.program = low.program.replace('buffer ACT_L2 : L2 (size=', 'buffer ACT_L2 : L2 (size=99999999', 1)    # 100 MB in an 8 MB L2
+    with pytest.raises(LowerError, match=r'fails nem check on npm_pro with \d+ error\(s\), first: \S+: '):
+        checked(low)
