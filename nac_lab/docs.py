@@ -561,8 +561,10 @@ def write_readme(root=None, out=None) -> Path:
 # %% ../nbs/04_docs.ipynb #d392141e
 def add_docs_arguments(p):
     "Add the options of `nac-lab docs` to argparse parser `p`."
-    p.add_argument('-o', '--out', default=None, help='output folder: the site (or, with --readme-only, README.md) is written there and '
-                                                     'nowhere else (default: _docs/ and README.md of the checkout)')
+    o = p.add_argument('-o', '--output', '--out', dest='out', default=None,
+                       help='output folder: the site (or, with --readme-only, README.md) is written there and nowhere else '
+                            '(default: _docs/ and README.md of the checkout)')
+    o.hidden_aliases = ('--out',)   # the old spelling, as nac_lab.cli.add_output does it (docs cannot import cli: cli imports docs)
     p.add_argument('--project', default=None, help='the nac_lab source checkout to document (default: the one holding the current folder)')
     p.add_argument('--readme-only', action='store_true', help='only regenerate README.md')
 
