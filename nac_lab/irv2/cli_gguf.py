@@ -5,7 +5,7 @@
 # %% ../../nbs/58_irv2_cli_gguf.ipynb #c5efd348
 from __future__ import annotations
 import json
-from ..cli import command_group
+from ..cli import add_json, add_output, command_group, print_json
 
 # %% auto #0
 __all__ = ['register']
@@ -14,6 +14,10 @@ __all__ = ['register']
 def _info(args):
     from nac_lab.irv2.gguf import open_gguf, gguf_config, hf_name
     r = open_gguf(args.file); cfg = gguf_config(r)
+    if getattr(args, 'json', False):
+        print_json(dict(file=str(args.file), config=cfg, tensors=[dict(name=t.name, hf_name=hf_name(t.name), type=t.tensor_type.name,
+                                                                     shape=[int(s) for s in reversed(list(t.shape))], bytes=int(t.n_bytes))
+                                                                for t in r.tensors])); return
     print(json.dumps(cfg, indent=1, sort_keys=True))
     total = 0
     for t in r.tensors:
@@ -31,8 +35,9 @@ def register(sub):
     "Add `nac-lab irv2 gguf-info` and `nac-lab irv2 gguf-convert` to the `irv2` command group."
     s = command_group(sub, 'irv2')
     i = s.add_parser('gguf-info', help='GGUF file: config from its metadata, and its tensors')
-    i.add_argument('file'); i.set_defaults(func=_info)
+    i.add_argument('file', help='the .gguf file'); add_json(i); i.set_defaults(func=_info)
     c = s.add_parser('gguf-convert', help='GGUF file -> float32 safetensors with HF names (and config JSON)')
-    c.add_argument('file'); c.add_argument('-o', '--out', required=True, help='safetensors file to write')
+    c.add_argument('file', help='the .gguf file')
+    add_output(c, 'the .safetensors file to write (required)', required=True, dest='out', aliases=('--out',))
     c.add_argument('--config', default=None, metavar='CONFIG.json', help='also write the HF-style config for `irv2 build`')
     c.set_defaults(func=_convert)
