@@ -47,7 +47,7 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
     def _get_help_string(self, action):
         h = action.help or ''
         d = action.default
-        if 'default' in h or d in (None, False, argparse.SUPPRESS) or not action.option_strings: return h
+        if 'default' in h or d is None or d is False or d is argparse.SUPPRESS or d == [] or not action.option_strings: return h
         return f'{h} (default: {d})'
     def _format_action_invocation(self, action):
         hidden = getattr(action, 'hidden_aliases', ())

@@ -7,7 +7,8 @@ from __future__ import annotations
 import io, json, sys
 from pathlib import Path
 from ..binio import NacLabError
-from ..cli import command_group
+from ..cli import add_input, add_json, add_output, command_group
+from .cli import DEVICE_HELP
 
 # %% auto #0
 __all__ = ['TOUR_RANK', 'register', 'format_summary', 'tour']
@@ -17,18 +18,18 @@ def register(sub):
     "Add `nac-lab nem run` and `nac-lab nem sim` to the `nem` command group."
     s = command_group(sub, 'nem')
     r = s.add_parser('run', help='execute a NEM program bit for bit on input arrays')
-    r.add_argument('file'); r.add_argument('--device', help='target device: a name visible to the program, or a .nem file')
-    r.add_argument('--input', action='append', default=[], metavar='BUF=X.npy',
-                   help='fill buffer BUF from offset 0 with the bytes of X.npy')
+    r.add_argument('file', help='the NEM program'); r.add_argument('--device', help=DEVICE_HELP)
+    add_input(r, 'fill buffer BUF from offset 0 with the bytes of X.npy (repeat; default: none)', action='append', default=[],
+              metavar='BUF=X.npy')
     r.add_argument('--data', metavar='DIR', help='fill every buffer BUF that has a DIR/BUF.npy')
-    r.add_argument('--output', required=True, metavar='OUT.npz', help='every buffer\'s final bytes (uint8) under its name')
+    add_output(r, 'every buffer\'s final bytes (uint8) under its name (required)', required=True, metavar='OUT.npz')
     r.add_argument('--region', action='append', default=[], metavar='NAME', help='also store region NAME\'s typed values')
     r.add_argument('--max-instances', type=int, default=None, dest='max_instances', metavar='N',
                    help='task instances and loop iterations the program may unroll into (default 2,000,000)')
     r.set_defaults(func=_run)
     m = s.add_parser('sim', help='simulate a NEM program on a device: cycles, units, critical path')
-    m.add_argument('file'); m.add_argument('--device', help='target device: a name visible to the program, or a .nem file')
-    m.add_argument('--json', action='store_true', help='print the result as JSON (with every task instance)')
+    m.add_argument('file', help='the NEM program'); m.add_argument('--device', help=DEVICE_HELP)
+    add_json(m, 'print the result as JSON, indent 2, with every task instance (schema on the command reference page)')
     m.add_argument('--trace', metavar='T.json', help='write a Chrome/Perfetto trace')
     m.add_argument('--gantt', metavar='G.png', help='write a Gantt chart (PNG or SVG)')
     m.add_argument('--max-instances', type=int, default=None, dest='max_instances', metavar='N',

@@ -69,19 +69,19 @@ def _lower(args):
 # %% ../../nbs/69b_lower_cli.ipynb #8d881e2a
 def register_sweep(s):
     p = s.add_parser('sweep', help='design-space exploration on Dask: models x devices x tiling policies -> CSV + Pareto plot')
-    p.add_argument('models', nargs='+', metavar='MODEL.nac')
+    p.add_argument('models', nargs='+', metavar='MODEL.nac', help='the .nac models to lower')
     p.add_argument('--devices', nargs='+', required=True, metavar='DIR|FILE|NAME',
                    help='device .nem files, folders of them, or shipped names')
     p.add_argument('--tilings', type=int, default=3, metavar='K',
                    help='the first K policies of: search, naive, bands of 1, 2, 4, 8, 16 rows (default 3)')
     m = p.add_mutually_exclusive_group()
-    m.add_argument('--float', dest='mode', action='store_const', const='float')
-    m.add_argument('--int8', dest='mode', action='store_const', const='int8')
-    p.add_argument('--calib', action='append', default=[], metavar='X.npy')
-    p.add_argument('--example', metavar='X.npy')
+    m.add_argument('--float', dest='mode', action='store_const', const='float', help='lower every model for float (as `nem lower --float`)')
+    m.add_argument('--int8', dest='mode', action='store_const', const='int8', help='lower for int8 (the default; needs --calib)')
+    p.add_argument('--calib', action='append', default=[], metavar='X.npy', help='calibration input for int8 (repeat; default: none)')
+    p.add_argument('--example', metavar='X.npy', help='an input fixing the shapes (float path; default: the first --calib)')
     p.add_argument('--scheduler', metavar='tcp://HOST:PORT', help='an existing Dask scheduler (default: a local cluster)')
     p.add_argument('--workers', type=int, default=2, help='workers of the local cluster (default 2)')
-    p.add_argument('-o', '--output', required=True, metavar='RESULTS.csv')
+    p.add_argument('-o', '--output', required=True, metavar='RESULTS.csv', help='the CSV of every (model, device, tiling) point (required)')
     p.add_argument('--plot', metavar='PARETO.png', help='cycles vs L1 bytes used, with the Pareto front')
     p.set_defaults(func=_sweep, mode='int8')
 
