@@ -9,7 +9,7 @@ from ..binio import NacLabError
 from ..cli import command_group
 
 # %% auto #0
-__all__ = ['register', 'register_sweep']
+__all__ = ['TOUR_RANK', 'register', 'register_sweep', 'tour']
 
 # %% ../../nbs/69b_lower_cli.ipynb #e20b0e04
 def register(sub):
@@ -84,6 +84,22 @@ def register_sweep(s):
     p.add_argument('-o', '--output', required=True, metavar='RESULTS.csv', help='the CSV of every (model, device, tiling) point (required)')
     p.add_argument('--plot', metavar='PARETO.png', help='cycles vs L1 bytes used, with the Pareto front')
     p.set_defaults(func=_sweep, mode='int8')
+
+# %% ../../nbs/69b_lower_cli.ipynb #3d5def47
+TOUR_RANK = 45
+
+def tour(out:Path):
+    "Lowering: a zoo CNN compiled, lowered to npm_pro (per-layer report) and simulated with a Gantt chart, all under `out/lowering`."
+    from nac_lab.cli import main
+    d = Path(out) / 'lowering'; d.mkdir(parents=True, exist_ok=True)
+    nac, low = d / 'cnn.nac', d / 'cnn_npm_pro'
+    steps = [['zoo', 'build', 'cnn', '--static', '-o', nac],
+             ['nem', 'lower', nac, '--device', 'npm_pro', '--float', '--example', d / 'cnn.input.npy', '--report', '-o', low],
+             ['nem', 'sim', low / 'model.nem', '--gantt', d / 'cnn_npm_pro_gantt.png']]
+    for argv in steps:
+        print('$ nac-lab ' + ' '.join(map(str, argv)))
+        rc = main([str(a) for a in argv])
+        if rc: raise NacLabError(f'tour: `nac-lab {" ".join(map(str, argv))}` failed with exit code {rc}')
 
 # %% ../../nbs/69b_lower_cli.ipynb #7642b035
 def _device_list(items) -> list:
