@@ -4,7 +4,7 @@
 
 # %% ../nbs/03_cli.ipynb #dd5a2d64
 from __future__ import annotations
-import argparse, difflib, importlib, io, os, pkgutil, re, sys, time
+import argparse, difflib, importlib, io, json, os, pkgutil, re, sys, time
 from contextlib import redirect_stdout, redirect_stderr
 from pathlib import Path
 import nac_lab
@@ -12,7 +12,7 @@ from .binio import NacLabError, printable
 
 # %% auto #0
 __all__ = ['TOUR_RANK', 'area_clis', 'command_group', 'version', 'CliParser', 'build_parser', 'main', 'dispatch', 'console_main',
-           'tour', 'run_cli']
+           'visible_options', 'add_output', 'add_input', 'add_json', 'print_json', 'DeprecatedFlag', 'tour', 'run_cli']
 
 # %% ../nbs/03_cli.ipynb #2c152370
 def area_clis() -> list:
@@ -43,18 +43,37 @@ def version() -> str:
     except PackageNotFoundError: return 'unknown'
 
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    "Keeps the line breaks of descriptions/epilogs (examples) and shows each option's real default."
+    "Keeps the line breaks of descriptions/epilogs (examples), shows each option's real default and hides old spellings."
     def _get_help_string(self, action):
         h = action.help or ''
         d = action.default
-        if 'default' in h or d in (None, False, argparse.SUPPRESS) or not action.option_strings: return h
+        if 'default' in h or d is None or d is False or d is argparse.SUPPRESS or d == [] or not action.option_strings: return h
         return f'{h} (default: {d})'
+    def _format_action_invocation(self, action):
+        hidden = getattr(action, 'hidden_aliases', ())
+        if not hidden: return super()._format_action_invocation(action)
+        saved = action.option_strings
+        action.option_strings = visible_options(action)
+        try: return super()._format_action_invocation(action)
+        finally: action.option_strings = saved
 
 class _SubParsers(argparse._SubParsersAction):
-    "Subcommands whose `help=` line also becomes their description, so `nac-lab X --help` says what X does."
+    ("Subcommands whose `help=` line also becomes their description, so `nac-lab X --help` says what X does, and whose "
+     "unknown options are reported with the subcommand's own usage and a close match.")
     def add_parser(self, name, **kw):
         if 'help' in kw: kw.setdefault('description', kw['help'])
         return super().add_parser(name, **kw)
+    def __call__(self, parser, namespace, values, option_string=None):
+        super().__call__(parser, namespace, values, option_string)
+        extra = getattr(namespace, argparse._UNRECOGNIZED_ARGS_ATTR, None)
+        if not extra: return
+        chosen = self.choices.get(values[0])
+        if chosen is None or any(isinstance(a, argparse._SubParsersAction) for a in chosen._actions): return
+        opts = [s for a in chosen._actions for s in visible_options(a)]
+        msg = f"unrecognized arguments: {' '.join(extra)}"
+        near = difflib.get_close_matches(extra[0].split('=', 1)[0], opts, n=3, cutoff=0.6) if extra[0].startswith('-') else []
+        if near: msg += f"; did you mean {' or '.join(near)}?"
+        chosen.error(msg)
 
 class CliParser(argparse.ArgumentParser):
     "`ArgumentParser` with shown defaults, described subcommands and close-match suggestions for typos."
@@ -78,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--debug', action='store_true', help='show full tracebacks on errors (accepted anywhere on the line)')
     sub = p.add_subparsers(dest='command', metavar='COMMAND')
     t = sub.add_parser('tour', help='walk through what the toolkit does, on bundled data')
-    t.add_argument('-o', '--out', default='tour_out', help='folder for files the tour writes')
+    add_output(t, "folder for the tour's files", dest='out', aliases=('--out',), default='tour_out', metavar='DIR')
     t.set_defaults(func=_tour_cmd)
     d = sub.add_parser('docs', help='build the documentation site offline into _docs/ (and README.md from nbs/index.ipynb)')
     from nac_lab.docs import add_docs_arguments
@@ -140,6 +159,44 @@ def dispatch(args) -> int:
 def console_main():
     "Console-script wrapper: exit with `main`'s code."
     sys.exit(main())
+
+# %% ../nbs/03_cli.ipynb #8042e443
+def visible_options(action) -> list:
+    "The option strings of `action` that help shows: all but the old spellings kept as hidden aliases (`hidden_aliases`)."
+    hidden = getattr(action, 'hidden_aliases', ())
+    return [s for s in action.option_strings if s not in hidden]
+
+def add_output(p, help:str, *, dest:str='output', aliases=(), **kw):
+    ("Add the output option of the one grammar, `-o/--output`, to parser `p`; `aliases` are old spellings (`--out`) that still "
+     "work but are not shown. All spellings share one `argparse` action, so defaults and `dest` cannot disagree.")
+    a = p.add_argument('-o', '--output', *aliases, dest=dest, help=help, **kw)
+    a.hidden_aliases = tuple(aliases)
+    return a
+
+def add_input(p, help:str, *, dest:str='input', aliases=(), **kw):
+    "Add the input option of the one grammar, `-i/--input` (usually `NAME=FILE`, repeatable), to parser `p`; `aliases` as in `add_output`."
+    a = p.add_argument('-i', '--input', *aliases, dest=dest, help=help, **kw)
+    a.hidden_aliases = tuple(aliases)
+    return a
+
+def add_json(p, help:str='print the result as JSON (indent 2; schema on the command reference page) instead of text'):
+    "Add `--json` to a command that prints a result."
+    return p.add_argument('--json', action='store_true', help=help)
+
+def print_json(obj) -> None:
+    "Print `obj` as every `--json` does: `json.dumps(obj, indent=2)` (paths and other objects as strings)."
+    print(json.dumps(obj, indent=2, default=str))
+
+class DeprecatedFlag(argparse.Action):
+    "An old flag that still works (it sets `dest` to `const`) but warns on stderr and names its replacement; hidden from help."
+    def __init__(self, option_strings, dest, replacement:str='', const=True, **kw):
+        kw.pop('help', None)
+        super().__init__(option_strings, dest, nargs=0, const=const, default=argparse.SUPPRESS, help=argparse.SUPPRESS, **kw)
+        self.replacement = replacement
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f'{parser.prog}: warning: {option_string} is deprecated here; use {self.replacement}', file=sys.stderr)
+        setattr(namespace, self.dest, self.const)
+
 
 # %% ../nbs/03_cli.ipynb #e2b543f0
 TOUR_RANK = 0

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from .binio import NacLabError
 from .fileio import atomic_write
+from .docs_links import fix_anchors, repository_url
 
 # %% auto #0
 __all__ = ['AREAS', 'SEARCH_INDEX', 'SEARCH_JS', 'API_PAGE', 'SEARCH_SCRIPT', 'split_directives', 'clean_code', 'page_cells',
@@ -100,7 +101,7 @@ def area_of(notebook:str) -> tuple:
     return (len(AREAS), 'Other')
 
 def md_inline(text:str) -> str:
-    "HTML for one line of inline markdown: `code`, **bold**, *italics* and [links](url); everything else escaped."
+    "HTML for one line of inline markdown: `code`, **bold**, *italics* and links (`[text](url)`); everything else escaped."
     parts = re.split(r'(`[^`]+`)', text)
     out = []
     for i, s in enumerate(parts):
@@ -421,7 +422,7 @@ def build_docs(root=None, out=None, notebooks=None, cache=None, progress=None) -
     st = _settings(root)
     out = Path(out or root/st.get('doc_path', '_docs'))
     if out.exists() and not out.is_dir(): raise NacLabError(f'docs: output {out} exists and is not a folder')
-    git = st.get('git_url', '').rstrip('/')
+    git = repository_url(st.get('git_url', ''))   # '' while settings.ini names a placeholder host: no Source links
     site = st.get('doc_host', '').rstrip('/') + '/' + st.get('doc_baseurl', '').strip('/') + '/'
     srcs = [Path(n) for n in notebooks] if notebooks else sorted((root/'nbs').glob('*.ipynb'))
     srcs = sorted(srcs, key=lambda p: (p.name != 'index.ipynb', p.name))
@@ -455,11 +456,13 @@ def build_docs(root=None, out=None, notebooks=None, cache=None, progress=None) -
     exp = HTMLExporter(template_name='lab', exclude_input_prompt=True, exclude_output_prompt=True)
     exp.register_preprocessor(TagRemovePreprocessor(remove_input_tags={'remove_input'}, enabled=True), enabled=True)
     out.mkdir(parents=True, exist_ok=True)
-    html_pages = []
+    html_pages = {}
     for page, nb in zip(pages, bodies):
         body, _ = exp.from_notebook_node(nb, resources={'metadata': {'name': page['title']}})
-        html_pages.append(_wrap(body, page, pages))
-        atomic_write(out/page['file'], html_pages[-1], inputs=srcs, what='page')
+        html_pages[page['file']] = _wrap(body, page, pages)
+    html_pages = fix_anchors(html_pages)     # nbdev's `#nacfile` -> the heading's id `NacFile` (nac_lab.docs_links)
+    for file, text in html_pages.items(): atomic_write(out/file, text, inputs=srcs, what='page')
+    html_pages = list(html_pages.values())
     atomic_write(out/SEARCH_INDEX, search_index(pages, html_pages), inputs=srcs, what='search index')
     atomic_write(out/SEARCH_JS, SEARCH_SCRIPT, inputs=srcs, what='search script')
     return out
@@ -472,18 +475,25 @@ def _module_api(path:Path, mod:str) -> tuple:
     import ast
     try: tree = ast.parse(path.read_text(encoding='utf-8'))
     except (SyntaxError, UnicodeDecodeError) as ex: raise NacLabError(f'docs: cannot read {path}: {ex}') from ex
-    summary, names, docs, imports = _first_line(ast.get_docstring(tree)), [], {}, {}
+    summary, names, docs, imports, aliases = _first_line(ast.get_docstring(tree)), [], {}, {}, {}
     for n in tree.body:
         if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id in ('__all__', '__doc__') for t in n.targets):
             try: v = ast.literal_eval(n.value)
             except ValueError: continue
             if n.targets[0].id == '__doc__': summary = summary or _first_line(str(v))
             else: names = [str(x) for x in v]
+        elif isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name) and isinstance(n.value, ast.Name):
+            aliases[n.targets[0].id] = n.value.id    # `compile = compile_module`: the alias has its target's docstring
         elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)): docs[n.name] = _first_line(ast.get_docstring(n))
+        elif isinstance(n, ast.If):    # `if TYPE_CHECKING:` imports name where a lazily imported name lives (nac_lab's __init__)
+            for m in n.body:
+                if isinstance(m, ast.ImportFrom) and m.level == 0 and m.module:
+                    for al in m.names: imports.setdefault(al.asname or al.name, m.module)
         elif isinstance(n, ast.ImportFrom):
             base = mod.split('.')[:len(mod.split('.')) - n.level + (1 if path.name == '__init__.py' else 0)] if n.level else []
             src = '.'.join(base + ([n.module] if n.module else []))
             for al in n.names: imports[al.asname or al.name] = src
+    docs.update({a: docs[t] for a, t in aliases.items() if t in docs and a not in docs})
     return summary, names, docs, imports
 
 def api_index(root:Path) -> list:
@@ -502,11 +512,16 @@ def api_index(root:Path) -> list:
     for mod, (_, names, docs, _) in mods.items():
         for n in names:
             if n in docs: owner.setdefault(n, mod)
+    def home_of(mod, n, hops=0):
+        "The module that defines `n`, following `mod`'s imports of it (re-exports) a few steps; None if they lead nowhere."
+        if n in mods[mod][2]: return mod
+        nxt = mods[mod][3].get(n)
+        return home_of(nxt, n, hops + 1) if nxt in mods and hops < 8 else None
     out = []
     for mod, (summary, names, docs, imports) in mods.items():
         rows = []
         for n in names:
-            home = mod if n in docs else imports.get(n) if imports.get(n) in mods and n in mods[imports[n]][2] else owner.get(n, mod)
+            home = home_of(mod, n) or owner.get(n, mod)
             rows.append((n, mods[home][2].get(n, '') if home in mods else '', syms.get(f'{home}.{n}', '')))
         if rows: out.append((mod, summary, rows))
     return out
@@ -561,8 +576,10 @@ def write_readme(root=None, out=None) -> Path:
 # %% ../nbs/04_docs.ipynb #d392141e
 def add_docs_arguments(p):
     "Add the options of `nac-lab docs` to argparse parser `p`."
-    p.add_argument('-o', '--out', default=None, help='output folder: the site (or, with --readme-only, README.md) is written there and '
-                                                     'nowhere else (default: _docs/ and README.md of the checkout)')
+    o = p.add_argument('-o', '--output', '--out', dest='out', default=None,
+                       help='output folder: the site (or, with --readme-only, README.md) is written there and nowhere else '
+                            '(default: _docs/ and README.md of the checkout)')
+    o.hidden_aliases = ('--out',)   # the old spelling, as nac_lab.cli.add_output does it (docs cannot import cli: cli imports docs)
     p.add_argument('--project', default=None, help='the nac_lab source checkout to document (default: the one holding the current folder)')
     p.add_argument('--readme-only', action='store_true', help='only regenerate README.md')
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 import numpy as np
-from .format import ArkModel, Tensor, read_ark, write_ark, ark_text, summary_text, ArkFormatError
+from .format import ArkModel, Tensor, read_ark, write_ark, ark_text, summary_text, ArkFormatError, buffer_bytes
+from ..cli import add_input, add_json, add_output, print_json
 from .check import check_model
 from ..errors import ArkError
 
@@ -98,14 +99,22 @@ def _rewrite(args):
     print(f'wrote {dst} ({dst.stat().st_size} bytes, era {args.era or m.style.era!r}, {"identical to" if same else "differs from"} '
           f'{src.name})')
 
-def _show(args): print(summary_text(read_ark(args.file)))
+def _show(args):
+    m = read_ark(args.file)
+    if not args.json: print(summary_text(m)); return
+    print_json(dict(file=str(args.file), rank=m.rank, world_size=m.world_size, era=m.style.era, nodes=len(m.nodes),
+                    ops=len(list(m.ops())), tensors=len(m.tensors()), buffers=len(m.buffers()), buffer_bytes=buffer_bytes(m)))
 
 def _check(args):
     from nac_lab.ark.check import check_ranks, summary_line
     ms = [read_ark(f) for f in args.files]
     diags = check_ranks(ms, [str(f) for f in args.files])
-    for d in diags: print(d)
-    print(f'{len(ms)} file(s): {summary_line(diags)}')
+    if args.json:
+        print_json(dict(files=[str(f) for f in args.files], ok=not any(d.severity == 'error' for d in diags), summary=summary_line(diags),
+                        diagnostics=[dict(file=d.file, path=d.path, code=d.code, severity=d.severity, message=d.message) for d in diags]))
+    else:
+        for d in diags: print(d)
+        print(f'{len(ms)} file(s): {summary_line(diags)}')
     return 1 if any(d.severity == 'error' for d in diags) else 0
 
 def _run(args):
@@ -173,30 +182,38 @@ def register(sub):
     p = sub.add_parser('ark', help='ARK model files: rewrite, show, check (several ranks), run, exchange with NAC, draw')
     s = p.add_subparsers(dest='ark_command', metavar='SUBCOMMAND', required=True)
     a = s.add_parser('rewrite', help='read an ARK model file and write it back (byte-identical in its own era)')
-    a.add_argument('input')
-    a.add_argument('-o', '--output', required=True)
+    a.add_argument('input', help='the ARK model file (.json) to read')
+    add_output(a, 'the ARK file to write (required)', required=True)
     a.add_argument('--era', choices=['ops', 'op'], default=None, help="'ops' (Ops arrays) or 'op' (one Op per node); default: the input's")
     a.set_defaults(func=_rewrite)
-    a = s.add_parser('show', help='summary table of nodes, ops, tensors and buffers'); a.add_argument('file'); a.set_defaults(func=_show)
+    a = s.add_parser('show', help='summary table of nodes, ops, tensors and buffers')
+    a.add_argument('file', help='the ARK model file (.json)'); add_json(a); a.set_defaults(func=_show)
     a = s.add_parser('check', help='check one file, or the rank files of one model together')
-    a.add_argument('files', nargs='+')
-    a.set_defaults(func=_check)
+    a.add_argument('files', nargs='+', help='one ARK file, or every rank file of one model')
+    add_json(a); a.set_defaults(func=_check)
     a = s.add_parser('run', help='execute with numpy (several ranks in one process)')
-    a.add_argument('file'); a.add_argument('--rank-files', nargs='*', default=[], help="the other ranks' files")
-    a.add_argument('--input', action='append', help='[RANK:]TENSOR_ID=X.npy or NAME=X.npy (repeat)')
-    a.add_argument('--output', required=True, help='.npz for the outputs')
-    a.add_argument('--no-check', action='store_true', help='skip the model checks')
+    a.add_argument('file', help='the ARK model file of rank 0 (or the only rank)')
+    a.add_argument('--rank-files', nargs='*', default=[], help="the other ranks' files (default: none)")
+    add_input(a, '[RANK:]TENSOR_ID=X.npy or NAME=X.npy (repeat; default: none)', action='append')
+    add_output(a, '.npz for the outputs (required)', required=True)
+    a.add_argument('--no-check', action='store_true', help='skip the model checks (default: check first)')
     a.set_defaults(func=_run)
     a = s.add_parser('from-nac', help='NAC program -> ARK JSON + .safetensors weights beside it')
-    a.add_argument('model'); a.add_argument('-o', '--output', required=True)
-    a.add_argument('--shape', action='append', help='input shape NAME=D1,D2[:int64] (repeat per input)')
-    a.add_argument('--era', choices=['ops', 'op'], default='ops'); a.set_defaults(func=_from_nac)
+    a.add_argument('model', help='the .nac file to convert')
+    add_output(a, 'the ARK .json to write; its .safetensors goes beside it (required)', required=True)
+    a.add_argument('--shape', action='append', help='input shape NAME=D1,D2[:int64] (repeat per input; default: from the signature)')
+    a.add_argument('--era', choices=['ops', 'op'], default='ops', help="'ops' (Ops arrays) or 'op' (one Op per node)")
+    a.set_defaults(func=_from_nac)
     a = s.add_parser('to-nac', help='ARK JSON (+ weights beside it) -> NAC program')
-    a.add_argument('model'); a.add_argument('-o', '--output', required=True); a.add_argument('--weights', default=None)
+    a.add_argument('model', help='the ARK .json to convert')
+    add_output(a, 'the .nac file to write (required)', required=True)
+    a.add_argument('--weights', default=None, help='the .safetensors of the weights (default: the one beside the model)')
     a.set_defaults(func=_to_nac)
     a = s.add_parser('graph', help='draw one or several rank files with Graphviz')
-    a.add_argument('files', nargs='+'); a.add_argument('-o', '--out', required=True, help='.svg/.png/.pdf')
-    a.add_argument('--max-ops', type=int, default=300, dest='max_ops'); a.set_defaults(func=_graph)
+    a.add_argument('files', nargs='+', help='one ARK file, or every rank file of one model')
+    add_output(a, 'the drawing: .svg, .png or .pdf (required)', required=True, dest='out', aliases=('--out',))
+    a.add_argument('--max-ops', type=int, default=300, dest='max_ops', help='draw at most this many ops')
+    a.set_defaults(func=_graph)
 
 # %% ../../nbs/74_ark_cli.ipynb #cd1de9d7
 TOUR_RANK = 70

@@ -5,6 +5,8 @@
 # %% ../../nbs/65b_fxp_cli.ipynb #6a7ee8f5
 from __future__ import annotations
 from pathlib import Path
+from ..cli import add_json, add_output, print_json
+from .types import OVERFLOW, ROUNDING
 
 # %% auto #0
 __all__ = ['TOUR_RANK', 'register', 'tour']
@@ -15,29 +17,37 @@ def register(sub):
     p = sub.add_parser('fxp', help='fixed-point datapath models: casts, requant multipliers, MAC array cycles, Verilog')
     s = p.add_subparsers(dest='fxp_command', metavar='FXP_COMMAND')
     r = s.add_parser('rtl', help='write synthesizable Verilog for a MAC array + requant epilogue')
-    r.add_argument('--rows', type=int, required=True); r.add_argument('--cols', type=int, required=True)
-    r.add_argument('--in-bits', type=int, default=8); r.add_argument('--acc-bits', type=int, default=32)
-    r.add_argument('--out-bits', type=int, default=8)
+    r.add_argument('--rows', type=int, required=True, help='PE rows of the array (required)')
+    r.add_argument('--cols', type=int, required=True, help='PE columns of the array (required)')
+    r.add_argument('--in-bits', type=int, default=8, help='width of the signed inputs and weights, bits')
+    r.add_argument('--acc-bits', type=int, default=32, help='width of the accumulators, bits')
+    r.add_argument('--out-bits', type=int, default=8, help='width of the requantized outputs, bits')
     r.add_argument('--overflow', default='wrap', choices=['wrap', 'sat'], help='accumulator overflow (default wrap)')
     r.add_argument('--rounding', default='double', choices=['double', 'single'], help='requant rounding (default double, gemmlowp)')
     r.add_argument('--name', default='nac_mac_array', help='module name (a Verilog identifier)')
-    r.add_argument('-o', '--out', required=True, help='output .v file')
+    add_output(r, 'the .v file to write (required)', required=True, dest='out', aliases=('--out',))
     r.add_argument('--verify', type=int, default=0, metavar='N', help='simulate N random layers with iverilog against the model')
     r.set_defaults(func=_rtl)
     c = s.add_parser('cast', help='convert raw (or, with --float, real) values between fixed-point formats')
-    c.add_argument('values', nargs='+'); c.add_argument('--to', required=True, help='target format, e.g. "ap_fixed<8,4>" or Q3.4')
+    c.add_argument('values', nargs='+', help='the raw integer values (or, with --float, real numbers) to convert')
+    c.add_argument('--to', required=True, help='target format, e.g. "ap_fixed<8,4>" or Q3.4 (required)')
     g = c.add_mutually_exclusive_group(required=True)
     g.add_argument('--from', dest='src', help='source format of the raw values')
     g.add_argument('--float', action='store_true', help='the values are real numbers')
-    c.add_argument('--rounding', default='TRN'); c.add_argument('--overflow', default='WRAP')
-    c.set_defaults(func=_cast)
+    c.add_argument('--rounding', default='TRN', metavar='MODE', help=f'quantization (rounding) mode, one of {", ".join(ROUNDING)}')
+    c.add_argument('--overflow', default='WRAP', metavar='MODE', help=f'overflow mode, one of {", ".join(OVERFLOW)}')
+    add_json(c); c.set_defaults(func=_cast)
     m = s.add_parser('multiplier', help="TFLite's QuantizeMultiplier: (m0, shift) of real multipliers")
-    m.add_argument('values', nargs='+'); m.set_defaults(func=_multiplier)
+    m.add_argument('values', nargs='+', help='real multipliers M (e.g. scale_in * scale_w / scale_out)')
+    add_json(m); m.set_defaults(func=_multiplier)
     y = s.add_parser('cycles', help='MAC array cycles for an M x K by K x N layer')
-    for a in ('M', 'K', 'N'): y.add_argument(a, type=int)
-    y.add_argument('--rows', type=int, required=True); y.add_argument('--cols', type=int, required=True)
+    for a, what in (('M', 'rows of the left operand (output rows)'), ('K', 'the reduction length'),
+                    ('N', 'columns of the right operand (output columns)')):
+        y.add_argument(a, type=int, help=what)
+    y.add_argument('--rows', type=int, required=True, help='PE rows of the array (required)')
+    y.add_argument('--cols', type=int, required=True, help='PE columns of the array (required)')
     y.add_argument('--depth', type=int, default=1, help='pipeline depth (default 1, the generated RTL)')
-    y.set_defaults(func=_cycles)
+    add_json(y); y.set_defaults(func=_cycles)
     p.set_defaults(func=lambda a: (p.print_help(), 2)[1])
 
 # %% ../../nbs/65b_fxp_cli.ipynb #43833745
@@ -91,6 +101,11 @@ def _cast(args):
         ins = [f'{v} ({float(to_float([v], src)[0])!r})' for v in rv]
     val = to_float(raw, dst)
     m = (1 << dst.word_bits) - 1
+    if args.json:
+        print_json(dict(to=str(dst), rounding=args.rounding, overflow=args.overflow,
+                        values=[dict(input=i, raw=int(r), value=float(v), bits=f'{int(r) & m:0{dst.word_bits}b}')
+                                for i, r, v in zip(ins, raw.tolist(), val.tolist())]))
+        return 0
     print(f'{"input":>24}  ->  {dst}  raw  value  bits')
     for i, r, v in zip(ins, raw.tolist(), val.tolist()):
         print(f'{i:>24}  ->  {r}  {v!r}  {int(r) & m:0{dst.word_bits}b}')
@@ -105,6 +120,8 @@ def _multiplier(args):
         try: Ms.append(float(v))
         except ValueError: raise FxpError(f'multiplier {v!r} is not a real number') from None
     pairs = [quantize_multiplier(M) for M in Ms]
+    if args.json:
+        print_json([dict(M=M, m0=int(m0), shift=int(sh), represented=math.ldexp(m0, sh - 31)) for M, (m0, sh) in zip(Ms, pairs)]); return 0
     print(f'{"M":>24} {"m0":>11} {"shift":>5}  represented')
     for M, (m0, sh) in zip(Ms, pairs):
         rep = math.ldexp(m0, sh - 31)
@@ -118,6 +135,9 @@ def _cycles(args):
         if getattr(args, a) < 0: raise FxpError(f'{a} must be >= 0, got {getattr(args, a)}')
     dp = Datapath(rows=args.rows, cols=args.cols, pipeline_depth=args.depth)
     t = dp.tiles(args.M, args.N)
+    if args.json:
+        print_json(dict(M=args.M, K=args.K, N=args.N, rows=args.rows, cols=args.cols, depth=args.depth, tiles=t,
+                        cycles=dp.cycles(args.M, args.K, args.N))); return 0
     print(f'{args.M}x{args.K} by {args.K}x{args.N} on {args.rows}x{args.cols}: {t} tiles x {args.K} + {args.depth} = '
           f'{dp.cycles(args.M, args.K, args.N)} cycles')
     return 0

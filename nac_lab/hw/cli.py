@@ -6,6 +6,7 @@
 from __future__ import annotations
 import json
 from pathlib import Path
+from ..cli import add_input, add_output
 
 # %% auto #0
 __all__ = ['register', 'pick_layer']
@@ -22,15 +23,17 @@ def register(sub):
                    'or .nem file) and check that the buffers fit its L1 (default: none, a 4x4 array)')
     g.add_argument('--rows', type=int, help="array rows: output pixels per tile (default 4, or the device's)")
     g.add_argument('--cols', type=int, help="array columns: output channels per tile (default 4, or the device's)")
-    g.add_argument('-o', '--out', required=True, metavar='RTL_DIR')
+    add_output(g, 'folder for the Verilog and its manifest (required)', required=True, metavar='RTL_DIR', dest='out', aliases=('--out',))
     g.set_defaults(func=_gen)
     m = s.add_parser('sim', help='simulate a generated accelerator on an int8 input')
-    m.add_argument('rtl', metavar='RTL_DIR'); m.add_argument('--input', required=True, metavar='X.npy', help='int8, NHWC')
-    m.add_argument('--simulator', default='icarus', choices=['icarus', 'verilator'])
-    m.add_argument('-o', '--out', required=True, metavar='OUT.npy')
+    m.add_argument('rtl', metavar='RTL_DIR', help='a folder written by `nac-lab hw gen`')
+    add_input(m, 'the layer input: int8, NHWC (required)', required=True, metavar='X.npy')
+    m.add_argument('--simulator', default='icarus', choices=['icarus', 'verilator'], help='the Verilog simulator to run')
+    add_output(m, 'the .npy for the layer output (required)', required=True, metavar='OUT.npy', dest='out', aliases=('--out',))
     m.set_defaults(func=_sim)
     c = s.add_parser('cost', help='yosys generic synthesis: cells, flip-flops, multipliers, adders')
-    c.add_argument('rtl', metavar='RTL_DIR'); c.add_argument('--json', action='store_true', help='print the totals as JSON')
+    c.add_argument('rtl', metavar='RTL_DIR', help='a folder written by `nac-lab hw gen`')
+    c.add_argument('--json', action='store_true', help='print the totals as JSON')
     c.set_defaults(func=_cost)
     p.set_defaults(func=lambda a: (p.print_help(), 2)[1])
 

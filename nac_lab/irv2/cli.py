@@ -8,6 +8,7 @@ from pathlib import Path
 from .maps import Irv2Error
 from ..config import show_value
 from ..fileio import atomic_write, check_output
+from ..cli import add_json, add_output, print_json
 
 # %% auto #0
 __all__ = ['TOUR_RANK', 'register', 'tour']
@@ -129,6 +130,10 @@ def _info(args):
     from nac_lab.irv2.build import load_ir, dimension_rows, buffer_rows, memory_rows
     from nac_lab.irv2.maps import load_maps
     from nac_lab.irv2.encdec import ir_file_is_encdec, load_encdec_ir, encdec_buffer_rows
+    if getattr(args, 'json', False):
+        ir = load_encdec_ir(args.ir) if ir_file_is_encdec(args.ir) else load_ir(args.ir, load_maps(args.maps) if args.maps else None)
+        print_json(dict(file=str(args.ir), config=ir['config'], memory_plan=ir['meta'].get('memory_plan'),
+                        buffers=len(ir.get('buffers', ())))); return
     if ir_file_is_encdec(args.ir):
         ir = load_encdec_ir(args.ir)
         print(dimension_rows(ir)); print(); print(encdec_buffer_rows(ir)); print()
@@ -158,14 +163,15 @@ def register(sub):
     b.add_argument('--enc-ctx', type=int, default=None, help='T5: encoder context length (default: --ctx)')
     b.add_argument('--batch', type=int, default=None, metavar='B',
                    help='plan for B sequences at once (B KV cache slots; default 1; at most --ctx); run takes several prompts')
-    b.add_argument('-o', '--out', required=True, help='IR JSON to write')
+    add_output(b, 'the IR JSON to write (required)', required=True, dest='out', aliases=('--out',))
     b.set_defaults(func=_build)
     e = s.add_parser('emit', help='IR v2 JSON -> one self-contained C file')
-    e.add_argument('ir'); e.add_argument('-o', '--out', required=True, help='C file to write')
+    e.add_argument('ir', help='the IR v2 JSON (from `irv2 build`)')
+    add_output(e, 'the C file to write (required)', required=True, dest='out', aliases=('--out',))
     e.add_argument('--maps', default=None, help='kernel maps the IR was built with, when not the shipped ones')
     e.set_defaults(func=_emit)
     r = s.add_parser('run', help='compile (cached), load weights by name, print greedy tokens')
-    r.add_argument('ir'); r.add_argument('weights',
+    r.add_argument('ir', help='the IR v2 JSON (from `irv2 build`)'); r.add_argument('weights',
                                          help='safetensors file with HuggingFace tensor names, or a GGUF file (mapped, blocks used '
                                               'as stored)')
     r.add_argument('--tokens', default=None, help='prompt token ids, comma separated')
@@ -177,8 +183,9 @@ def register(sub):
     r.add_argument('--maps', default=None, help='kernel maps the IR was built with, when not the shipped ones')
     r.set_defaults(func=_run)
     i = s.add_parser('info', help='dimension table, buffers and memory plan of an IR')
-    i.add_argument('ir'); i.add_argument('--maps', default=None, help='kernel maps the IR was built with, when not the shipped ones')
-    i.set_defaults(func=_info)
+    i.add_argument('ir', help='the IR v2 JSON (from `irv2 build`)')
+    i.add_argument('--maps', default=None, help='kernel maps the IR was built with, when not the shipped ones')
+    add_json(i); i.set_defaults(func=_info)
 
 # %% ../../nbs/54_irv2_cli.ipynb #a00ccd84
 TOUR_RANK = 60

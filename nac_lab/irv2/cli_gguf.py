@@ -5,7 +5,7 @@
 # %% ../../nbs/58_irv2_cli_gguf.ipynb #c5efd348
 from __future__ import annotations
 import json
-from ..cli import command_group
+from ..cli import add_json, add_output, command_group, print_json
 
 # %% auto #0
 __all__ = ['ARCH_HELP', 'register']
@@ -17,7 +17,7 @@ def _info(args):
     r = open_gguf(args.file); cfg = gguf_config(r); arch = arch_of(cfg)
     rows = [dict(name=t.name, hf=hf_names(t.name, arch), type=t.tensor_type.name, shape=[int(s) for s in reversed(list(t.shape))],
                  bytes=int(t.n_bytes)) for t in r.tensors]
-    if args.json: print(json.dumps(dict(architecture=arch, config=cfg, tensors=rows), indent=2)); return
+    if getattr(args, 'json', False): print_json(dict(file=str(args.file), architecture=arch, config=cfg, tensors=rows)); return
     print(json.dumps(cfg, indent=1, sort_keys=True))
     for t in rows:
         shape = 'x'.join(map(str, t['shape']))
@@ -36,13 +36,10 @@ def register(sub):
     "Add `nac-lab irv2 gguf-info` and `nac-lab irv2 gguf-convert` to the `irv2` command group."
     s = command_group(sub, 'irv2')
     i = s.add_parser('gguf-info', help=f'GGUF file ({ARCH_HELP}): config from its metadata, and its tensors')
-    i.add_argument('file', help='GGUF file to read (required)')
-    i.add_argument('--json', action='store_true', help='print architecture, config and tensors as JSON (default: a table)')
-    i.set_defaults(func=_info)
+    i.add_argument('file', help='GGUF file to read (required)'); add_json(i); i.set_defaults(func=_info)
     c = s.add_parser('gguf-convert', help=f'GGUF file ({ARCH_HELP}) -> float32 safetensors with HF names (and config JSON)')
     c.add_argument('file', help='GGUF file to read (required)')
-    c.add_argument('-o', '--output', '--out', dest='out', required=True, metavar='FILE',
-                   help='safetensors file to write (required; never the input)')
+    add_output(c, 'safetensors file to write (required; never the input)', required=True, dest='out', aliases=('--out',))
     c.add_argument('--config', default=None, metavar='CONFIG.json',
                    help='also write the HF-style config for `irv2 build` (default: none)')
     c.set_defaults(func=_convert)

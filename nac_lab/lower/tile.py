@@ -8,7 +8,6 @@ import math, re
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
-from ..core import data_path
 from .layers import LowerError
 from ..nem.memory import NemExecError
 from .emit import Emitter, Tiling, Val, conv_l1, nem_shape, stored_nhwc, emit_program, conv_rows, _uniform_run
@@ -35,8 +34,10 @@ class Device:
 def resolve_device(dev) -> Device:
     "A shipped device name (npm_lite, npm_mid, npm_pro, npm_pro_x1) or a .nem file defining one device."
     from nac_lab.nem.check import check
-    p = Path(dev) if str(dev).endswith('.nem') else Path(data_path('nem', 'devices', f'{dev}.nem'))
-    if not p.is_file(): raise LowerError(f'unknown device {dev!r}: not a shipped device name (npm_lite, npm_mid, npm_pro, npm_pro_x1) and '
+    from nac_lab.nem.devices import shipped_device_file
+    p = Path(dev) if str(dev).endswith('.nem') else shipped_device_file(str(dev))
+    if p is None or not p.is_file():
+        raise LowerError(f'unknown device {dev!r}: not a shipped device name (npm_lite, npm_mid, npm_pro, npm_pro_x1) and '
                                          f'not a .nem file')
     names = re.findall(r'^\s*device\s+([A-Za-z_]\w*)\s+extends', p.read_text(), re.M)
     if len(names) != 1: raise LowerError(f'{p}: expected exactly one device definition, found {len(names)}')

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json, shutil
 from pathlib import Path
 from ..binio import NacLabError
+import argparse
+from ..cli import add_json, add_output
 
 # %% auto #0
 __all__ = ['TOUR_RANK', 'register', 'tour']
@@ -39,7 +41,8 @@ def _rewrite(args):
     from nac_lab.nac.format import read_nac
     from nac_lab.nac.guard import check_nac_outputs
     from nac_lab.fileio import atomic_write
-    src, dst = Path(args.input), Path(args.output)
+    if (args.output is None) == (args.output_pos is None): raise NacLabError('rewrite: give the output file once, as -o/--output OUT')
+    src, dst = Path(args.input), Path(args.output or args.output_pos)
     nac = read_nac(src)
     nac.tensors = nac.tensors if nac.weights_internal else {}
     check_nac_outputs(dst, [src], external=not nac.weights_internal)     # neither file may be an input's
@@ -76,17 +79,21 @@ def _graph(args):
 def register(sub):
     "Add `inspect`, `rewrite` and `graph` to the `nac-lab` command line."
     p = sub.add_parser('inspect', help='summary (and listing) of a .nac file')
-    p.add_argument('file'); p.add_argument('--ops', action='store_true', help='add the instruction listing')
-    p.add_argument('--json', action='store_true', help='print one JSON object')
+    p.add_argument('file', help='the .nac file'); p.add_argument('--ops', action='store_true', help='add the instruction listing')
+    add_json(p)
     p.add_argument('--shapes', action='store_true', help="add each instruction's result shape/dtype (from the typed graph; loads torch)")
     from nac_lab.nac.cli_mep import add_inspect_flags; add_inspect_flags(p)      # --orch (MEP plan listing)
     p.set_defaults(func=_inspect)
     p = sub.add_parser('rewrite', help='read a .nac file and write it back')
-    p.add_argument('input'); p.add_argument('output'); p.set_defaults(func=_rewrite)
+    p.add_argument('input', help='the .nac file to read')
+    p.add_argument('output_pos', nargs='?', default=None, help=argparse.SUPPRESS)   # the old `rewrite IN OUT`
+    add_output(p, 'the .nac file to write (required)'); p.set_defaults(func=_rewrite)
     p = sub.add_parser('graph', help='draw the instruction graph of a .nac file with Graphviz')
-    p.add_argument('file'); p.add_argument('-o', '--out', required=True, help='output .svg/.png/.pdf')
-    p.add_argument('--start', type=int, default=0); p.add_argument('--stop', type=int, default=None)
-    p.add_argument('--max-nodes', type=int, default=400, dest='max_nodes')
+    p.add_argument('file', help='the .nac file')
+    add_output(p, 'the drawing: .svg, .png or .pdf (required)', required=True, dest='out', aliases=('--out',))
+    p.add_argument('--start', type=int, default=0, help='first instruction to draw')
+    p.add_argument('--stop', type=int, default=None, help='draw up to this instruction, exclusive (default: the end)')
+    p.add_argument('--max-nodes', type=int, default=400, dest='max_nodes', help='refuse to draw more nodes than this')
     p.add_argument('--params', action='store_true', help='draw parameter nodes instead of folding them into their ops')
     p.add_argument('--mmap', action='store_true', help='show the MMAP commands of each tick')
     p.add_argument('--shapes', action='store_true', help='label edges with value types and ops with named attributes (loads torch)')

@@ -7,6 +7,7 @@ __all__ = ['register']
 
 # %% ../../nbs/24e_nac_check_cli.ipynb #ccf50fbc
 import json
+from ..cli import add_json
 
 # %% ../../nbs/24e_nac_check_cli.ipynb #bf4d8603
 def _check_cmd(args) -> int:
@@ -19,5 +20,5 @@ def _check_cmd(args) -> int:
 def register(sub):
     "Add `check` to the `nac-lab` command line."
     p = sub.add_parser('check', help='check a .nac file completely and list every problem found (exit status 1 if any)')
-    p.add_argument('file'); p.add_argument('--json', action='store_true', help='print one JSON object')
+    p.add_argument('file', help='the .nac file'); add_json(p)
     p.set_defaults(func=_check_cmd)

@@ -93,8 +93,8 @@ def register(sub):
     "Add `run` to the `nac-lab` command line."
     p = sub.add_parser('run', help='execute a .nac model on .npy inputs')
     p.add_argument('file', help='the .nac file')
-    p.add_argument('--input', '-i', action='append', metavar='NAME=PATH.npy', help='an input by name (or position 0, 1, ...); repeatable')
-    p.add_argument('--output', '-o', metavar='OUT.npz', help='save the outputs to an .npz file')
+    p.add_argument('-i', '--input', action='append', metavar='NAME=PATH.npy', help='an input by name (or position 0, 1, ...); repeatable')
+    p.add_argument('-o', '--output', metavar='OUT.npz', help='save the outputs to an .npz file (default: print them only)')
     p.add_argument('--profile', action='store_true', help='print time and output bytes per op')
     p.add_argument('--backend', choices=('nac', 'onnxruntime'), default='nac',
                    help='what executes the model: nac (the NAC interpreter) or onnxruntime (its ONNX export) (default nac)')

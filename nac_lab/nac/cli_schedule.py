@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from ..binio import NacLabError
+from ..cli import add_output
 
 # %% auto #0
 __all__ = ['TOUR_RANK', 'register', 'load_sizes', 'load_inputs', 'resolve_sizes', 'instruction_text', 'schedule_listing', 'tour']
@@ -34,14 +35,15 @@ def register(sub):
     common(c); c.add_argument('--json', action='store_true', help='print one JSON object')
     c.set_defaults(func=_check)
     s = ss.add_parser('show', help='print the schedule next to the instructions')
-    s.add_argument('file'); s.add_argument('--from', dest='first', type=int, default=0, metavar='T')
+    s.add_argument('file', help='the .nac file')
+    s.add_argument('--from', dest='first', type=int, default=0, metavar='T', help='first tick to show')
     s.add_argument('--to', dest='last', type=int, default=None, metavar='T', help='last tick (inclusive)')
     s.set_defaults(func=_show)
     pl = ss.add_parser('plot', help='draw the fast-memory timeline (PNG, SVG or PDF by extension)')
-    common(pl); pl.add_argument('-o', '--out', required=True, help='output image')
+    common(pl); add_output(pl, 'the image to write: .png, .svg or .pdf (required)', required=True, dest='out', aliases=('--out',))
     pl.set_defaults(func=_plot)
     b = ss.add_parser('build', help='write a copy of the file with a fresh MMAP schedule')
-    common(b, cap=False); b.add_argument('-o', '--out', required=True, help='output .nac')
+    common(b, cap=False); add_output(b, 'the .nac file to write (required)', required=True, dest='out', aliases=('--out',))
     b.add_argument('--preload-ahead', type=int, default=2, metavar='A', help='ticks between a PRELOAD and the first reader (default 2)')
     b.add_argument('--capacity', type=int, metavar='BYTES', help='fast-memory budget the preloads must respect (needs sizes)')
     b.add_argument('--reorder', action='store_true', help='also apply the memory-aware reordering pass (needs sizes)')

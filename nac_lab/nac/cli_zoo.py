@@ -7,14 +7,21 @@ from __future__ import annotations
 from pathlib import Path
 from ..progress import stage, with_steps
 from .cli_run import CliInputError
+from ..cli import add_json, add_output, print_json
+
+# the zoo's model names, for `zoo build --help` without importing torch (a test below checks them against `nac.zoo.ZOO`)
+ZOO_NAMES = ('mlp', 'cnn', 'resnet18', 'mobilenet', 'unet', 'vit_tiny', 'gpt2', 'llama', 'gru')
 
 # %% auto #0
-__all__ = ['cmd_zoo_list', 'zoo_outputs', 'cmd_zoo_build', 'register']
+__all__ = ['ZOO_NAMES', 'cmd_zoo_list', 'zoo_outputs', 'cmd_zoo_build', 'register']
 
 # %% ../../nbs/20a_nac_cli_zoo.ipynb #d263c876
 def cmd_zoo_list(args):
     "Handler of `nac-lab zoo list`."
     from nac_lab.nac.zoo import ZOO
+    if getattr(args, 'json', False):
+        print_json([dict(name=z.name, family=z.family, input_kind=z.input_kind, input_shape=list(z.input_shape), about=z.about)
+                    for z in ZOO.values()]); return
     for z in ZOO.values():
         print(f'{z.name:10} {z.family:12} input {z.input_kind:6} {str(list(z.input_shape)):14} {z.about}')
 
@@ -56,11 +63,14 @@ def register(sub):
     "Add `zoo list` and `zoo build` to the `nac-lab` command line."
     z = sub.add_parser('zoo', help='the NAC model zoo: list models, compile one to .nac')
     zs = z.add_subparsers(dest='zoo_cmd', metavar='CMD', required=True)
-    zl = zs.add_parser('list', help='list the zoo models'); zl.set_defaults(func=cmd_zoo_list)
+    zl = zs.add_parser('list', help='list the zoo models'); add_json(zl); zl.set_defaults(func=cmd_zoo_list)
     zb = zs.add_parser('build', help='compile a zoo model to a .nac file')
-    zb.add_argument('name'); zb.add_argument('-o', '--output', required=True, metavar='FILE.nac')
-    zb.add_argument('--quant', default='none', choices=['none', 'fp16', 'int8_tensor', 'int8_channel', 'block_fp8'])
-    zb.add_argument('--weights', default='internal', choices=['internal', 'external'])
+    zb.add_argument('name', help=f'the model, one of: {", ".join(ZOO_NAMES)}')
+    add_output(zb, 'the .nac file to write (required)', required=True, metavar='FILE.nac')
+    zb.add_argument('--quant', default='none', choices=['none', 'fp16', 'int8_tensor', 'int8_channel', 'block_fp8'],
+                    help='weight quantization of the compiled file')
+    zb.add_argument('--weights', default='internal', choices=['internal', 'external'],
+                    help='weights inside the .nac, or in a .safetensors beside it')
     zb.add_argument('--batch', type=int, default=1, help='batch size of the example input written beside the file')
     zb.add_argument('--seed', type=int, default=0, help='weight seed')
     zb.add_argument('--static', action='store_true', help='compile with a fixed batch size instead of a dynamic one')

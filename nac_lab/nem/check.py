@@ -12,7 +12,7 @@ from .lexer import NemError
 from .evaluate import names_in
 from .parser import no_gc
 from .documents import Diagnostic, load
-from .devices import DeviceSet, PER_ENGINE_UNITS
+from .devices import DeviceSet, PER_ENGINE_UNITS, shipped_device_file
 from .fmt import fmt_expr, fmt_deco
 from .check_ctx import *
 from .shapes import check_move, check_compute, check_types
@@ -295,6 +295,8 @@ def _target_device(ws, prog, file, device, path, base_dir, diags) -> tuple:
      "directive; device files go through `Workspace.add_device_file`.")
     if device is not None:
         dp = Path(device)
+        if device not in ws.devices and not device.endswith('.nem') and not dp.is_file() and shipped_device_file(device) is not None:
+            dp = shipped_device_file(device)      # a shipped device by name (npm_pro): what `--device` means everywhere
         if device.endswith('.nem') or dp.is_file():
             if not dp.is_file(): raise NemError(f'device file {device} not found')
             target, sub = ws.add_device_file(dp, device); diags += sub.diags

@@ -4,28 +4,35 @@
 
 # %% ../../nbs/36_nem_cli.ipynb #e356721f
 from __future__ import annotations
-import json, sys
+import sys
 from pathlib import Path
+from ..cli import DeprecatedFlag, add_json, print_json
 
 # %% auto #0
-__all__ = ['TOUR_RANK', 'register', 'describe_device', 'tour']
+__all__ = ['DEVICE_HELP', 'TOUR_RANK', 'register', 'describe_device', 'tour']
 
 # %% ../../nbs/36_nem_cli.ipynb #20086e40
+DEVICE_HELP = ('target device: a name the program can see, a .nem file, or a shipped device (npm_lite, npm_mid, npm_pro, npm_pro_x1); '
+               "default: the program's `device`")
+
 def register(sub):
     "Add `nac-lab nem ...` to the CLI."
     p = sub.add_parser('nem', help='NEM (NeuPro-M execution model): check programs, list devices, format')
     s = p.add_subparsers(dest='nem_command', metavar='NEM_COMMAND')
     c = s.add_parser('check', help='check a NEM program or config document against the static rules')
-    c.add_argument('file'); c.add_argument('--device', help='target device: a name visible to the program, or a .nem file')
-    c.add_argument('--json', action='store_true', help='print the diagnostics as JSON')
+    c.add_argument('file', help='the NEM program or config document')
+    c.add_argument('--device', help=DEVICE_HELP)
+    add_json(c)
     c.set_defaults(func=_check)
     d = s.add_parser('devices', help='print the resolved devices of a NEM file')
-    d.add_argument('file'); d.set_defaults(func=_devices)
+    d.add_argument('file', help='the NEM file whose devices (defined or included) to resolve')
+    add_json(d); d.set_defaults(func=_devices)
     f = s.add_parser('fmt', help='pretty-print a NEM file (comments and blank lines kept)')
-    f.add_argument('file')
+    f.add_argument('file', help='the NEM file to format')
     g = f.add_mutually_exclusive_group()
     g.add_argument('--check', action='store_true', help='print a diff and exit 1 when the file is not in canonical layout')
-    g.add_argument('-i', '--in-place', action='store_true', help='rewrite the file in canonical layout (atomically)')
+    g.add_argument('--in-place', action='store_true', help='rewrite the file in canonical layout (atomically)')
+    f.add_argument('-i', dest='in_place', action=DeprecatedFlag, replacement='--in-place')   # -i means --input everywhere else
     f.set_defaults(func=_fmt)
     p.set_defaults(func=lambda a: (p.print_help(), 2)[1])
 
@@ -33,10 +40,10 @@ def _check(args):
     from nac_lab.nem.check import check
     r = check(args.file, name=args.file, device=args.device)
     if args.json:
-        print(json.dumps(dict(file=args.file, device=r.device.name if r.device else None, ok=r.ok,
-                              errors=len(r.errors), warnings=len(r.warnings),
-                              infos=sum(d.severity == 'info' for d in r.diags),
-                              diagnostics=[d.to_json() for d in r.diags]), indent=1))
+        print_json(dict(file=args.file, device=r.device.name if r.device else None, ok=r.ok,
+                        errors=len(r.errors), warnings=len(r.warnings),
+                        infos=sum(d.severity == 'info' for d in r.diags),
+                        diagnostics=[d.to_json() for d in r.diags]))
     else: print(r.format())
     return 0 if r.ok else 1
 
@@ -67,6 +74,13 @@ def _devices(args):
     ws = load(args.file, name=args.file)
     ds = DeviceSet(ws)
     res = ds.resolve_all()
+    diags = ws.diags + ds.diags
+    if getattr(args, 'json', False):
+        devs = [dict(name=rd.name, chain=list(rd.chain), spec_version=rd.spec_version, abstract=rd.abstract, topology=rd.topology,
+                     mandatory=len(rd.mandatory), extended=len(rd.extended)) for rd in res.values() if rd is not None]
+        print_json(dict(file=args.file, devices=devs,
+                        diagnostics=[d.to_json() for d in diags]))
+        return 1 if any(d.severity == 'error' for d in diags) else 0
     for rd in res.values():
         if rd is not None: print(describe_device(rd) + '\n')
     diags = ws.diags + ds.diags
@@ -92,7 +106,7 @@ def _fmt(args):
         diff = list(difflib.unified_diff(text.splitlines(keepends=True), out.splitlines(keepends=True), name, name + ' (formatted)'))
         sys.stdout.write(printable(''.join(l if l.endswith('\n') else l + '\n' for l in diff)).replace('\\x0a', '\n'))
         changed = sum(1 for l in diff if l[:1] == '-' and not l.startswith('---'))
-        print(f'{name}: not in canonical layout: fmt would change {changed} line(s) (diff above); run `nac-lab nem fmt -i {name}`',
+        print(f'{name}: not in canonical layout: fmt would change {changed} line(s) (diff above); run `nac-lab nem fmt --in-place {name}`',
               file=sys.stderr)
         return 1
     if args.in_place:

@@ -4,10 +4,11 @@
 
 # %% ../../nbs/39b_nem_cli_exec.ipynb #165fe8b0
 from __future__ import annotations
-import io, json, sys
+import io, sys
 from pathlib import Path
 from ..binio import NacLabError
-from ..cli import command_group
+from ..cli import add_input, add_json, add_output, command_group, print_json
+from .cli import DEVICE_HELP
 
 # %% auto #0
 __all__ = ['TOUR_RANK', 'register', 'format_summary', 'tour']
@@ -17,20 +18,21 @@ def register(sub):
     "Add `nac-lab nem run` and `nac-lab nem sim` to the `nem` command group."
     s = command_group(sub, 'nem')
     r = s.add_parser('run', help='execute a NEM program bit for bit on input arrays')
-    r.add_argument('file'); r.add_argument('--device', help='target device: a name visible to the program, or a .nem file')
-    r.add_argument('--input', action='append', default=[], metavar='BUF=X.npy',
-                   help='fill buffer BUF from offset 0 with the bytes of X.npy')
+    r.add_argument('file', help='the NEM program'); r.add_argument('--device', help=DEVICE_HELP)
+    add_input(r, 'fill buffer BUF from offset 0 with the bytes of X.npy (repeat; default: none)', action='append', default=[],
+              metavar='BUF=X.npy')
     r.add_argument('--data', metavar='DIR', help='fill every buffer BUF that has a DIR/BUF.npy')
-    r.add_argument('--output', required=True, metavar='OUT.npz', help='every buffer\'s final bytes (uint8) under its name')
+    add_output(r, 'every buffer\'s final bytes (uint8) under its name (required)', required=True, metavar='OUT.npz')
     r.add_argument('--region', action='append', default=[], metavar='NAME', help='also store region NAME\'s typed values')
     r.add_argument('--max-instances', type=int, default=None, dest='max_instances', metavar='N',
                    help='task instances and loop iterations the program may unroll into (default 2,000,000)')
     r.set_defaults(func=_run)
     m = s.add_parser('sim', help='simulate a NEM program on a device: cycles, units, critical path')
-    m.add_argument('file'); m.add_argument('--device', help='target device: a name visible to the program, or a .nem file')
-    m.add_argument('--json', action='store_true', help='print the result as JSON (with every task instance)')
+    m.add_argument('file', help='the NEM program'); m.add_argument('--device', help=DEVICE_HELP)
+    add_json(m, 'print the result as JSON, indent 2, with every task instance (schema on the command reference page)')
     m.add_argument('--trace', metavar='T.json', help='write a Chrome/Perfetto trace')
     m.add_argument('--gantt', metavar='G.png', help='write a Gantt chart (PNG or SVG)')
+    m.add_argument('--all-units', action='store_true', help='list every unit, idle ones too (default: the units that did work)')
     m.add_argument('--max-instances', type=int, default=None, dest='max_instances', metavar='N',
                    help='task instances and loop iterations the program may unroll into (default 2,000,000)')
     m.set_defaults(func=_sim)
@@ -76,11 +78,15 @@ def _run(args):
           (f' and {len(args.region)} region(s)' if args.region else '') + f' written to {args.output}')
 
 # %% ../../nbs/39b_nem_cli_exec.ipynb #9a1ac6e5
-def format_summary(s:dict) -> str:
-    "The human-readable `nem sim` report of a `summary` dict."
+def format_summary(s:dict, all_units:bool=False) -> str:
+    "The human-readable `nem sim` report of a `summary` dict: the units that did work (every unit when `all_units`)."
     out = [f"{s['device']}: {s['total_cycles']} cycles = {s['time_us']:.3f} us at {s['clock_mhz']} MHz ({s['tasks']} task instances)",
            f"MAC utilisation {s['mac_utilisation']:.1%} of the device's NMUs ({s['macs']} MACs)", 'units (busy cycles, busy fraction):']
-    for u, d in s['units'].items(): out.append(f"  {u:14} {d['busy']:>12.0f}  {d['utilisation']:6.1%}")
+    idle = 0
+    for u, d in s['units'].items():
+        if d['busy'] or all_units: out.append(f"  {u:14} {d['busy']:>12.0f}  {d['utilisation']:6.1%}")
+        else: idle += 1
+    if idle: out.append(f'  ({idle} idle units not shown; --all-units lists them)')
     out.append('bytes per memory level: ' + '; '.join(f"{k}: {v['read']} read, {v['written']} written" for k, v in s['bytes'].items()))
     cp = s['critical_path']
     nd = sum(x.startswith('dispatch ') for x in cp)
@@ -108,8 +114,9 @@ def _sim(args):
         ax.figure.savefig(b, format=Path(args.gantt).suffix[1:] or 'png', dpi=110, bbox_inches='tight')
         plt.close(ax.figure)
         atomic_write(args.gantt, b.getvalue(), inputs=[args.file])
-    if args.json: print(json.dumps(to_json(res), indent=1))
-    else: print(format_summary(summary(res)))
+    if args.json: print_json(to_json(res)); return
+    print(format_summary(summary(res), all_units=args.all_units))
+    if args.gantt: print(f'Gantt chart written to {args.gantt}')
 
 # %% ../../nbs/39b_nem_cli_exec.ipynb #4a9e7303
 TOUR_RANK = 41

@@ -10,7 +10,7 @@ from ..binio import NacLabError
 from ..cli import command_group
 
 # %% auto #0
-__all__ = ['CALIB_SEED', 'CALIB_N', 'register', 'random_calib', 'write_report_csv', 'register_sweep']
+__all__ = ['CALIB_SEED', 'CALIB_N', 'TOUR_RANK', 'register', 'random_calib', 'write_report_csv', 'register_sweep', 'tour']
 
 # %% ../../nbs/69b_lower_cli.ipynb #e20b0e04
 def register(sub):
@@ -109,21 +109,37 @@ def write_report_csv(rows, path, inputs=()):
 # %% ../../nbs/69b_lower_cli.ipynb #8d881e2a
 def register_sweep(s):
     p = s.add_parser('sweep', help='design-space exploration on Dask: models x devices x tiling policies -> CSV + Pareto plot')
-    p.add_argument('models', nargs='+', metavar='MODEL.nac')
+    p.add_argument('models', nargs='+', metavar='MODEL.nac', help='the .nac models to lower')
     p.add_argument('--devices', nargs='+', required=True, metavar='DIR|FILE|NAME',
                    help='device .nem files, folders of them, or shipped names')
     p.add_argument('--tilings', type=int, default=3, metavar='K',
                    help='the first K policies of: search, naive, bands of 1, 2, 4, 8, 16 rows (default 3)')
     m = p.add_mutually_exclusive_group()
-    m.add_argument('--float', dest='mode', action='store_const', const='float')
-    m.add_argument('--int8', dest='mode', action='store_const', const='int8')
-    p.add_argument('--calib', action='append', default=[], metavar='X.npy')
-    p.add_argument('--example', metavar='X.npy')
+    m.add_argument('--float', dest='mode', action='store_const', const='float', help='lower every model for float (as `nem lower --float`)')
+    m.add_argument('--int8', dest='mode', action='store_const', const='int8', help='lower for int8 (the default; needs --calib)')
+    p.add_argument('--calib', action='append', default=[], metavar='X.npy', help='calibration input for int8 (repeat; default: none)')
+    p.add_argument('--example', metavar='X.npy', help='an input fixing the shapes (float path; default: the first --calib)')
     p.add_argument('--scheduler', metavar='tcp://HOST:PORT', help='an existing Dask scheduler (default: a local cluster)')
     p.add_argument('--workers', type=int, default=2, help='workers of the local cluster (default 2)')
-    p.add_argument('-o', '--output', required=True, metavar='RESULTS.csv')
+    p.add_argument('-o', '--output', required=True, metavar='RESULTS.csv', help='the CSV of every (model, device, tiling) point (required)')
     p.add_argument('--plot', metavar='PARETO.png', help='cycles vs L1 bytes used, with the Pareto front')
     p.set_defaults(func=_sweep, mode='int8')
+
+# %% ../../nbs/69b_lower_cli.ipynb #3d5def47
+TOUR_RANK = 45
+
+def tour(out:Path):
+    "Lowering: a zoo CNN compiled, lowered to npm_pro (per-layer report) and simulated with a Gantt chart, all under `out/lowering`."
+    from nac_lab.cli import main
+    d = Path(out) / 'lowering'; d.mkdir(parents=True, exist_ok=True)
+    nac, low = d / 'cnn.nac', d / 'cnn_npm_pro'
+    steps = [['zoo', 'build', 'cnn', '--static', '-o', nac],
+             ['nem', 'lower', nac, '--device', 'npm_pro', '--float', '--example', d / 'cnn.input.npy', '--report', '-o', low],
+             ['nem', 'sim', low / 'model.nem', '--gantt', d / 'cnn_npm_pro_gantt.png']]
+    for argv in steps:
+        print('$ nac-lab ' + ' '.join(map(str, argv)))
+        rc = main([str(a) for a in argv])
+        if rc: raise NacLabError(f'tour: `nac-lab {" ".join(map(str, argv))}` failed with exit code {rc}')
 
 # %% ../../nbs/69b_lower_cli.ipynb #7642b035
 def _device_list(items) -> list:

@@ -14,7 +14,7 @@ from .types import instantiations, families_of, baseline_families, family_proble
 
 # %% auto #0
 __all__ = ['PER_ENGINE_UNITS', 'DEVICE_UNITS', 'SPEC_VERSIONS', 'MAX_DEVICE_DEPTH', 'MAX_ENGINES', 'MAX_UNITS',
-           'MAX_MEMORY_BYTES', 'ResolvedDevice', 'DeviceSet', 'inheritance_graph']
+           'MAX_MEMORY_BYTES', 'ResolvedDevice', 'DeviceSet', 'inheritance_graph', 'shipped_device_file']
 
 # %% ../../nbs/33_nem_devices.ipynb #37444b4f
 PER_ENGINE_UNITS = ('NMU', 'CSTL', 'DMA', 'VPU', 'SEQ')
@@ -288,3 +288,12 @@ def inheritance_graph(ds:DeviceSet):
         g.node(name, f'{name}\n{info}\n{add}', fillcolor='#f3f3f3' if rd.abstract else '#eef3fb')
         if node.extends: g.edge(name, node.extends, label='extends', fontsize='9')
     return g
+
+# %% ../../nbs/33_nem_devices.ipynb #095a7b3f
+def shipped_device_file(name:str):
+    "The `.nem` file of the shipped device `name` (`npm_pro` -> data/nem/devices/npm_pro.nem), or None when no such device is shipped."
+    from pathlib import Path
+    from nac_lab.core import data_path
+    if not isinstance(name, str) or not name.isidentifier(): return None
+    p = Path(data_path('nem', 'devices', f'{name}.nem'))
+    return p if p.is_file() else None

@@ -4,10 +4,11 @@
 
 # %% ../../nbs/45_trillim_cli.ipynb #6482010c
 from __future__ import annotations
-import argparse, json
+import argparse
 from pathlib import Path
 from ..binio import NacLabError, map_file
 from ..fileio import atomic_write, check_output, same_file
+from ..cli import add_json, add_output, print_json
 
 # %% auto #0
 __all__ = ['TOUR_RANK', 'register', 'tour']
@@ -41,7 +42,7 @@ def _decode(args):
     from nac_lab.trillim.manifest import read_manifest, manifest_to_dict, LORA_TARGETS
     from nac_lab.nac.guard import escape       # shard paths come from the file: control characters and NUL printed as escapes
     m = read_manifest(_map(args.file), fmt=str(args.file))
-    if args.json: print(json.dumps(manifest_to_dict(m), indent=1)); return     # json.dumps escapes control characters itself
+    if args.json: print_json(manifest_to_dict(m)); return     # json.dumps escapes control characters itself
     print(f'{len(m.shards)} shard(s):')
     for i, s in enumerate(m.shards): print(f'  [{i}] {escape(s)}')
     print(f'{len(m.entries)} tensor entries:')
@@ -64,7 +65,8 @@ def _config(args):
     from nac_lab.config import read_hf_config
     names = list(tensor_table(shard_files(args.model_dir)))
     vec = config_args(load_hf_config(args.model_dir, names), args.threads)
-    print(' '.join(vec))
+    if getattr(args, 'json', False): print_json(dict(model_dir=str(args.model_dir), config=list(vec)))
+    else: print(' '.join(vec))
     if args.verbose:                                 # decision Trillim 5: which source each defaulted field came from
         import sys
         from nac_lab.trillim.config import CONFIG_FIELDS
@@ -100,17 +102,23 @@ def register(sub):
     p = sub.add_parser('trillim', help='Trillim protocol v1: manifests, quantizer, engine')
     ts = p.add_subparsers(dest='trillim_cmd', metavar='SUBCOMMAND', required=True)
     a = ts.add_parser('manifest', help='write the quantize manifest of a checkpoint')
-    a.add_argument('model_dir'); a.add_argument('--adapter', help='PEFT adapter directory'); a.add_argument('-o', '--output', required=True)
+    a.add_argument('model_dir', help='the checkpoint folder (config.json and safetensors)')
+    a.add_argument('--adapter', help='PEFT adapter directory (default: none)')
+    add_output(a, 'the manifest file to write (required)', required=True)
     a.set_defaults(func=_manifest)
     a = ts.add_parser('decode', help='decode a quantize manifest')
-    a.add_argument('file'); a.add_argument('--json', action='store_true', help='print JSON')
+    a.add_argument('file', help='the quantize manifest'); add_json(a)
     a.set_defaults(func=_decode)
     a = ts.add_parser('config', help='print the --config vector of a checkpoint')
-    a.add_argument('model_dir'); a.add_argument('--threads', type=int, default=0)
+    a.add_argument('model_dir', help='the checkpoint folder (config.json and safetensors)')
+    a.add_argument('--threads', type=int, default=0, help='the threads field of the vector (0: the engine picks)')
     a.add_argument('-v', '--verbose', action='store_true', help='also list, on stderr, where each defaulted field came from')
+    add_json(a)
     a.set_defaults(func=_config)
     a = ts.add_parser('quantize', help='write qmodel.tensors, rope.cache (and qmodel.lora)')
-    a.add_argument('model_dir'); a.add_argument('--adapter'); a.add_argument('--manifest', help='use this manifest instead of building one')
+    a.add_argument('model_dir', help='the checkpoint folder (config.json and safetensors)')
+    a.add_argument('--adapter', help='PEFT adapter directory: also write qmodel.lora (default: none)')
+    a.add_argument('--manifest', help='use this manifest instead of building one')
     a.add_argument('-o', '--output', help='output folder (default: MODEL_DIR)')
     a.set_defaults(func=_quantize)
     a = ts.add_parser('engine', help='serve protocol v1 on stdin/stdout',
