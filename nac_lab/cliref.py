@@ -83,12 +83,20 @@ JSON_SAMPLES = [    # (setup commands, the --json command); {data}: the bundled 
     (['zoo build mlp -o {tmp}/mlp.nac'], 'inspect {tmp}/mlp.nac --json'),
     (['zoo build mlp -o {tmp}/mlp.nac'], 'check {tmp}/mlp.nac --json'),
     (['zoo build mlp -o {tmp}/mlp.nac'], 'schedule check {tmp}/mlp.nac --json'),
+    (['zoo build mlp -o {tmp}/mlp.nac'], 'export {tmp}/mlp.nac -o {tmp}/mlp.onnx --json'),
+    (['zoo build mlp -o {tmp}/mlp.nac'], 'nem lower {tmp}/mlp.nac --device npm_pro -o {tmp}/low --json'),
+    (['zoo build mlp -o {tmp}/mlp.nac', 'zoo build cnn -o {tmp}/cnn.nac'], 'genome genes {tmp}/mlp.nac {tmp}/cnn.nac --json'),
+    (['zoo build mlp -o {tmp}/mlp.nac', 'zoo build cnn -o {tmp}/cnn.nac'], 'genome mine {tmp}/mlp.nac {tmp}/cnn.nac -o {tmp}/cat.json --json'),
+    (['zoo build mlp -o {tmp}/mlp.nac', 'zoo build cnn -o {tmp}/cnn.nac'], 'genome tree {tmp}/mlp.nac {tmp}/cnn.nac --json'),
 ]
 JSON_UNSAMPLED = {   # commands with --json that need what the repository does not ship
     'irv2 gguf-info': 'a .gguf file',
     'trillim decode': 'a quantize manifest of a real checkpoint',
     'trillim config': 'a Trillim checkpoint folder',
     'hw cost': 'yosys and a generated accelerator',
+    'genome corpus': 'compiling dozens of peer models (tens of minutes)',
+    'genome synth': 'an evolutionary search that trains its candidates (minutes)',
+    'genome transplant': 'a gene id that `genome genes` found between two trained models',
 }
 
 def run_json_sample(setup:list, cmd:str, tmp) -> object:

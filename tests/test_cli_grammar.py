@@ -14,6 +14,7 @@ NO_JSON = {
     'trillim engine': 'starts the engine process',
     'tokenize': 'prints token ids or text, one stream',
     'schedule show': 'a listing of the program beside its schedule, for people (schedule check --json has the data)',
+    'view': 'serves the model to a browser until stopped',
 }
 SKIP = (argparse._HelpAction, argparse._VersionAction, argparse._SubParsersAction)
 
