@@ -86,7 +86,8 @@ JSON_SAMPLES = [    # (setup commands, the --json command); {data}: the bundled 
     (['zoo build mlp -o {tmp}/mlp.nac'], 'export {tmp}/mlp.nac -o {tmp}/mlp.onnx --json'),
     (['zoo build mlp -o {tmp}/mlp.nac'], 'nem lower {tmp}/mlp.nac --device npm_pro -o {tmp}/low --json'),
     (['zoo build mlp -o {tmp}/mlp.nac', 'zoo build cnn -o {tmp}/cnn.nac'], 'genome genes {tmp}/mlp.nac {tmp}/cnn.nac --json'),
-    (['zoo build mlp -o {tmp}/mlp.nac', 'zoo build cnn -o {tmp}/cnn.nac'], 'genome mine {tmp}/mlp.nac {tmp}/cnn.nac -o {tmp}/cat.json --json'),
+    (['zoo build mlp -o {tmp}/mlp.nac', 'zoo build cnn -o {tmp}/cnn.nac'],
+     'genome mine {tmp}/mlp.nac {tmp}/cnn.nac -o {tmp}/cat.json --json'),
     (['zoo build mlp -o {tmp}/mlp.nac', 'zoo build cnn -o {tmp}/cnn.nac'], 'genome tree {tmp}/mlp.nac {tmp}/cnn.nac --json'),
 ]
 JSON_UNSAMPLED = {   # commands with --json that need what the repository does not ship
