@@ -1,21 +1,16 @@
 ("The CNN ops of lower.cnn, one tiny module each: float (f32) within 1e-4 of the NAC interpreter, int8 bit-exact with the independent "
  "integer reference, nem check clean.")
-import shutil
 import numpy as np, pytest, torch, torch.nn as nn, torch.nn.functional as F
-from nac_lab.core import data_path
 from nac_lab.nac.compile import compile as nac_compile
 from nac_lab.lower.api import lower
 from nac_lab.lower.layers import LowerError
+from f32_device import f32_device
 from int_reference import reference_int8
 
 @pytest.fixture(scope='module')
 def f32dev(tmp_path_factory):
     "npm_pro_x1 plus f32 view and norm variants: every layer of these modules lowers in f32."
-    d = tmp_path_factory.mktemp('dev')
-    for n in ('npm_pro', 'npm_pro_x1'): shutil.copyfile(data_path('nem', 'devices', f'{n}.nem'), d / f'{n}.nem')
-    (d / 'npm_f32.nem').write_text('include "npm_pro_x1.nem"\n\ndevice npm_f32 extends npm_pro_x1 {\n    opcode.extended {\n'
-                                   '        norm<f32>.default\n        view<f32>.default\n        gemm.float<f32>.no_bias\n    }\n}\n')
-    return d / 'npm_f32.nem'
+    return f32_device(tmp_path_factory.mktemp('dev'), ('norm<f32>.default', 'view<f32>.default', 'gemm.float<f32>.no_bias'))
 
 class Fn(nn.Module):
     "conv (with a batch norm after a relu) then `f`."

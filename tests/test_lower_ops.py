@@ -1,20 +1,15 @@
 ("Emission of matmul (activation x activation), transpose, concat, softmax, layernorm and rmsnorm: float against the NAC interpreter, "
  "int8 bit-exact against the integer reference, 4-D axes on NHWC storage.")
-import shutil
 import numpy as np, pytest, torch, torch.nn as nn
-from nac_lab.core import data_path
 from nac_lab.nac.compile import compile as nac_compile
 from nac_lab.lower.api import lower
+from f32_device import f32_device
 from int_reference import reference_int8      # lowering's layer walk, requantized independently of nac_lab.fxp (#28 item 7)
 
 @pytest.fixture(scope='module')
 def f32dev(tmp_path_factory):
     "npm_pro_x1 plus the f32 norm, softmax and view variants (MAY class): a device on which a transformer block lowers in f32."
-    d = tmp_path_factory.mktemp('dev')
-    for n in ('npm_pro', 'npm_pro_x1'): shutil.copyfile(data_path('nem', 'devices', f'{n}.nem'), d / f'{n}.nem')
-    (d / 'npm_f32.nem').write_text('include "npm_pro_x1.nem"\n\ndevice npm_f32 extends npm_pro_x1 {\n    opcode.extended {\n'
-                                   '        norm<f32>.default\n        softmax<f32>.default\n        view<f32>.default\n    }\n}\n')
-    return d / 'npm_f32.nem'
+    return f32_device(tmp_path_factory.mktemp('dev'), ('norm<f32>.default', 'softmax<f32>.default', 'view<f32>.default'))
 
 class Block(nn.Module):
     "layernorm, q/k/v, q·kᵀ (transpose + matmul), softmax, ·v, concat, rmsnorm on [1, S, D]."

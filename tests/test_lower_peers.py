@@ -1,11 +1,11 @@
 ("A deterministic sample of real torchvision models (random weights, 32x32 input, 10 classes) through the whole lowering: float (f32) and "
  "int8 lower, pass nem check, and execute — f32 within 1e-4 of the NAC interpreter, int8 bit-exact with the independent reference.")
-import os, shutil
+import os
 import numpy as np, pytest, torch
-from nac_lab.core import data_path
 from nac_lab.bench.peers import import_torchvision
 from nac_lab.nac.compile import compile as nac_compile
 from nac_lab.lower.api import lower
+from f32_device import f32_device
 from int_reference import reference_int8
 
 FAST = ['squeezenet1_1']                   # ceil_mode max pools, concats, a global average pool: ~35 s on one core
@@ -21,11 +21,7 @@ SHAPE = (1, 3, 32, 32)
 @pytest.fixture(scope='module')
 def f32dev(tmp_path_factory):
     "npm_pro_x1 plus f32 view, norm and gemm variants: a device every layer of these models lowers to in f32."
-    d = tmp_path_factory.mktemp('dev')
-    for n in ('npm_pro', 'npm_pro_x1'): shutil.copyfile(data_path('nem', 'devices', f'{n}.nem'), d / f'{n}.nem')
-    (d / 'npm_f32.nem').write_text('include "npm_pro_x1.nem"\n\ndevice npm_f32 extends npm_pro_x1 {\n    opcode.extended {\n'
-                                   '        norm<f32>.default\n        view<f32>.default\n        gemm.float<f32>.no_bias\n    }\n}\n')
-    return d / 'npm_f32.nem'
+    return f32_device(tmp_path_factory.mktemp('dev'), ('norm<f32>.default', 'view<f32>.default', 'gemm.float<f32>.no_bias'))
 
 _CACHE = {}
 def _peer(name):
