@@ -9,6 +9,8 @@ __all__ = ['NacLabError', 'FormatError', 'Reader', 'Writer', 'read_nac', 'write_
 
 # %% ../nbs/05_api.ipynb #d68fa1f5
 import importlib
+from .layout import install as _install_layout
+_install_layout()      # old module paths of the NAC and NEM stages keep importing (nac_lab.layout)
 
 # %% ../nbs/05_api.ipynb #3b9406b0
 __doc__ = """nac_lab: a notebook-first toolkit for AI-accelerator and compiler research.
@@ -25,10 +27,10 @@ _LAZY = {
     'NacLabError': 'nac_lab.errors', 'FormatError': 'nac_lab.errors', 'Reader': 'nac_lab.binio', 'Writer': 'nac_lab.binio',
     # NAC: container, compiler, interpreter (issues: container, compiler)
     'read_nac': 'nac_lab.nac.format', 'write_nac': 'nac_lab.nac.format', 'NacFile': 'nac_lab.nac.format',
-    'compile': 'nac_lab.nac.compile', 'load': 'nac_lab.nac.run', 'NacModel': 'nac_lab.nac.run',
-    'check': 'nac_lab.nac.check',      # every problem of a .nac file (nbs/24d_nac_check)
+    'compile': 'nac_lab.nac.compiler.compile', 'load': 'nac_lab.nac.runtime.run', 'NacModel': 'nac_lab.nac.runtime.run',
+    'check': 'nac_lab.nac.format.check',      # every problem of a .nac file (nbs/24d_nac_check)
     # MMAP schedules
-    'build_schedule': 'nac_lab.nac.mmap', 'simulate': 'nac_lab.nac.mmap_sim',
+    'build_schedule': 'nac_lab.nac.schedule.mmap', 'simulate': 'nac_lab.nac.schedule.mmap_sim',
     # helpers
     'data_path': 'nac_lab.core', 'render': 'nac_lab.viz',
 }
@@ -49,11 +51,11 @@ if TYPE_CHECKING:      # read by IDEs and type checkers only; at run time `__get
     from nac_lab.errors import NacLabError, FormatError
     from nac_lab.binio import Reader, Writer
     from nac_lab.nac.format import read_nac, write_nac, NacFile
-    from nac_lab.nac.compile import compile
-    from nac_lab.nac.run import load, NacModel
-    from nac_lab.nac.check import check
-    from nac_lab.nac.mmap import build_schedule
-    from nac_lab.nac.mmap_sim import simulate
+    from nac_lab.nac.compiler.compile import compile
+    from nac_lab.nac.runtime.run import load, NacModel
+    from nac_lab.nac.format.check import check
+    from nac_lab.nac.schedule.mmap import build_schedule
+    from nac_lab.nac.schedule.mmap_sim import simulate
     from nac_lab.core import data_path
     from nac_lab.viz import render
 

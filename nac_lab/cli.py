@@ -4,34 +4,36 @@
 
 # %% ../nbs/03_cli.ipynb #dd5a2d64
 from __future__ import annotations
-import argparse, difflib, importlib, io, json, os, pkgutil, re, sys, time
+import argparse, difflib, importlib, io, os, pkgutil, re, sys, time
 from contextlib import redirect_stdout, redirect_stderr
 from pathlib import Path
 import nac_lab
 from .binio import NacLabError, printable
+from .clikit import (command_group, visible_options, add_output, add_input, add_json, print_json,  # noqa: F401
+                            DeprecatedFlag)  # the parser helpers every area uses live in the foundation, re-exported here
 
 # %% auto #0
-__all__ = ['TOUR_RANK', 'area_clis', 'command_group', 'version', 'CliParser', 'build_parser', 'main', 'dispatch', 'console_main',
-           'visible_options', 'add_output', 'add_input', 'add_json', 'print_json', 'DeprecatedFlag', 'tour', 'run_cli']
+__all__ = ['TOUR_RANK', 'area_clis', 'version', 'CliParser', 'build_parser', 'main', 'dispatch', 'console_main', 'tour',
+           'run_cli']
 
 # %% ../nbs/03_cli.ipynb #2c152370
-def area_clis() -> list:
-    "The command-line modules (`cli` or `cli_*`) of nac_lab's subpackages, imported, in name order."
-    mods = []
-    for info in sorted(pkgutil.iter_modules(nac_lab.__path__), key=lambda i: i.name):
-        if not info.ispkg: continue
-        pkg = importlib.import_module(f'nac_lab.{info.name}')
-        for sub in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda i: i.name):
-            if sub.name == 'cli' or sub.name.startswith('cli_'):
-                mods.append(importlib.import_module(f'nac_lab.{info.name}.{sub.name}'))
-    return mods
+def _cli_names(pkg, prefix:str) -> list:
+    "Names of the `cli`/`cli_*` modules in package `pkg` and in its `commands` subpackage (where NAC and NEM keep theirs)."
+    out = []
+    for sub in pkgutil.iter_modules(pkg.__path__):
+        if sub.name == 'cli' or sub.name.startswith('cli_'): out.append(f'{prefix}.{sub.name}')
+        elif sub.name == 'commands' and sub.ispkg: out += _cli_names(importlib.import_module(f'{prefix}.commands'), f'{prefix}.commands')
+    return out
 
-def command_group(sub, name:str):
-    ("The sub-parser action of command group `name` (`nem`, `irv2`, …): a `cli_*` module adds its commands to the group that its area's "
-     "`cli` module made (`cli` registers first: modules load in name order).")
-    group = sub.choices.get(name)
-    if group is None: raise KeyError(f'no command group {name!r}: its area cli module must register it first')
-    return next(a for a in group._actions if isinstance(a, argparse._SubParsersAction))
+def area_clis() -> list:
+    ("The command-line modules (`cli` or `cli_*`) of nac_lab's subpackages, imported, in name order — except that a module "
+     "which adds commands to another area's group says so with `CLI_AFTER = 'group'` and comes after every other module.")
+    names = []
+    for info in sorted(pkgutil.iter_modules(nac_lab.__path__), key=lambda i: i.name):
+        if info.ispkg: names += _cli_names(importlib.import_module(f'nac_lab.{info.name}'), f'nac_lab.{info.name}')
+    mods = [importlib.import_module(n) for n in sorted(names)]
+    return sorted(mods, key=lambda m: hasattr(m, 'CLI_AFTER'))       # stable: name order within each of the two ranks
+
 
 # %% ../nbs/03_cli.ipynb #4496be36
 def version() -> str:
@@ -159,44 +161,6 @@ def dispatch(args) -> int:
 def console_main():
     "Console-script wrapper: exit with `main`'s code."
     sys.exit(main())
-
-# %% ../nbs/03_cli.ipynb #8042e443
-def visible_options(action) -> list:
-    "The option strings of `action` that help shows: all but the old spellings kept as hidden aliases (`hidden_aliases`)."
-    hidden = getattr(action, 'hidden_aliases', ())
-    return [s for s in action.option_strings if s not in hidden]
-
-def add_output(p, help:str, *, dest:str='output', aliases=(), **kw):
-    ("Add the output option of the one grammar, `-o/--output`, to parser `p`; `aliases` are old spellings (`--out`) that still "
-     "work but are not shown. All spellings share one `argparse` action, so defaults and `dest` cannot disagree.")
-    a = p.add_argument('-o', '--output', *aliases, dest=dest, help=help, **kw)
-    a.hidden_aliases = tuple(aliases)
-    return a
-
-def add_input(p, help:str, *, dest:str='input', aliases=(), **kw):
-    "Add the input option of the one grammar, `-i/--input` (usually `NAME=FILE`, repeatable), to parser `p`; `aliases` as in `add_output`."
-    a = p.add_argument('-i', '--input', *aliases, dest=dest, help=help, **kw)
-    a.hidden_aliases = tuple(aliases)
-    return a
-
-def add_json(p, help:str='print the result as JSON (indent 2; schema on the command reference page) instead of text'):
-    "Add `--json` to a command that prints a result."
-    return p.add_argument('--json', action='store_true', help=help)
-
-def print_json(obj) -> None:
-    "Print `obj` as every `--json` does: `json.dumps(obj, indent=2)` (paths and other objects as strings)."
-    print(json.dumps(obj, indent=2, default=str))
-
-class DeprecatedFlag(argparse.Action):
-    "An old flag that still works (it sets `dest` to `const`) but warns on stderr and names its replacement; hidden from help."
-    def __init__(self, option_strings, dest, replacement:str='', const=True, **kw):
-        kw.pop('help', None)
-        super().__init__(option_strings, dest, nargs=0, const=const, default=argparse.SUPPRESS, help=argparse.SUPPRESS, **kw)
-        self.replacement = replacement
-    def __call__(self, parser, namespace, values, option_string=None):
-        print(f'{parser.prog}: warning: {option_string} is deprecated here; use {self.replacement}', file=sys.stderr)
-        setattr(namespace, self.dest, self.const)
-
 
 # %% ../nbs/03_cli.ipynb #e2b543f0
 TOUR_RANK = 0

@@ -5,7 +5,8 @@
 # %% ../nbs/03b_cli_reference.ipynb #c74aee8f
 from __future__ import annotations
 import argparse, json
-from .cli import build_parser, run_cli, visible_options
+from .clikit import visible_options
+from .cli import build_parser, run_cli
 
 # %% auto #0
 __all__ = ['JSON_SAMPLES', 'JSON_UNSAMPLED', 'leaf_commands', 'shown_arguments', 'example_line', 'command_markdown',

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 from .binio import FormatError, BadValueError, BadMagicError, TruncatedError, LimitError
 from .fileio import atomic_write
-from .nac.guard import check_bytes, shape_problem, escape
+from .guard import check_bytes, shape_problem, escape
 
 # %% auto #0
 __all__ = ['NPY_MAGIC', 'MAX_HEADER', 'NUMBER_KINDS', 'CALIB_BOUND', 'NpyError', 'npy_dtype', 'npy_header', 'read_npy',

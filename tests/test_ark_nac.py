@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import torch, torch.nn as nn, torch.nn.functional as F
 from nac_lab.cli import run_cli
-from nac_lab.nac.zoo import build_model, example_inputs
-from nac_lab.nac.compile import compile as nac_compile, load as nac_load
+from nac_lab.nac.compiler.zoo import build_model, example_inputs
+from nac_lab.nac.compiler.compile import compile as nac_compile, load as nac_load
 from nac_lab.ark.format import ark_text
 from nac_lab.ark.check import ArkBuilder
 from nac_lab.ark.nac import from_nac, to_nac, ArkNacError, WEIGHTS_KEY

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch, torch.nn as nn
 from nac_lab.cli import run_cli
-from nac_lab.nac.compile import compile as nac_compile, load as nac_load
+from nac_lab.nac.compiler.compile import compile as nac_compile, load as nac_load
 from nac_lab.ark.format import read_ark
 from nac_lab.ark.nac import from_nac, to_nac, load_weights, ArkNacError
 
@@ -15,7 +15,7 @@ from nac_lab.ark.nac import from_nac, to_nac, load_weights, ArkNacError
 def test_zoo_attention_5d_view_round_trip(heads, causal, shape, tmp_path):
     ("from-nac folds the 5-d [b, t, 3, h, d] view into ARK windows + Transpose; the checker accepts the file; the executor and the NAC "
      "program made back from it compute what the original computes.")
-    from nac_lab.nac.zoo import Attention
+    from nac_lab.nac.compiler.zoo import Attention
     from nac_lab.ark.exec import ArkExecutor
     torch.manual_seed(0)
     mod = Attention(16, heads, causal).eval()
@@ -64,7 +64,7 @@ def test_random_5d_views_fold_or_are_refused():
 
 
 def test_impossible_views_and_ops_are_refused():
-    from nac_lab.nac.zoo import GPT2Block
+    from nac_lab.nac.compiler.zoo import GPT2Block
     class Reverse6d(nn.Module):
         def forward(s, x): return torch.relu(x.view(2, 2, 2, 2, 2, 2).permute(5, 4, 3, 2, 1, 0).reshape(8, 8))
     z = nac_compile(Reverse6d().eval(), (torch.zeros(8, 8),))
@@ -78,7 +78,7 @@ def test_impossible_views_and_ops_are_refused():
 def test_zoo_llama_block_cat_and_repeat_interleave_round_trip(tmp_path):
     ("The zoo's LlamaBlock (three inputs; rotate_half = split + neg + cat; grouped-query attention = repeat_interleave): through files, "
      "the checker, the executor and to-nac, against the original NAC program; inputs keep the program's order.")
-    from nac_lab.nac.zoo import LlamaBlock
+    from nac_lab.nac.compiler.zoo import LlamaBlock
     from nac_lab.ark.nac import save_ark
     from nac_lab.ark.exec import ArkExecutor
     from nac_lab.ark.check import check_model
@@ -126,7 +126,7 @@ def test_cat_along_each_dim_and_untiled_windows_refused():
 def test_zoo_gpt2_and_constant_masked_fill():
     ("The zoo's GPT-2 (its causal mask folded to a constant by the NAC compiler) round-trips; masked_fill with a constant mask and a "
      "finite or infinite value matches torch; a mask computed at run time is refused.")
-    from nac_lab.nac.zoo import build_model, example_inputs
+    from nac_lab.nac.compiler.zoo import build_model, example_inputs
     from nac_lab.ark.check import check_model
     mod = build_model('gpt2').eval(); xs = example_inputs('gpt2')
     nm = nac_compile(mod, xs)

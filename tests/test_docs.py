@@ -202,7 +202,7 @@ def test_search_finds_a_symbol_in_chromium(site, tmp_path):
 
 @pytest.mark.skipif(CHROMIUM is None, reason='Chromium is not installed')
 def test_enum_page_and_toc_in_chromium(site, tmp_path):
-    from nac_lab.nac.container import SysOp
+    from nac_lab.nac.format.container import SysOp
     dom = _dom((site / 'nac_container.html').as_uri(), tmp_path)
     toc = re.search(r'<nav class="nl-toc"[^>]*>(.*?)</nav>', dom, re.S)
     assert toc, 'no table of contents'

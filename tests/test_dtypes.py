@@ -4,9 +4,9 @@ import pytest
 import torch
 from nac_lab.dtypes import ELEM_TYPES, elem_type, elem_type_of, f32_to_bf16_bits, bf16_bits_to_f32, bf16_round
 from nac_lab.safetensors import SAFETENSORS_DTYPES, ST_DTYPES, ST_SIZES, RAW_DTYPES
-from nac_lab.nac.container import DType, DTYPE_NAMES, DTYPE_NP
-from nac_lab.nac.writer import SAFETENSORS_TO_NAC, NAC_TO_SAFETENSORS
-from nac_lab.nem.memory import NEM_ELEM_TYPES, STORE_DTYPE
+from nac_lab.nac.format.container import DType, DTYPE_NAMES, DTYPE_NP
+from nac_lab.nac.format.writer import SAFETENSORS_TO_NAC, NAC_TO_SAFETENSORS
+from nac_lab.nem.execution.memory import NEM_ELEM_TYPES, STORE_DTYPE
 from nac_lab.irv2.build import IRV2_DTYPES, DTYPES as IRV2_SIZES
 from nac_lab.ark.format import DTYPES as ARK_STORAGE
 from nac_lab.lower.emit import DTYPE as LOWER_DTYPE, ESIZE
@@ -110,7 +110,7 @@ def test_bf16_widening_exact_on_every_pattern():
 
 def test_every_bf16_user_shares_the_pair():
     "The formats that convert bf16 call the one pair (their old names are aliases of it)."
-    import nac_lab.nem.memory as nem, nac_lab.ark.exec as ark, nac_lab.trillim.files as tri, nac_lab.irv2.quant as irq
+    import nac_lab.nem.execution.memory as nem, nac_lab.ark.exec as ark, nac_lab.trillim.files as tri, nac_lab.irv2.quant as irq
     import nac_lab.lower.quant as lq
     for m in (nem, ark, tri, irq):
         assert m.f32_to_bf16 is f32_to_bf16_bits and m.bf16_to_f32 is bf16_bits_to_f32, m.__name__

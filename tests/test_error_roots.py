@@ -6,13 +6,13 @@ from nac_lab.errors import NacLabError, NacError, ArkError, Irv2Error
 
 ROOTS = {'nac': NacError, 'ark': ArkError, 'irv2': Irv2Error}
 #: shared by several areas although defined in nac/: the one memory-budget error (NEM, ARK and IR v2 raise it too)
-SHARED = {'nac_lab.nac.guard.MemoryLimitError'}
+SHARED = {'nac_lab.guard.MemoryLimitError'}
 
 def _errors(pkg: str) -> list:
     out = []
     base = importlib.import_module(f'nac_lab.{pkg}')
-    for info in pkgutil.iter_modules(base.__path__):
-        mod = importlib.import_module(f'nac_lab.{pkg}.{info.name}')
+    for info in pkgutil.walk_packages(base.__path__, prefix=f'nac_lab.{pkg}.'):      # the stage subpackages too
+        mod = importlib.import_module(info.name)
         for name, obj in vars(mod).items():
             if inspect.isclass(obj) and issubclass(obj, NacLabError) and obj.__module__ == mod.__name__:
                 out.append(obj)
@@ -27,7 +27,7 @@ def test_every_area_error_has_the_area_root(pkg):
     assert wrong == []
 
 def test_roots_are_distinct():
-    from nac_lab.nac.optimize import NacCompileError
+    from nac_lab.nac.compiler.optimize import NacCompileError
     from nac_lab.ark.format import ArkFormatError
     from nac_lab.irv2.gguf import GGUFError
     from nac_lab.binio import BadValueError

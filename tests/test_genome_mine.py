@@ -85,9 +85,9 @@ def test_parameters_and_markers_are_not_mined():
 def test_zoo_models():
     "Real labelled DAGs of three zoo models (cnn, mlp and a GRU tagger), brute force at k = 3."
     import torch
-    from nac_lab.nac.compile import compile as nac_compile
-    from nac_lab.nac.zoo import build_model, example_inputs
-    from nac_lab.nac.graph import NacGraph
+    from nac_lab.nac.compiler.compile import compile as nac_compile
+    from nac_lab.nac.compiler.zoo import build_model, example_inputs
+    from nac_lab.nac.format.graph import NacGraph
     from nac_lab.genome.dag import labelled_dag
     torch.manual_seed(0)
     dags = {n: labelled_dag(NacGraph.from_model(nac_compile(build_model(n), example_inputs(n, 2)))) for n in ('cnn', 'mlp', 'gru')}

@@ -8,9 +8,9 @@ from torch import nn
 from nac_lab.cli import run_cli
 from nac_lab.genome.synth import SynthNet, Limits, assess, bars_task, compile_trained, random_arch, arch_macs
 from nac_lab.genome.transplant import Genome, shared_genes, transplant, verify_transplant, fit_adapter
-from nac_lab.nac.compile import compile_module
-from nac_lab.nac.mmap_sim import validate_schedule
-from nac_lab.nac.run import load
+from nac_lab.nac.compiler.compile import compile_module
+from nac_lab.nac.schedule.mmap_sim import validate_schedule
+from nac_lab.nac.runtime.run import load
 
 @pytest.fixture(autouse=True)
 def _one_thread():

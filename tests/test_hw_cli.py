@@ -2,7 +2,7 @@
 import json
 import numpy as np, pytest, torch, torch.nn as nn
 from nac_lab.cli import main
-from nac_lab.nac.compile import compile as nac_compile
+from nac_lab.nac.compiler.compile import compile as nac_compile
 from nac_lab.lower.api import lower
 from nac_lab.hw.sim import tool_available
 

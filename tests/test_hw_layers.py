@@ -3,7 +3,7 @@
  "whole model chained through the host.")
 import json, os
 import numpy as np, pytest, torch, torch.nn as nn
-from nac_lab.nac.compile import compile as nac_compile
+from nac_lab.nac.compiler.compile import compile as nac_compile
 from nac_lab.lower.api import lower
 from nac_lab.hw.layer import load_layers, HwError
 from nac_lab.hw.gen import generate, HwConfig

@@ -1,6 +1,6 @@
 "A small int8 CNN (3x3 stride 2 + ReLU, depthwise + ReLU, 1x1 + ReLU, flatten, linear) layer by layer on generated hardware."
 import numpy as np, pytest, torch, torch.nn as nn
-from nac_lab.nac.compile import compile as nac_compile
+from nac_lab.nac.compiler.compile import compile as nac_compile
 from nac_lab.lower.api import lower
 from nac_lab.hw.gen import HwConfig
 from nac_lab.hw.model import run_model, cycle_report

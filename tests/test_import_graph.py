@@ -73,8 +73,9 @@ def test_no_import_cycle():
 def _modules_after(*argv) -> dict:
     "Exit code and which heavy modules are loaded after `nac-lab ARGV` runs in a fresh interpreter."
     import json, subprocess, sys
+    mods = ('torch', 'nac_lab.nac.compiler.compile', 'nac_lab.nac.compiler.optimize')
     code = ('import json, sys\nfrom nac_lab.cli import main\nrc = main(sys.argv[1:])\n'
-            "print(json.dumps({'rc': rc, **{m: m in sys.modules for m in ('torch', 'nac_lab.nac.compile', 'nac_lab.nac.optimize')}}))")
+            f"print(json.dumps({{'rc': rc, **{{m: m in sys.modules for m in {mods!r}}}}}))")
     out = subprocess.run([sys.executable, '-c', code, *argv], capture_output=True, text=True, timeout=300)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -82,22 +83,23 @@ def test_inspect_graph_schedule_do_not_import_torch(tmp_path):
     "Reading a .nac file (inspect, graph, schedule show) needs neither torch nor the compiler."
     nac = str(PKG.parent / 'data' / 'nac' / 'tiny_mlp.nac')
     for argv in (('inspect', nac, '--ops'), ('graph', nac, '-o', str(tmp_path / 'g.svg')), ('schedule', 'show', nac)):
-        assert _modules_after(*argv) == {'rc': 0, 'torch': False, 'nac_lab.nac.compile': False, 'nac_lab.nac.optimize': False}, argv
+        got = _modules_after(*argv)
+        assert got == {'rc': 0, 'torch': False, 'nac_lab.nac.compiler.compile': False, 'nac_lab.nac.compiler.optimize': False}, argv
 
 def test_run_does_not_import_the_compiler(tmp_path):
     "`nac-lab run` executes a file with the interpreter only (torch, but not the compiler or its optimizer)."
     import numpy as np
     np.save(tmp_path / 'x.npy', np.linspace(-1, 1, 32, dtype=np.float32).reshape(2, 16))
     got = _modules_after('run', str(PKG.parent / 'data' / 'nac' / 'tiny_mlp.nac'), '-i', f'x={tmp_path / "x.npy"}')
-    assert got == {'rc': 0, 'torch': True, 'nac_lab.nac.compile': False, 'nac_lab.nac.optimize': False}
+    assert got == {'rc': 0, 'torch': True, 'nac_lab.nac.compiler.compile': False, 'nac_lab.nac.compiler.optimize': False}
 
 # The interpreter's decoded step list is its own business (issue #29): other areas read the typed graph
-# (`nac_lab.nac.graph`) and the public run API (`input_slots`, `prepare_inputs`, `run_values`, `NacModel.run_with_values`).
+# (`nac_lab.nac.format.graph`) and the public run API (`input_slots`, `prepare_inputs`, `run_values`, `NacModel.run_with_values`).
 PRIVATE_RUN = {'_inputs', 'run_steps', 'steps', 'n_run', 'slots'}
-STEP_OWNERS = {'nac_lab/nac/run.py', 'nac_lab/nac/graph.py'}
+STEP_OWNERS = {'nac_lab/nac/runtime/run.py', 'nac_lab/nac/format/graph.py'}
 #: modules that are themselves executors of the step list, beside the interpreter (still to move onto a public API)
-STEP_EXECUTORS = {'nac_lab/nac/mmap_sim.py': 'coupled MMAP run: executes the steps through simulated fast memory',
-                  'nac_lab/nac/check.py': 'decodes each instruction with Interpreter._decode on a partial interpreter'}
+STEP_EXECUTORS = {'nac_lab/nac/schedule/mmap_sim.py': 'coupled MMAP run: executes the steps through simulated fast memory',
+                  'nac_lab/nac/format/check.py': 'decodes each instruction with Interpreter._decode on a partial interpreter'}
 
 def _interp_expr(node, names) -> bool:
     "Whether `node` evidently is an interpreter: a name bound to one, `x.interpreter` / `x.it`, or `Interpreter(...)`."
@@ -130,3 +132,49 @@ def test_no_module_reads_interpreter_internals():
         hits = interpreter_internals(f.read_text())
         if hits: bad[rel] = hits
     assert not bad, f'read the typed graph (nac.graph) or the public run API instead of interpreter internals: {bad}'
+
+# Package layering (issue #29): foundation <- format areas <- lowering <- its consumers <- benchmarks and commands.
+# A module's package is its subpackage under nac_lab (`nac`, `nem`, …) or, for a top-level module, its own name; every
+# command module (`cli.py`, `cli_*.py`, anything under a `commands` package) belongs to the command layer, which may
+# import anything, because it is what the user runs.
+FOUNDATION = {'__init__', 'layout', 'errors', 'binio', 'dtypes', 'fileio', 'guard', 'safetensors', 'npyio', 'progress', 'config',
+              'core', 'viz', 'torchref', 'clikit'}
+ALLOWED = {  # package: the non-foundation packages it may import
+    'nac': set(), 'fxp': set(), 'irv2': set(), 'trillim': set(),
+    'nem': {'fxp'},                               # NEM kernels round with the fixed-point rules
+    'ark': {'nac'}, 'onnx': {'nac'},              # exchange formats, converted to and from NAC programs
+    'lower': {'nac', 'nem', 'fxp'},               # the lowering: NAC programs to NEM programs
+    'hw': {'nac', 'nem', 'fxp', 'lower'},         # hardware from lowered layers
+    'genome': {'nac', 'lower', 'bench'},          # bench: the corpus is the peer suite whose model lists bench.peers owns
+    'docs': {'docs_links'}, 'docs_links': set(),       # the docs site builder and its link checker
+    'bench': None, 'COMMANDS': None, 'cliref': None, '_modidx': set(),                # None: anything; _modidx: nbdev's index
+}
+
+def package_of(module: str) -> str:
+    "The layering package of a nac_lab module name."
+    parts = module.split('.')
+    if parts[-1] == 'cli' or parts[-1].startswith('cli_') or 'commands' in parts[1:]: return 'COMMANDS'
+    return parts[1] if len(parts) > 1 else '__init__'
+
+def layering_violations(g: dict) -> list:
+    "`(importer, imported)` module pairs whose packages the table does not allow."
+    bad = []
+    for m, deps in g.items():
+        a = package_of(m)
+        for d in deps:
+            b = package_of(d)
+            if a == b or b in FOUNDATION: continue
+            allowed = set() if a in FOUNDATION else ALLOWED.get(a, set())
+            if allowed is not None and b not in allowed: bad.append((m, d))
+    return sorted(bad)
+
+def test_package_of():
+    assert [package_of(m) for m in ('nac_lab.nac.runtime.run', 'nac_lab.nem.commands.cli', 'nac_lab.lower.cli', 'nac_lab.guard',
+                                    'nac_lab')] == ['nac', 'COMMANDS', 'COMMANDS', 'guard', '__init__']
+    g = {'nac_lab.nac.x': {'nac_lab.lower.y'}, 'nac_lab.lower.y': {'nac_lab.nac.x'}, 'nac_lab.guard': {'nac_lab.nac.x'}}
+    assert layering_violations(g) == [('nac_lab.guard', 'nac_lab.nac.x'), ('nac_lab.nac.x', 'nac_lab.lower.y')]
+
+def test_package_layering():
+    g = import_graph()
+    assert set(ALLOWED) | FOUNDATION >= {package_of(m) for m in g}, {package_of(m) for m in g} - (set(ALLOWED) | FOUNDATION)
+    assert layering_violations(g) == []

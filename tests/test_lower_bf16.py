@@ -2,8 +2,8 @@
  "NEM E5).")
 import warnings
 import numpy as np, pytest
-from nac_lab.nac.zoo import build_model, example_inputs
-from nac_lab.nac.compile import compile as nac_compile
+from nac_lab.nac.compiler.zoo import build_model, example_inputs
+from nac_lab.nac.compiler.compile import compile as nac_compile
 from nac_lab.lower.api import lower
 from nac_lab.lower.quant import reference_bf16
 

@@ -1,7 +1,7 @@
 ("The CNN ops of lower.cnn, one tiny module each: float (f32) within 1e-4 of the NAC interpreter, int8 bit-exact with the independent "
  "integer reference, nem check clean.")
 import numpy as np, pytest, torch, torch.nn as nn, torch.nn.functional as F
-from nac_lab.nac.compile import compile as nac_compile
+from nac_lab.nac.compiler.compile import compile as nac_compile
 from nac_lab.lower.api import lower
 from nac_lab.lower.layers import LowerError
 from f32_device import f32_device

@@ -2,7 +2,7 @@
 import contextlib, csv, io, json, re
 import numpy as np, pytest
 from nac_lab.cli import main
-from nac_lab.nac.compile import compile as nac_compile
+from nac_lab.nac.compiler.compile import compile as nac_compile
 from nac_lab.nac import zoo
 from nac_lab.lower.dse import evaluate, pareto
 

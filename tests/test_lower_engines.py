@@ -1,7 +1,7 @@
 ("Convolution bands spread over several engines (one arena per L1[e], @resource(NMU[s]) with several NMUs): programs check with 0 errors "
  "and compute the same bits as on one engine.")
 import numpy as np, pytest, torch, torch.nn as nn
-from nac_lab.nac.compile import compile as nac_compile
+from nac_lab.nac.compiler.compile import compile as nac_compile
 from nac_lab.lower.api import lower
 from nac_lab.lower.emit import Tiling
 from int_reference import reference_int8      # lowering's layer walk, requantized independently of nac_lab.fxp (#28 item 7)

@@ -1,6 +1,6 @@
 "Int8 lowering is bit-exact against the whole-tensor integer reference whatever the tiling; float lowering matches the NAC interpreter."
 import numpy as np, pytest, torch, torch.nn as nn
-from nac_lab.nac.compile import compile as nac_compile
+from nac_lab.nac.compiler.compile import compile as nac_compile
 from nac_lab.nac import zoo
 from nac_lab.lower.api import lower
 from nac_lab.lower.layers import LowerError

@@ -1,7 +1,7 @@
 ("Linear layers whose weights exceed L1: streamed in column tiles and row blocks, int8 bit-exact against the whole-tensor integer "
  "reference for every tiling, float within 1e-4 of the NAC interpreter.")
 import numpy as np, pytest, torch, torch.nn as nn
-from nac_lab.nac.compile import compile as nac_compile
+from nac_lab.nac.compiler.compile import compile as nac_compile
 from nac_lab.lower.api import lower
 from nac_lab.lower.layers import LowerError
 from nac_lab.lower.gemm import GemmTiling

@@ -1,7 +1,7 @@
 ("Emission of matmul (activation x activation), transpose, concat, softmax, layernorm and rmsnorm: float against the NAC interpreter, "
  "int8 bit-exact against the integer reference, 4-D axes on NHWC storage.")
 import numpy as np, pytest, torch, torch.nn as nn
-from nac_lab.nac.compile import compile as nac_compile
+from nac_lab.nac.compiler.compile import compile as nac_compile
 from nac_lab.lower.api import lower
 from f32_device import f32_device
 from int_reference import reference_int8      # lowering's layer walk, requantized independently of nac_lab.fxp (#28 item 7)

@@ -3,7 +3,7 @@
 import os
 import numpy as np, pytest, torch
 from nac_lab.bench.peers import import_torchvision
-from nac_lab.nac.compile import compile as nac_compile
+from nac_lab.nac.compiler.compile import compile as nac_compile
 from nac_lab.lower.api import lower
 from f32_device import f32_device
 from int_reference import reference_int8

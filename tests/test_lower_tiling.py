@@ -5,7 +5,7 @@ the device; a resnet18 at 64x64 lowers and passes `nem check`."""
 import shutil
 import numpy as np, pytest, torch, torch.nn as nn
 from nac_lab.core import data_path
-from nac_lab.nac.compile import compile as nac_compile
+from nac_lab.nac.compiler.compile import compile as nac_compile
 from nac_lab.nac import zoo
 from nac_lab.lower.api import lower, l2_bytes
 from nac_lab.lower.layers import LowerError

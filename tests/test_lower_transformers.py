@@ -1,7 +1,7 @@
 ("4-D values in attention layout (PyTorch order) next to NHWC images: batched matmul, softmax and layernorm over the last axis of (B, H, "
  "S, D), relayouts where a conv meets them; float against the NAC interpreter, int8 bit-exact against the integer reference.")
 import numpy as np, pytest, torch, torch.nn as nn
-from nac_lab.nac.compile import compile as nac_compile
+from nac_lab.nac.compiler.compile import compile as nac_compile
 from nac_lab.lower.api import lower
 from f32_device import f32_device
 from int_reference import reference_int8      # lowering's layer walk, requantized independently of nac_lab.fxp (#28 item 7)
@@ -60,7 +60,7 @@ def test_4d_products_int8_bit_exact():
 
 def _zoo(name):
     import warnings
-    from nac_lab.nac.zoo import build_model, example_inputs
+    from nac_lab.nac.compiler.zoo import build_model, example_inputs
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')
         x = example_inputs(name)
@@ -113,7 +113,7 @@ def test_rewrites_int8_bit_exact():
 def test_zoo_transformer_int8_bit_exact(name, islands):
     ("int8 on npm_pro_x1: layernorms and softmaxes (with their causal masks) as f16 islands, the rewritten layers calibrated from "
      "eval_float; bit-exact.")
-    from nac_lab.nac.zoo import example_inputs
+    from nac_lab.nac.compiler.zoo import example_inputs
     m, xs = _zoo(name)
     cal = [example_inputs(name, seed=s)[0].numpy() for s in (1, 2, 3)]
     low = lower(m, 'npm_pro_x1', mode='int8', calib=cal, tiling='naive')

@@ -7,7 +7,7 @@ import torch
 import nac_lab
 from nac_lab.cli import run_cli
 from nac_lab.nac.format import read_nac, write_nac, state_writes, SysOp
-from nac_lab.nac.zoo import build_model, example_inputs
+from nac_lab.nac.compiler.zoo import build_model, example_inputs
 
 class Acc(torch.nn.Module):
     "A running sum (a mutated buffer becomes a state) and a linear layer."

@@ -6,11 +6,11 @@ import json
 import pytest
 
 from nac_lab.cli import run_cli
-from nac_lab.nac.check import check
+from nac_lab.nac.format.check import check
 from nac_lab.nac.format import NacFile, Instruction, MmapAction, write_nac, DataTensor, DType
-from nac_lab.nac.mmap import commands_of, to_records, Command
-from nac_lab.nac.mmap_sim import demo_nac
-from nac_lab.nac.signature import Signature, InputSpec, attach_signature
+from nac_lab.nac.schedule.mmap import commands_of, to_records, Command
+from nac_lab.nac.schedule.mmap_sim import demo_nac
+from nac_lab.nac.format.signature import Signature, InputSpec, attach_signature
 
 
 def _reference_style_frees():
@@ -57,7 +57,7 @@ def _linear(sig_shape, w_shape, *, mmap=False):
     nac.ops.append(Instruction.output([-1]))
     attach_signature(nac, Signature([InputSpec('x', 0, 'float32', list(sig_shape))], {}))
     if mmap:
-        from nac_lab.nac.mmap import build_schedule
+        from nac_lab.nac.schedule.mmap import build_schedule
         nac.mmap = build_schedule(nac)
     return nac
 
@@ -95,7 +95,7 @@ def test_tiny_file_asking_for_3_gb_is_a_problem_under_the_default_budget(tmp_pat
     assert 'the result would take 3200000000 bytes, above the limit of 2147483648 bytes' in rep.problems[0].message
     rc, out, _ = run_cli('check', str(f))
     assert rc == 1 and 'NAC_LAB_MAX_BYTES' in out
-    from nac_lab.nac.mmap import build_schedule
+    from nac_lab.nac.schedule.mmap import build_schedule
     sched = _repeat([4, 4], [10000, 5000]); sched.mmap = build_schedule(sched)      # with a schedule: refused before the coupled run
     rep = check(write_nac(sched))
     assert [p.place for p in rep.problems] == ['MMAP run'] and '3200000000 bytes' in rep.problems[0].message, str(rep)

@@ -2,14 +2,14 @@
 NAC instruction streams and, independently, as a Python tree evaluated with plain torch ops. The interpreter
 (generated program and step loop), a write/read round trip, the MMAP schedule on every path and the coupled
 fast-memory run must all agree with the tree."""
-from nac_lab.nac.mmap import read_checked
+from nac_lab.nac.schedule.mmap import read_checked
 import numpy as np, pytest, torch
 from nac_lab.nac.format import NacFile, Instruction, write_nac
-from nac_lab.nac.run import Interpreter
-from nac_lab.nac.control import control_map
-from nac_lab.nac.mmap_sim import check_paths
-from nac_lab.nac.mmap import build_schedule, check_mmap
-from nac_lab.nac.mmap_sim import coupled_check
+from nac_lab.nac.runtime.run import Interpreter
+from nac_lab.nac.compiler.control import control_map
+from nac_lab.nac.schedule.mmap_sim import check_paths
+from nac_lab.nac.schedule.mmap import build_schedule, check_mmap
+from nac_lab.nac.schedule.mmap_sim import coupled_check
 
 ADD, SUB, MUL, GT = 11, 12, 20, 13
 SUM, GETITEM = 201, 202
@@ -116,8 +116,8 @@ def test_programs_have_blocks():
 def test_mutated_blocks_fail_typed(seed):
     "A program whose block lengths or offsets are corrupted is refused or runs; any refusal is a NacLabError naming the place."
     from nac_lab.binio import NacLabError
-    from nac_lab.nac.disasm import listing, graph
-    from nac_lab.nac.mmap import liveness
+    from nac_lab.nac.format.disasm import listing, graph
+    from nac_lab.nac.schedule.mmap import liveness
     nac, _, _ = program(seed % 10 + 100)
     rng = np.random.default_rng(seed)
     for _ in range(int(rng.integers(1, 4))):

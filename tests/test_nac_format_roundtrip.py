@@ -17,7 +17,7 @@ from nac_lab.binio import FormatError, WriteError
 from nac_lab.nac.format import (NacFile, Instruction, MmapRecord, MmapCommand, MmapAction, DataTensor, DType, DTYPE_NP, Orch,
                                 QuantMethod, F32List, WRITE_ORDER, CONST_CODES, TENSOR_CODES, read_nac, write_nac,
                                 decode_operands, op_name)
-from nac_lab.nac.weights import quantize, dequantize
+from nac_lab.nac.format.weights import quantize, dequantize
 
 
 def _sec_str(s, lenfmt):

@@ -22,8 +22,8 @@ import pytest
 from nac_lab.binio import FormatError
 from nac_lab.nac.format import (NacFile, Instruction, MmapRecord, MmapCommand, MmapAction, Orch, QuantMethod,
                                 F32List, WRITE_ORDER, read_nac, write_nac, iter_operands)
-from nac_lab.nac.weights import set_weights, dequantize
-from nac_lab.nac.disasm import listing, summary, make_example
+from nac_lab.nac.format.weights import set_weights, dequantize
+from nac_lab.nac.format.disasm import listing, summary, make_example
 from nac_lab.nac.format import load_canonical_ops
 
 load_canonical_ops()          # a mutated op id in 32..200 would otherwise import the op table (torch) inside a timed case
@@ -168,7 +168,7 @@ def test_huge_counts_do_not_allocate():
 @pytest.mark.filterwarnings('ignore::RuntimeWarning')
 def test_external_weights_mutations(tmp_path):
     "Mutated .safetensors beside an external-weights .nac: loading raises only FormatError (1,000 cases)."
-    from nac_lab.nac.weights import external_tensors
+    from nac_lab.nac.format.weights import external_tensors
     nac = _tiny(QuantMethod.INT8_CHANNEL, internal=False)
     p = nac.save(tmp_path / 'm.nac'); side = p.with_suffix('.safetensors')
     good = side.read_bytes()
@@ -195,7 +195,7 @@ def test_external_quant_metadata_values(tmp_path):
     """Well-formed JSON with wrong *values* in the quantization metadata of every method (nested or scalar scales,
     negative or huge shapes, wrong types): loading raises only FormatError, and whatever is accepted dequantizes
     to the shape the metadata promises (1,500 cases)."""
-    from nac_lab.nac.weights import external_tensors, _quant_meta, safetensors_bytes
+    from nac_lab.nac.format.weights import external_tensors, _quant_meta, safetensors_bytes
     rng = random.Random('nac-fuzz-quant-json')
     seen = {'rejected': 0, 'accepted': 0}
     for method in (QuantMethod.INT8_TENSOR, QuantMethod.INT8_CHANNEL, QuantMethod.BLOCK_FP8):

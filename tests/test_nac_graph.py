@@ -1,4 +1,4 @@
-"""The typed graph (`nac_lab.nac.graph`) against the interpreter: for every zoo model and for reference-style files, the
+"""The typed graph (`nac_lab.nac.format.graph`) against the interpreter: for every zoo model and for reference-style files, the
 types it infers (by the op kernels on `meta` tensors, symbols traced over three bindings) equal those of the values the
 interpreter really computes, through its public API (`NacModel.run_with_values`), at a size none of the bindings used."""
 import dataclasses
@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from nac_lab.nac.compile import compile as nac_compile
+from nac_lab.nac.compiler.compile import compile as nac_compile
 from nac_lab.nac.format import QuantMethod, read_nac
-from nac_lab.nac.graph import NacGraph, TensorType, ScalarType, ValueRef, ParamRef, InputRef, ConstRef, NacGraphError
-from nac_lab.nac.run import load
-from nac_lab.nac.zoo import build_model, example_inputs, zoo_names
+from nac_lab.nac.format.graph import NacGraph, TensorType, ScalarType, ValueRef, ParamRef, InputRef, ConstRef, NacGraphError
+from nac_lab.nac.runtime.run import load
+from nac_lab.nac.compiler.zoo import build_model, example_inputs, zoo_names
 from test_nac_reference import RefBuilder, Const, rnd
 
 BATCH = 4          # the bindings use 3, 5, 7 (the first primes): 4 checks the traced symbols, not a remembered size
@@ -109,7 +109,7 @@ def test_param_table_keeps_the_files_quantization(tmp_path, quant):
     p = b.finish(tmp_path, 'q', quant=quant, external=True)
     g = NacGraph.from_file(p, example=(rnd(3, 70, seed=1),))
     stored = read_nac(p)
-    from nac_lab.nac.weights import external_tensors
+    from nac_lab.nac.format.weights import external_tensors
     t = external_tensors(stored)[1]                                     # what the file holds for fc.weight
     w = g.params[1]
     assert (w.name, w.quant, w.type) == ('fc.weight', quant.name, TensorType((16, 70), 'float32'))
@@ -170,8 +170,8 @@ def test_cli_inspect_and_graph_shapes(tmp_path, capsys):
 
 def test_int8_lowering_keeps_the_files_int8_channel_weights():
     "A .nac storing its weights INT8_CHANNEL: lowering quantizes with the file's int8 values and scales, not re-derived ones."
-    from nac_lab.nac.run import NacModel
-    from nac_lab.nac.weights import load_weights, set_weights
+    from nac_lab.nac.runtime.run import NacModel
+    from nac_lab.nac.format.weights import load_weights, set_weights
     from nac_lab.lower.graph import import_nac
     from nac_lab.lower.quant import calibrate, quantize_graph
     m = nac_compile(build_model('mlp'), example_inputs('mlp', 2))

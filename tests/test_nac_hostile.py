@@ -11,7 +11,7 @@ import torch
 
 from nac_lab.cli import run_cli
 from nac_lab.nac.format import NacFile, Instruction, DataTensor, DType, write_nac
-from nac_lab.nac.mmap_sim import demo_nac
+from nac_lab.nac.schedule.mmap_sim import demo_nac
 
 
 def _base(internal=True):
@@ -110,8 +110,8 @@ def test_data_dependent_programs_are_checked_op_by_op(tmp_path, monkeypatch):
     nz = nac.add_op(201, 'T', [('ref', 0)])
     nac.add_op(202, 'Ti', [('ref', nz), ('const', [30000, 30000])])
     nac.ops.append(Instruction.output([-1]))
-    from nac_lab.nac.run import Interpreter
-    from nac_lab.nac.guard import MemoryLimitError
+    from nac_lab.nac.runtime.run import Interpreter
+    from nac_lab.guard import MemoryLimitError
     monkeypatch.setenv('NAC_LAB_MAX_BYTES', str(1 << 30))
     it = Interpreter(nac)
     with pytest.raises(MemoryLimitError, match=r'instruction 2 \(aten.repeat.default\)'):

@@ -6,10 +6,10 @@ import pytest
 from nac_lab.binio import NacLabError
 from nac_lab.cli import run_cli
 from nac_lab.nac.format import NacFile, Orch, read_nac
-from nac_lab.nac.mep import (MEP_OPCODES, MEP_NAMES, MepIns, MepProgram, MepFormatError, Plan, decode_bytecode, decode_pool, encode_pool,
-                             listing, REF_CODE, REF_POOL)
-from nac_lab.nac.guard import MAX_BYTES_ENV, MemoryLimitError
-from nac_lab.nac.mep_vm import MepVM, MepLimitError, MepRunError, MepBudgetError, PLAN_MAX_BYTES
+from nac_lab.nac.orch.mep import (MEP_OPCODES, MEP_NAMES, MepIns, MepProgram, MepFormatError, Plan, decode_bytecode, decode_pool,
+                                  encode_pool, listing, REF_CODE, REF_POOL)
+from nac_lab.guard import MAX_BYTES_ENV, MemoryLimitError
+from nac_lab.nac.orch.mep_vm import MepVM, MepLimitError, MepRunError, MepBudgetError, PLAN_MAX_BYTES
 
 def random_ins(rng, op):
     args = {}
@@ -149,8 +149,8 @@ def test_every_opcode(tmp_path):
 
 def _mlp_file(tmp_path):
     import torch
-    from nac_lab.nac.zoo import build_model, example_inputs
-    from nac_lab.nac.compile import compile as nac_compile
+    from nac_lab.nac.compiler.zoo import build_model, example_inputs
+    from nac_lab.nac.compiler.compile import compile as nac_compile
     m = build_model('mlp'); x = example_inputs('mlp', 2, seed=9)[0]
     nm = nac_compile(m, (x,), dynamic_shapes=({0: torch.export.Dim.AUTO},))
     nm.nac.orch = Orch(REF_CODE, 2, REF_POOL)
@@ -185,7 +185,7 @@ def test_malformed_orch_in_file(tmp_path):
     assert rc == 1 and 'offset 0x6' in err and 'EXEC_RETURN' in err, err
 
 def test_tokenizer_opcodes(tmp_path):
-    from nac_lab.nac.tisa import attach_tokenizer
+    from nac_lab.nac.tokenizer.tisa import attach_tokenizer
     vocab = {'[UNK]': 0, 'hello': 1, 'world': 2, '!': 3, '[EOS]': 4}
     j = {'added_tokens': [{'id': 4, 'content': '[EOS]', 'special': True, 'normalized': False}],
          'normalizer': {'type': 'Lowercase'}, 'pre_tokenizer': {'type': 'BertPreTokenizer'},

@@ -1,18 +1,18 @@
 """Property tests of the MMAP scheduler, simulator and reordering pass on random instruction graphs.
 
-Expected values are computed here by brute force from the definitions (nac_lab.nac.mmap §"Liveness"), not by the
+Expected values are computed here by brute force from the definitions (nac_lab.nac.schedule.mmap §"Liveness"), not by the
 code under test: the readers of a value are found by scanning every instruction, and live bytes by testing every
 (value, tick) pair.
 """
-from nac_lab.nac.mmap import read_checked
+from nac_lab.nac.schedule.mmap import read_checked
 import random
 import pytest
 from hypothesis import given, settings, strategies as st, HealthCheck
 
 from nac_lab.nac.format import Instruction, MmapAction as A, NacFile, read_nac, write_nac, FormatError
-from nac_lab.nac.mmap import (build_schedule, commands_of, to_records, mmap_violations, check_mmap,
+from nac_lab.nac.schedule.mmap import (build_schedule, commands_of, to_records, mmap_violations, check_mmap,
                               lower_bound, reorder, Command, ScheduleError, MmapError, make_record)
-from nac_lab.nac.mmap_sim import simulate, demo_nac
+from nac_lab.nac.schedule.mmap_sim import simulate, demo_nac
 
 
 def random_graph(seed, n_max=80):
@@ -325,8 +325,8 @@ def test_files_laid_out_the_old_way_still_schedule_and_run():
     """A stream with every parameter load at the top (the layout before decision NAC 10's revision) still schedules,
     simulates valid at the lower bound of its own order and runs to the same outputs as the just-in-time layout."""
     import torch
-    from nac_lab.nac.mmap import apply_order
-    from nac_lab.nac.run import Interpreter
+    from nac_lab.nac.schedule.mmap import apply_order
+    from nac_lab.nac.runtime.run import Interpreter
     nac, sizes = demo_nac()
     order = [1, 3, 6, 0, 2, 4, 5, 7, 8, 9]                       # W1, b1, W2 first, then the rest in source order
     old = NacFile(**{k: getattr(nac, k) for k in ('n_inputs', 'n_outputs', 'd_model', 'cmap', 'constants', 'perm', 'param_names',

@@ -2,16 +2,16 @@
 from a real interpreter run and survives the interpreter-coupled run; compile()'s own value sizes equal the run's; a
 schedule built from run sizes does the same; the file round-trips with its schedule; `nac-lab schedule check`
 accepts it; reordering never makes the bound worse; dynamic-batch files are minimal at the example batch."""
-from nac_lab.nac.mmap import read_checked
+from nac_lab.nac.schedule.mmap import read_checked
 import json, warnings
 import pytest
 
 torch = pytest.importorskip('torch')
-from nac_lab.nac.zoo import zoo_names, build_model, example_inputs
-from nac_lab.nac.compile import compile as nac_compile
+from nac_lab.nac.compiler.zoo import zoo_names, build_model, example_inputs
+from nac_lab.nac.compiler.compile import compile as nac_compile
 from nac_lab.nac.format import read_nac, MmapAction as A
-from nac_lab.nac.mmap import build_schedule, mmap_violations, commands_of, reorder, lower_bound, Command, to_records
-from nac_lab.nac.mmap_sim import simulate, sizes_from_run, coupled_check, without_frees
+from nac_lab.nac.schedule.mmap import build_schedule, mmap_violations, commands_of, reorder, lower_bound, Command, to_records
+from nac_lab.nac.schedule.mmap_sim import simulate, sizes_from_run, coupled_check, without_frees
 from nac_lab.cli import run_cli
 
 

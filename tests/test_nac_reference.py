@@ -15,9 +15,9 @@ import torch
 import torch.nn.functional as F
 
 from nac_lab.nac.format import NacFile, Instruction, DataTensor, DType, QuantMethod, read_nac
-from nac_lab.nac.weights import safetensors_bytes, read_safetensors, quantize
-from nac_lab.nac.compile import load
-from nac_lab.nac.run import NacRunError
+from nac_lab.nac.format.weights import safetensors_bytes, read_safetensors, quantize
+from nac_lab.nac.compiler.compile import load
+from nac_lab.nac.runtime.run import NacRunError
 
 
 class RefBuilder:

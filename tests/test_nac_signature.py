@@ -7,7 +7,7 @@ import torch
 import nac_lab
 from nac_lab.cli import run_cli
 from nac_lab.nac.format import read_nac, write_nac
-from nac_lab.nac.signature import signature_of, InputSignatureError, SIGNATURE_NAME
+from nac_lab.nac.format.signature import signature_of, InputSignatureError, SIGNATURE_NAME
 
 class Two(torch.nn.Module):
     "Two inputs sharing the dynamic batch; the second one's length is twice the first one's feature size."
@@ -66,7 +66,7 @@ def test_inspect_and_graph(two, tmp_path):
     assert rc == 0 and 'signature: input x (v0): float32 [batch, 3]' in out and 'batch in 1..32' in out
     rc, out, err = run_cli('inspect', p, '--json')
     assert json.loads(out)['signature']['inputs'][1] == {'name': 'ids', 'at': 1, 'dtype': 'int64', 'shape': ['batch', 6]}
-    from nac_lab.nac.disasm import graph
+    from nac_lab.nac.format.disasm import graph
     src = graph(read_nac(p)).source
     assert 'label="float32 [batch, 3]"' in src and 'label="int64 [batch, 6]"' in src
 
@@ -105,7 +105,7 @@ def test_compile_with_tokenizer(tmp_path):
     nac = read_nac(p)
     assert nac.proc and {'vocab.b', 'vidx.b', SIGNATURE_NAME} <= set(nac.rsrc)
     texts = ['The plan runs 7 times.', 'then the model COUNTS tokens', 'unknown zebra words 12345']
-    from nac_lab.nac.tisa import from_nac
+    from nac_lab.nac.tokenizer.tisa import from_nac
     t = from_nac(nac)
     for s in texts:
         want = hf.encode(s).ids

@@ -3,8 +3,8 @@ never another exception, and a tokenizer that loads encodes and decodes random t
 import json, random, time
 import pytest
 from nac_lab.cli import run_cli
-from nac_lab.nac.tisa import compile as tisa_compile
-from nac_lab.nac.tisa_vm import (Tisa, TisaError, TisaFormatError, TisaLimitError, MAX_TEXT_CHARS, Op, Rule, decode_manifest,
+from nac_lab.nac.tokenizer.tisa import compile as tisa_compile
+from nac_lab.nac.tokenizer.tisa_vm import (Tisa, TisaError, TisaFormatError, TisaLimitError, MAX_TEXT_CHARS, Op, Rule, decode_manifest,
                                  encode_manifest, read_vocab, read_pairs)
 
 BERT = {'added_tokens': [{'id': k, 'content': t, 'special': True, 'normalized': False} for k, t in enumerate(['[UNK]', '[CLS]', '[SEP]'])],

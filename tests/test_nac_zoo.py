@@ -7,8 +7,8 @@ must give identical outputs.
 """
 import pytest, torch
 from torch.export import Dim
-from nac_lab.nac.zoo import zoo_names, build_model, example_inputs
-from nac_lab.nac.compile import compile as nac_compile, load
+from nac_lab.nac.compiler.zoo import zoo_names, build_model, example_inputs
+from nac_lab.nac.compiler.compile import compile as nac_compile, load
 from nac_lab.nac.format import read_nac, write_nac
 
 ATOL = 1e-5

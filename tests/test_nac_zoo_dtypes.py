@@ -8,8 +8,8 @@ A mixed-precision module keeps every value's dtype.
 """
 import pytest, torch
 from torch.export import Dim
-from nac_lab.nac.zoo import build_model, example_inputs
-from nac_lab.nac.compile import compile as nac_compile, load
+from nac_lab.nac.compiler.zoo import build_model, example_inputs
+from nac_lab.nac.compiler.compile import compile as nac_compile, load
 from nac_lab.nac.format import read_nac, DType
 
 # relative to the largest |output|: 2^-8 (bf16) and 2^-11 (fp16) ulp at that magnitude, times a few for the

@@ -2,7 +2,7 @@
 models do not, compiled, saved, loaded and run; outputs must match eager PyTorch within 1e-5 and the
 listed canonical ops must appear in the instruction stream (not as raw ATen names in CMAP)."""
 import pytest, torch, torch.nn.functional as F
-from nac_lab.nac.compile import compile as nac_compile, load
+from nac_lab.nac.compiler.compile import compile as nac_compile, load
 
 class Fn(torch.nn.Module):
     def __init__(self, f): super().__init__(); self.f = f
@@ -104,7 +104,7 @@ class _Outer(torch.nn.Module):
 
 def test_non_aten_op_is_a_compile_error():
     "A custom (non-aten) operator used to compile into a file no runtime could load; now compile names module path, node and op."
-    from nac_lab.nac.optimize import NacCompileError
+    from nac_lab.nac.compiler.optimize import NacCompileError
     with pytest.raises(NacCompileError) as e:
         nac_compile(_Outer(), (torch.randn(2, 3),))
     msg = str(e.value)

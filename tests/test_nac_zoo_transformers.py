@@ -8,7 +8,7 @@ import pytest, torch
 from torch.export import Dim
 
 T = pytest.importorskip('transformers')
-from nac_lab.nac.compile import compile as nac_compile, load
+from nac_lab.nac.compiler.compile import compile as nac_compile, load
 
 ATOL = 1e-5
 _common = dict(vocab_size=128, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,

@@ -7,10 +7,10 @@ import json
 import pytest
 from nac_lab.core import data_path
 from nac_lab.cli import run_cli
-from nac_lab.nem.documents import load
-from nac_lab.nem.devices import DeviceSet
-from nac_lab.nem.types import parse_variant_ref, instantiations, must_variants, match, OpInstance, nbytes
-from nac_lab.nem.check import check
+from nac_lab.nem.front.documents import load
+from nac_lab.nem.front.devices import DeviceSet
+from nac_lab.nem.front.types import parse_variant_ref, instantiations, must_variants, match, OpInstance, nbytes
+from nac_lab.nem.analysis.check import check
 
 NEM = data_path('nem')
 
@@ -315,7 +315,7 @@ def test_cli_devices_and_fmt(monkeypatch, tmp_path):
     assert rc == 1 and ":1:11: error: '(' is never closed" in err
 
 def test_tour(tmp_path, capsys):
-    from nac_lab.nem.cli import tour, TOUR_RANK
+    from nac_lab.nem.commands.cli import tour, TOUR_RANK
     tour(tmp_path)
     out = capsys.readouterr().out
     assert TOUR_RANK == 40 and 'type.illegal' in out
@@ -330,7 +330,7 @@ def test_parent_diagnostics_reported_once():
 
 def test_device_file_that_does_not_parse_is_named(tmp_path):
     # --device FILE with a syntax error used to say only "defines no device", hiding the cause
-    from nac_lab.nem.lexer import NemError
+    from nac_lab.nem.front.lexer import NemError
     (tmp_path / 'bad.nem').write_text('include "nem_baseline_1.0.nem"\ndevice d extends nem_baseline_1_0 {\n  topology {\n')
     with pytest.raises(NemError, match=r"bad\.nem defines no device \(it does not parse: .*bad\.nem:3:12: '\{' is never closed\)"):
         check(text='const a = 1\n', device=str(tmp_path / 'bad.nem'))

@@ -5,9 +5,9 @@ import math
 import numpy as np
 import pytest
 import torch
-from nac_lab.nem.exec import run
-from nac_lab.nem.memory import NemExecError, f32_to_bf16, bf16_to_f32
-from nac_lab.nem.kernels import round_float
+from nac_lab.nem.execution.exec import run
+from nac_lab.nem.execution.memory import NemExecError, f32_to_bf16, bf16_to_f32
+from nac_lab.nem.execution.kernels import round_float
 
 def bf16_bits(x_f32):
     "bf16 bit patterns of float32 values, by torch's round-to-nearest-even conversion."

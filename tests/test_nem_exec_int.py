@@ -4,8 +4,8 @@ Python integers (TFLite QuantizeMultiplier and gemmlowp's rounding from their pu
 import math
 import numpy as np
 import pytest
-from nac_lab.nem.exec import run
-from nac_lab.nem.memory import NemExecError
+from nac_lab.nem.execution.exec import run
+from nac_lab.nem.execution.memory import NemExecError
 from nac_lab.core import data_path
 
 # --- the independent reference -------------------------------------------------------------------

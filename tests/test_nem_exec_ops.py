@@ -3,8 +3,8 @@ reference written here (ONNX meaning on NEM layouts, decision NEM E2)."""
 import math
 import numpy as np
 import pytest
-from nac_lab.nem.exec import run
-from nac_lab.nem.grammar import opcode_table
+from nac_lab.nem.execution.exec import run
+from nac_lab.nem.front.grammar import opcode_table
 
 RNG = np.random.default_rng(42)
 

@@ -5,12 +5,12 @@ import json
 import numpy as np
 import pytest
 from nac_lab.core import data_path
-from nac_lab.nem.check import check
-from nac_lab.nem.elab import elaborate, load_program
-from nac_lab.nem.table import build_table
-from nac_lab.nem.sim import simulate, summary, to_json, chrome_trace
-from nac_lab.nem.exec import run
-from nac_lab.nem.memory import NemExecError
+from nac_lab.nem.analysis.check import check
+from nac_lab.nem.execution.elab import elaborate, load_program
+from nac_lab.nem.timing.table import build_table
+from nac_lab.nem.timing.sim import simulate, summary, to_json, chrome_trace
+from nac_lab.nem.execution.exec import run
+from nac_lab.nem.execution.memory import NemExecError
 
 DEV = '''include "nem_baseline_1.0.nem"
 device tdev extends nem_baseline_1_0 {{

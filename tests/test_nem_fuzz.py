@@ -7,9 +7,9 @@ it reports diagnostics.
 import pytest
 from hypothesis import given, settings, strategies as st, HealthCheck
 from nac_lab.core import data_path
-from nac_lab.nem.lexer import NemSyntaxError
-from nac_lab.nem.parser import parse
-from nac_lab.nem.check import check
+from nac_lab.nem.front.lexer import NemSyntaxError
+from nac_lab.nem.front.parser import parse
+from nac_lab.nem.analysis.check import check
 
 SOURCES = [data_path('nem', 'examples', f).read_text() for f in ('conv2d_relu.nem', 'multi_cstl.nem', 'const_example.nem')] + \
           [data_path('nem', 'devices', 'npm_pro.nem').read_text()]
@@ -56,7 +56,7 @@ def test_edge_inputs(src):
 def test_long_operator_chain_is_a_syntax_error_not_a_crash():
     # a flat chain parses into a tree as deep as it is long; the recursive passes (eval, fmt, checks)
     # must never meet it: the parser stops at MAX_EXPR_OPS operators with a positioned error
-    from nac_lab.nem.parser import MAX_EXPR_OPS
+    from nac_lab.nem.front.parser import MAX_EXPR_OPS
     src = 'buffer B : L2 (size=64)\nconst a = ' + ' + '.join(['1'] * 50000) + '\n'
     r = check(text=src, name='e.nem')
     assert [(d.rule, d.line, d.col) for d in r.errors] == [('syntax', 2, 11 + 4 * MAX_EXPR_OPS + 2)]
@@ -65,8 +65,8 @@ def test_long_operator_chain_is_a_syntax_error_not_a_crash():
 
 def test_deepest_accepted_expressions_check_and_format():
     # the largest expression the parser accepts, inside parentheses and nested loops, goes through every pass
-    from nac_lab.nem.parser import MAX_EXPR_OPS
-    from nac_lab.nem.fmt import fmt_text
+    from nac_lab.nem.front.parser import MAX_EXPR_OPS
+    from nac_lab.nem.front.fmt import fmt_text
     e = '(' * 100 + ' + '.join(['0'] * MAX_EXPR_OPS) + ')' * 100
     src = 'buffer B : L2 (size=64)\n' + ''.join(f'loop i{k} in [0..1]:\n' for k in range(60)) + \
           f'R = region(B, {e}, 8)\nt = transfer.async(dst=R, src=region(B, {e} + 32, 8))\n' + 'endloop\n' * 60
@@ -125,7 +125,7 @@ def test_many_diagnostics_format_linearly():
     assert time.process_time() - t0 < 5
 
 def test_file_level_pathologies(tmp_path):
-    from nac_lab.nem.lexer import NemError
+    from nac_lab.nem.front.lexer import NemError
     (tmp_path / 'bin.nem').write_bytes(bytes(range(256)))
     with pytest.raises(NemError, match=r'bin.nem: not UTF-8 text \(byte 0x80 at offset 128, line 2\)'):
         check(tmp_path / 'bin.nem', name='bin.nem')
@@ -206,9 +206,9 @@ def test_program_including_a_malformed_family_never_raises(fam, tmp_path):
 # ---- hostile inputs (issue #13): bounded memory, no recursion limits, no echo of other files, escaped control characters ----
 import os, re, random, resource, signal, tracemalloc
 from contextlib import contextmanager
-from nac_lab.nem.lexer import NemError, MAX_LINE_CHARS
-from nac_lab.nem.documents import load
-from nac_lab.nem.devices import DeviceSet, MAX_DEVICE_DEPTH
+from nac_lab.nem.front.lexer import NemError, MAX_LINE_CHARS
+from nac_lab.nem.front.documents import load
+from nac_lab.nem.front.devices import DeviceSet, MAX_DEVICE_DEPTH
 
 RAW_CONTROL = re.compile('[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029]')    # anything but the newline that separates lines
 
@@ -376,7 +376,7 @@ def _fuzz_text(rng):
 
 def test_standing_fuzz(fuzz_cases):
     "400 seeded random texts through parse, check and fmt: only typed errors, each case well under its time alarm, memory growth bounded."
-    from nac_lab.nem.fmt import fmt_text
+    from nac_lab.nem.front.fmt import fmt_text
     rng = random.Random(20260413)
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     with time_limit(120):
@@ -394,9 +394,9 @@ def test_standing_fuzz(fuzz_cases):
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0 < 512 * 1024      # KiB: the run grew the process by less than 512 MB
 
 # --- loop bounds (#28 item 10): the up-front estimate bounds what the unroll makes, and refusals name a loop -----------------------
-from nac_lab.nem.elab import elaborate, load_program, check_instances
-from nac_lab.nem.memory import NemExecError
-from nac_lab.nem.table import build_table
+from nac_lab.nem.execution.elab import elaborate, load_program, check_instances
+from nac_lab.nem.execution.memory import NemExecError
+from nac_lab.nem.timing.table import build_table
 
 BOUNDS = ['[0..0]', '[0..1]', '[0..9]', '[1..3]', '[0..99]', '[5..2]', '[0..N]', '[0..N * N]', '[0..1000000]', '[0..1000000000]']
 

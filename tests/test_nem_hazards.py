@@ -8,8 +8,8 @@ the reported hazards.
 """
 import random
 import pytest
-import nac_lab.nem.hazards as hz
-from nac_lab.nem.check import check
+import nac_lab.nem.analysis.hazards as hz
+from nac_lab.nem.analysis.check import check
 
 class ReferenceSim(hz.HazardSim):
     "Hazard rule 1 by brute force: full ancestor sets and a list of all pending accesses per storage."

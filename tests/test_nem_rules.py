@@ -9,7 +9,7 @@ Expected lines and words come from the marker comments, written by hand, not fro
 import re
 import pytest
 from nac_lab.core import data_path
-from nac_lab.nem.check import check
+from nac_lab.nem.analysis.check import check
 
 LITE = 'include "devices/npm_lite.nem"\ndevice npm_lite\n'
 PRO = 'include "devices/npm_pro.nem"\ndevice npm_pro\n'
@@ -499,10 +499,10 @@ def test_every_rule_covered_twice():
 def test_rule_list_matches_the_checker():
     ("The rule ids the checker source can emit are exactly those that have cases here or in test_nem_devices (so a new rule cannot go "
      "untested).")
-    import inspect, nac_lab.nem.check_ctx, nac_lab.nem.shapes, nac_lab.nem.hazards, nac_lab.nem.check
-    src = ''.join(inspect.getsource(m) for m in (nac_lab.nem.check_ctx, nac_lab.nem.shapes, nac_lab.nem.hazards, nac_lab.nem.check))
+    import inspect, nac_lab.nem.analysis.check_ctx, nac_lab.nem.analysis.shapes, nac_lab.nem.analysis.hazards, nac_lab.nem.analysis.check
+    src = ''.join(inspect.getsource(m) for m in (nac_lab.nem.analysis.check_ctx, nac_lab.nem.analysis.shapes, nac_lab.nem.analysis.hazards, nac_lab.nem.analysis.check))
     emitted = set(re.findall(r"'(?:error|warning|info)', f?'([a-z-]+\.[a-z-]+)'", src))
-    import nac_lab.nem.types as typ     # the malformed-family rules: found in nem.types, reported through DeviceSet
+    import nac_lab.nem.front.types as typ     # the malformed-family rules: found in nem.types, reported through DeviceSet
     fam_rules = set(re.findall(r"'(family\.[a-z-]+)'", inspect.getsource(typ)))
     assert {'family.conformance', 'family.type-set', 'family.binding', 'family.attribute'} <= fam_rules, fam_rules
     emitted |= fam_rules

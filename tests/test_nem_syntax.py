@@ -6,11 +6,11 @@ and the rulings (decision NEM 2-6), not produced by the parser.
 import pytest
 from hypothesis import given, settings, strategies as st
 from nac_lab.core import data_path
-from nac_lab.nem.lexer import *
-from nac_lab.nem.ast import *
-from nac_lab.nem.parser import *
-from nac_lab.nem.evaluate import *
-from nac_lab.nem.fmt import fmt, fmt_text, fmt_expr
+from nac_lab.nem.front.lexer import *
+from nac_lab.nem.front.ast import *
+from nac_lab.nem.front.parser import *
+from nac_lab.nem.front.evaluate import *
+from nac_lab.nem.front.fmt import fmt, fmt_text, fmt_expr
 
 def body(src): return parse(src).program.body
 
@@ -209,7 +209,7 @@ def test_expr_roundtrip(e):
     assert parse(f'const x = {fmt_expr(e)}').program.body[0].expr == e
 
 # ---- fmt keeps comments and blank lines (issues #12/#20) ----
-from nac_lab.nem.fmt import source_trivia, FmtError
+from nac_lab.nem.front.fmt import source_trivia, FmtError
 import random
 
 def comments_of(text): return [c[1] for c in source_trivia(text)[0].values()]

@@ -6,7 +6,7 @@ import numpy as np, pytest
 from nac_lab.cli import run_cli
 from nac_lab.core import data_path
 from nac_lab.nac import zoo
-from nac_lab.nac.compile import compile as nac_compile
+from nac_lab.nac.compiler.compile import compile as nac_compile
 from nac_lab.ark.format import ark_text
 from nac_lab.ark.check import ArkBuilder
 

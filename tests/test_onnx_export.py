@@ -8,9 +8,9 @@ import torch
 onnx = pytest.importorskip('onnx')
 ort = pytest.importorskip('onnxruntime')
 
-from nac_lab.nac.zoo import zoo_names, build_model, example_inputs          # noqa: E402
-from nac_lab.nac.compile import compile as nac_compile                      # noqa: E402
-from nac_lab.nac.graph import NacGraph                                      # noqa: E402
+from nac_lab.nac.compiler.zoo import zoo_names, build_model, example_inputs          # noqa: E402
+from nac_lab.nac.compiler.compile import compile as nac_compile                      # noqa: E402
+from nac_lab.nac.format.graph import NacGraph                                      # noqa: E402
 from nac_lab.onnx.export import check, OnnxExportError                      # noqa: E402,F401
 from nac_lab.bench.peers import rel_err                                     # noqa: E402
 

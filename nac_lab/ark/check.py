@@ -207,8 +207,8 @@ def check_model(m:ArkModel, file:str|None=None) -> list:
     return out
 
 def size_problems(m:ArkModel) -> list:
-    "`[(buffer id, message)]` for buffers larger than the memory budget (`nac_lab.nac.guard.max_bytes`): no run could hold them."
-    from nac_lab.nac.guard import max_bytes, MAX_BYTES_ENV
+    "`[(buffer id, message)]` for buffers larger than the memory budget (`nac_lab.guard.max_bytes`): no run could hold them."
+    from nac_lab.guard import max_bytes, MAX_BYTES_ENV
     lim = max_bytes()
     return [(bid, f'needs {n} bytes (Π Strides × element size), more than the memory budget of {lim} bytes ({MAX_BYTES_ENV})')
             for bid, n in sorted(buffer_bytes(m).items()) if n > lim]

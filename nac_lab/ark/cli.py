@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 import numpy as np
 from .format import ArkModel, Tensor, read_ark, write_ark, ark_text, summary_text, ArkFormatError, buffer_bytes
-from ..cli import add_input, add_json, add_output, print_json
+from ..clikit import add_input, add_json, add_output, print_json
 from .check import check_model
 from ..errors import ArkError
 
@@ -147,7 +147,7 @@ def _run(args):
 
 # %% ../../nbs/74_ark_cli.ipynb #456ee6f3
 def _from_nac(args):
-    from nac_lab.nac.run import load
+    from nac_lab.nac.runtime.run import load
     from nac_lab.ark.nac import from_nac, save_ark
     shapes = dict(parse_shape(s) for s in args.shape or [])
     m, w, meta = from_nac(load(args.model).interpreter, shapes)

@@ -87,7 +87,7 @@ class RankState:
         self.model, self.rank = m, m.rank
         sizes = buffer_bytes(m)
         mine = {bid: sizes.get(bid, 0) for bid, b in m.buffers().items() if b.rank in (-1, m.rank)}
-        from nac_lab.nac.guard import check_bytes, MemoryLimitError
+        from nac_lab.guard import check_bytes, MemoryLimitError
         try: check_bytes(sum(mine.values()), f'rank {m.rank}: the buffers of this rank')      # before any allocation
         except MemoryLimitError as ex: raise ArkExecError(str(ex)) from None
         self.mem = {bid: np.zeros(n, np.uint8) for bid, n in mine.items()}

@@ -37,15 +37,15 @@ def _c(item):
 
 def _item(r):
     "A typed ref of the NAC graph as an operand: ('ref', instruction) | ('const', value) | ('list', [...])."
-    from nac_lab.nac.graph import ConstRef, ListRef
+    from nac_lab.nac.format.graph import ConstRef, ListRef
     if isinstance(r, ConstRef): return ('const', r.value)
     if isinstance(r, ListRef): return ('list', [_item(x) for x in r.items])
     return ('ref', r.node)
 
 class _FromNac:
     def __init__(self, nm, shapes:dict):
-        from nac_lab.nac.run import Interpreter
-        from nac_lab.nac.graph import NacGraph
+        from nac_lab.nac.runtime.run import Interpreter
+        from nac_lab.nac.format.graph import NacGraph
         self.it = it = nm if isinstance(nm, Interpreter) else nm.interpreter if hasattr(nm, 'interpreter') else Interpreter(nm)
         ins = []
         for s in it.input_slots():
@@ -338,7 +338,7 @@ def save_weights(weights:dict, meta:dict, path, inputs=()) -> Path:
     from nac_lab.nac.format import DataTensor, DType
     codes = {np.dtype(np.float32): DType.F32, np.dtype(np.float16): DType.F16, np.dtype(np.int32): DType.I32, np.dtype(np.uint8): DType.U8,
              np.dtype(np.int8): DType.I8}
-    from nac_lab.nac.weights import safetensors_bytes
+    from nac_lab.nac.format.weights import safetensors_bytes
     named = {}
     for tid, a in sorted(weights.items()):
         a = np.ascontiguousarray(a)
@@ -349,7 +349,7 @@ def save_weights(weights:dict, meta:dict, path, inputs=()) -> Path:
 
 def load_weights(path) -> tuple:
     "`({tensor id: array}, meta)` from an exchange safetensors file."
-    from nac_lab.nac.weights import read_safetensors
+    from nac_lab.nac.format.weights import read_safetensors
     entries, meta = read_safetensors(Path(path))
     w = {}
     for name, (_, shape, arr) in entries.items():
@@ -484,7 +484,7 @@ class ArkModule(nn.Module):
 # %% ../../nbs/73_ark_nac.ipynb #51c054b9
 def to_nac(m:ArkModel, weights:dict, meta:dict|None=None, example_inputs:tuple|None=None):
     "Compile ARK model `m` (single rank) with its weights to a NAC program (`NacModel`)."
-    from nac_lab.nac.compile import compile as nac_compile
+    from nac_lab.nac.compiler.compile import compile as nac_compile
     mod = ArkModule(m, weights, meta).eval()
     ts = m.tensors()
     if example_inputs is None:

@@ -23,7 +23,7 @@ def bench_model(hw: int = 16, ch: int = 16):
 def run(rows: int = 4, cols: int = 4, hw: int = 16, ch: int = 16, simulator: str = 'verilator', cost_sizes=(), workdir=None) -> dict:
     "Lower the benchmark model, generate every layer, time generation, simulate the largest layer, compare cycles; cost if asked."
     import torch
-    from nac_lab.nac.compile import compile as nac_compile
+    from nac_lab.nac.compiler.compile import compile as nac_compile
     from nac_lab.lower.api import lower
     from nac_lab.hw.layer import load_layers
     from nac_lab.hw.gen import HwConfig, generate, cycles

@@ -10,7 +10,7 @@ import argparse, statistics, time
 import numpy as np
 import torch
 from fastcore.imports import in_notebook
-from ..nac.compile import compile as nac_compile
+from ..nac.compiler.compile import compile as nac_compile
 from ..nac import zoo
 from ..lower.api import lower
 
@@ -80,8 +80,8 @@ def bench_tiling(models, devices=('npm_lite', 'npm_mid', 'npm_pro', 'npm_pro_x1'
 def bench_exec(m, cal, pairs=5) -> tuple:
     "(NAC interpreter seconds, NEM execution seconds) per inference of the lowered int8 model, interleaved."
     low = lower(m, 'npm_lite', mode='int8', calib=cal)
-    from nac_lab.nem.elab import elaborate
-    from nac_lab.nem.exec import execute
+    from nac_lab.nem.execution.elab import elaborate
+    from nac_lab.nem.execution.exec import execute
     el = elaborate(low.check())
     x = cal[0]; qx = low.quantize_inputs(x)
     inputs = {**low.data, **qx}

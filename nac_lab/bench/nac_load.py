@@ -26,7 +26,7 @@ def make_tensors(mb:float=400, seed:int=0) -> dict:
 def write_files(tensors:dict, folder) -> tuple:
     "Write the tensors as `bench.nac` (internal weights) and `bench_ref.safetensors`; returns both paths."
     from nac_lab.nac.format import NacFile, Instruction, QuantMethod
-    from nac_lab.nac.weights import set_weights
+    from nac_lab.nac.format.weights import set_weights
     from safetensors.numpy import save_file
     folder = Path(folder)
     nac = NacFile(n_inputs=0, n_outputs=1)
@@ -42,7 +42,7 @@ def _touch(a) -> float: return float(np.add.reduce(a.reshape(-1)))
 def run_nac(path) -> float:
     "Open with nac_lab and touch every tensor; returns the checksum."
     from nac_lab.nac.format import read_nac
-    from nac_lab.nac.weights import load_weights
+    from nac_lab.nac.format.weights import load_weights
     nac = read_nac(path)
     s = 0.0
     for a in load_weights(nac).values(): s += _touch(a)

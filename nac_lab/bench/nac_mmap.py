@@ -7,8 +7,8 @@ from __future__ import annotations
 import argparse
 import numpy as np
 from ..nac.format import NacFile, Instruction, write_nac, read_nac
-from ..nac.mmap import build_schedule
-from ..nac.mmap_sim import simulate
+from ..nac.schedule.mmap import build_schedule
+from ..nac.schedule.mmap_sim import simulate
 
 # %% auto #0
 __all__ = ['synthetic_nac', 'run', 'main']

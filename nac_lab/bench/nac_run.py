@@ -96,8 +96,8 @@ def measure(models=None, batches=(1, 8), runs: int = 20, threads: int | None = 1
     from nac_lab.bench.timing import pin_threads, compare_many, CLOCKS
     pinned = {**(shielded or {}), **(pin_threads(threads or 1, torch=True) if threads else {})}
     import torch
-    from nac_lab.nac.zoo import zoo_names, build_model, example_inputs, ZOO
-    from nac_lab.nac.compile import compile as nac_compile
+    from nac_lab.nac.compiler.zoo import zoo_names, build_model, example_inputs, ZOO
+    from nac_lab.nac.compiler.compile import compile as nac_compile
     if 'onnxruntime' in baselines:
         try: import onnxruntime, onnx  # noqa: F401
         except ImportError as ex: baselines = tuple(b for b in baselines if b != 'onnxruntime'); print(f'onnxruntime column skipped: {ex}',

@@ -79,17 +79,17 @@ def node_calls(node) -> list:
 
 def _replay(calls:list) -> list:
     "Make the recorded constructor calls, with the collector paused as `parse` pauses it."
-    from nac_lab.nem.parser import no_gc
+    from nac_lab.nem.front.parser import no_gc
     with no_gc(): return [cls(*args) for cls, args in calls]
 
 # %% ../../nbs/37_nem_bench.ipynb #71c8dcbf
 def run(n:int=100_000, reps:int=3) -> dict:
     "Time lexing, parsing and parse + check of a generated `n`-statement program; returns statements/s figures."
     from nac_lab.bench.timing import compare_many, pin_threads
-    from nac_lab.nem.lexer import tokenize
-    from nac_lab.nem.parser import parse
+    from nac_lab.nem.front.lexer import tokenize
+    from nac_lab.nem.front.parser import parse
     pin_threads(1)
-    from nac_lab.nem.check import check
+    from nac_lab.nem.analysis.check import check
     text, count = generate(n); ptext = to_python(text)
     base = data_path('nem')
     res = dict(statements=count, tokens=len(tokenize(text)))

@@ -94,9 +94,9 @@ def _one_thread():
 # %% ../../nbs/39c_nem_bench_sim.ipynb #6fc5c11d
 def bench_sim(T:int=25_000, reps:int=3) -> dict:
     "Times of check, table and event loop for the generated pipeline (best of `reps`; wall and CPU seconds)."
-    from nac_lab.nem.check import check
-    from nac_lab.nem.table import build_table
-    from nac_lab.nem.sim import simulate_table
+    from nac_lab.nem.analysis.check import check
+    from nac_lab.nem.timing.table import build_table
+    from nac_lab.nem.timing.sim import simulate_table
     text = generate_pipeline(T)
     best = {}
     for _ in range(reps):
@@ -114,12 +114,12 @@ def bench_sim(T:int=25_000, reps:int=3) -> dict:
 
 def bench_conv(runs:int=7) -> dict:
     "Median seconds of `nem.run` on the tiled conv layer and of `numpy_conv`, interleaved; and whether they agree bit for bit."
-    from nac_lab.nem.exec import run
+    from nac_lab.nem.execution.exec import run
     text, sw = generate_conv()
     rng = np.random.default_rng(1)
     xp = rng.integers(-128, 128, (1, 58, 58, 64), dtype=np.int8)
     w = rng.integers(-127, 128, (3, 3, 64, 64), dtype=np.int8); b = rng.integers(-5000, 5000, 64).astype(np.int32)
-    from nac_lab.nem.check import check
+    from nac_lab.nem.analysis.check import check
     base = data_path('nem', 'examples')
     f = lambda: run(check(text=text, name='conv_layer.nem', base_dir=base), dict(X_L2=xp, W_L2=w, B_L2=b))
     g = lambda: numpy_conv(xp, w, b, sw)

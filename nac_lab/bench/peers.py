@@ -210,7 +210,7 @@ def bench_model(suite: str, name: str, *, lowering: bool = True, device: str = '
         with torch.no_grad(): ref = _first(m(*ex))
     except Exception as e: errs.append(one_line('build', e)); done('build'); return row
     done('build')
-    from nac_lab.nac.compile import compile_module
+    from nac_lab.nac.compiler.compile import compile_module
     try:
         with warnings.catch_warnings():
             warnings.simplefilter('ignore')
@@ -226,7 +226,7 @@ def bench_model(suite: str, name: str, *, lowering: bool = True, device: str = '
     done('run')
     if not lowering: return row
     from nac_lab.lower.api import lower
-    from nac_lab.nem.sim import summary
+    from nac_lab.nem.timing.sim import summary
     xs, xs2 = [x.numpy() for x in ex], [x.numpy() for x in ex2]
     want = out.detach().numpy()
     for mode in ('float', 'int8'):

@@ -5,7 +5,7 @@
 # %% ../../nbs/65b_fxp_cli.ipynb #6a7ee8f5
 from __future__ import annotations
 from pathlib import Path
-from ..cli import add_json, add_output, print_json
+from ..clikit import add_json, add_output, print_json
 from .types import OVERFLOW, ROUNDING
 
 # %% auto #0
@@ -75,7 +75,7 @@ def _rtl(args):
 def _parse_ints(vals, what, fmt=None):
     "Integers written in `vals` (any base prefix); with `fmt`, each must be a raw word of that format (checked before numpy sees it)."
     from nac_lab.fxp.types import FxpError
-    from nac_lab.nac.guard import escape
+    from nac_lab.guard import escape
     out = []
     for v in vals:
         try: n = int(v, 0)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from ..errors import NacLabError
-from ..nac.guard import escape
+from ..guard import escape
 
 # %% auto #0
 __all__ = ['register']
@@ -15,7 +15,7 @@ __all__ = ['register']
 # %% ../../nbs/109_genome_cli_transplant.ipynb #334d4b21
 def _group(sub):
     "The sub-parser action of the `genome` group (made here if `nac_lab.genome.cli` has not made it)."
-    from nac_lab.cli import command_group
+    from nac_lab.clikit import command_group
     try: return command_group(sub, 'genome')
     except KeyError:
         g = sub.add_parser('genome', help='the NAC genome: mine genes, infer phylogeny, synthesise models, transplant blocks')
@@ -32,7 +32,7 @@ def _stem(p) -> str: return Path(p).name.removesuffix('.nac')
 def _example(model):
     "A seeded random input for each program input (their static shapes from the typed graph)."
     import torch
-    from nac_lab.nac.graph import NacGraph
+    from nac_lab.nac.format.graph import NacGraph
     g = NacGraph.from_model(model)
     gen = torch.Generator().manual_seed(0)
     xs = []

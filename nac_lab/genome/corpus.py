@@ -53,7 +53,7 @@ def declared_family(source: str, name: str) -> str:
 # %% ../../nbs/101_genome_corpus.ipynb #431a7f59
 def corpus_entries(families=None) -> list:
     "`[(source, name, declared family)]` of the corpus; `families`: source names and/or declared families to keep (None: all)."
-    from nac_lab.nac.zoo import zoo_names
+    from nac_lab.nac.compiler.zoo import zoo_names
     from nac_lab.bench.peers import suite_names
     want = None if not families else set(families)
     out = []
@@ -73,12 +73,12 @@ def stem(source: str, name: str) -> str:
 def build_entry(outdir, source: str, name: str, family: str) -> dict:
     "Compile model `name` of `source` to `OUTDIR/STEM.nac`; the manifest row (status 'ok' or 'error' with the error's last line)."
     import torch
-    from nac_lab.nac.compile import compile as nac_compile
+    from nac_lab.nac.compiler.compile import compile as nac_compile
     row = dict(name=stem(source, name), model=name, source=source, family=family, params=None, status='error', error='', seconds=0.0)
     t0 = time.perf_counter()
     try:
         if source == 'zoo':
-            from nac_lab.nac.zoo import build_model, example_inputs
+            from nac_lab.nac.compiler.zoo import build_model, example_inputs
             m, ex = build_model(name), example_inputs(name, 1)
         else:
             from nac_lab.bench.peers import build

@@ -7,7 +7,7 @@ from __future__ import annotations
 from itertools import permutations, product
 import networkx as nx
 from ..binio import NacLabError
-from ..nac.graph import NacGraph, TensorType, ScalarType, ConstRef, ListRef, ParamRef
+from ..nac.format.graph import NacGraph, TensorType, ScalarType, ConstRef, ListRef, ParamRef
 
 # %% auto #0
 __all__ = ['SIZE_ARGS', 'GenomeError', 'dim_class', 'type_class', 'node_label', 'labelled_dag', 'canonical_code',
@@ -86,7 +86,7 @@ def _edge_args(node) -> dict:
     return {j: '+'.join(sorted(v)) for j, v in out.items()}
 
 def _ref_nodes(r) -> list:
-    from nac_lab.nac.graph import ref_nodes
+    from nac_lab.nac.format.graph import ref_nodes
     return ref_nodes(r)
 
 def labelled_dag(g: NacGraph) -> nx.DiGraph:

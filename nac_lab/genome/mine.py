@@ -36,7 +36,7 @@ def model_dag(name: str, dag: nx.DiGraph) -> ModelDag:
 
 def load_model(src) -> ModelDag:
     "The `ModelDag` of a `.nac` file path (name = file stem), or of `(name, NacGraph or labelled DAG)`."
-    from nac_lab.nac.graph import NacGraph
+    from nac_lab.nac.format.graph import NacGraph
     if isinstance(src, tuple):
         name, x = src
         return model_dag(name, labelled_dag(x) if isinstance(x, NacGraph) else x)
@@ -100,7 +100,7 @@ class Pattern:
 def _info(m: ModelDag) -> tuple: return m.name, list(m.nodes)
 
 def _warm():
-    import nac_lab.nac.graph, nac_lab.nac.run, nac_lab.genome.dag      # noqa: F401
+    import nac_lab.nac.format.graph, nac_lab.nac.runtime.run, nac_lab.genome.dag      # noqa: F401
 
 class LocalRunner:
     "Run the per-model tasks in this process (what `mine` does without a Dask runner)."
@@ -200,7 +200,7 @@ def parse_code(code: str) -> tuple:
 def pattern_graph(code: str, name: str = 'gene'):
     "A Graphviz drawing of pattern `code`: one box per op (short name, result class, constant arguments), edges labelled by argument."
     import graphviz
-    from nac_lab.nac.guard import escape
+    from nac_lab.guard import escape
     labels, edges = parse_code(code)
     g = graphviz.Digraph(name, graph_attr={'rankdir': 'TB'}, node_attr={'shape': 'box', 'fontsize': '10'}, edge_attr={'fontsize': '9'})
     for k, l in enumerate(labels):

@@ -293,8 +293,8 @@ def assess(arch:dict, task:dict, limits:Limits|None=None, *, steps:int=150, seed
     row.update(params=n_params(arch), macs=arch_macs(arch))
     if row['params'] > limits.params: return dict(row, reason=f'params {row["params"]} > budget {limits.params}')
     if row['macs'] > limits.macs: return dict(row, reason=f'MACs {row["macs"]} > budget {limits.macs}')
-    from nac_lab.nac.compile import compile_module
-    from nac_lab.nac.mmap_sim import validate_schedule
+    from nac_lab.nac.compiler.compile import compile_module
+    from nac_lab.nac.schedule.mmap_sim import validate_schedule
     from nac_lab.lower.layers import LowerError
     from nac_lab.lower.dse import evaluate
     with _one_thread():
@@ -318,7 +318,7 @@ def assess(arch:dict, task:dict, limits:Limits|None=None, *, steps:int=150, seed
 
 def compile_trained(row:dict):
     "The trained module of an assessed row (`assess(..., keep=True)`) compiled to NAC, with its MMAP schedule: a `NacModel`."
-    from nac_lab.nac.compile import compile_module
+    from nac_lab.nac.compiler.compile import compile_module
     if row.get('module') is None: raise SynthError('the row has no trained module: assess it with keep=True')
     return compile_module(row['module'], (torch.zeros(1, *row['arch']['input']),))
 

@@ -8,7 +8,7 @@ import copy, dataclasses, hashlib
 import numpy as np
 import torch
 from networkx.algorithms.isomorphism import DiGraphMatcher
-from ..nac.graph import NacGraph, ParamRef, ConstRef, ListRef
+from ..nac.format.graph import NacGraph, ParamRef, ConstRef, ListRef
 from .dag import GenomeError, labelled_dag, canonical_form
 
 # %% auto #0
@@ -18,7 +18,7 @@ __all__ = ['GeneSite', 'gene_sites', 'Genome', 'shared_genes', 'genes_table', 't
 # %% ../../nbs/108_genome_transplant.ipynb #4513f63b
 def _as_model(m):
     "A `NacModel` from a model, a `NacFile` or a path."
-    from nac_lab.nac.run import NacModel, load
+    from nac_lab.nac.runtime.run import NacModel, load
     from nac_lab.nac.format import NacFile
     if isinstance(m, NacModel): return m
     if isinstance(m, NacFile): return NacModel(m)
@@ -153,7 +153,7 @@ def _row(rows, gene):
 def transplant(donor, recipient, gene:str):
     ("Copy the parameters of shared gene `gene` (an id of `shared_genes(donor, recipient)`) from `donor` into a copy of `recipient`: "
      "`(new NacModel, row)`. The stored tensors are copied as they are (bit for bit); only an 'exact' gene can be copied.")
-    from nac_lab.nac.run import NacModel
+    from nac_lab.nac.runtime.run import NacModel
     A, B = _genome(donor), _genome(recipient)
     r = _row(shared_genes(A, B), gene)
     if r['status'] != 'exact':
@@ -164,7 +164,7 @@ def transplant(donor, recipient, gene:str):
         raise GenomeError(f'donor weights are {A.model.nac.quant_method.name}, recipient weights {B.model.nac.quant_method.name}')
     iso = site_mapping(A, r['a_site'], B, r['b_site'])
     nac = copy.copy(B.model.nac)                  # a shallow copy: only its tensor table is replaced below
-    from nac_lab.nac.weights import tensors_of
+    from nac_lab.nac.format.weights import tensors_of
     src, dst = tensors_of(A.model.nac, A.model.weights_path), dict(tensors_of(nac, B.model.weights_path))
     for pa in r['a_site'].params:
         ia, ib = _pid(A.graph, pa), _pid(B.graph, iso[pa])
@@ -175,7 +175,7 @@ def transplant(donor, recipient, gene:str):
 # %% ../../nbs/108_genome_transplant.ipynb #f0309dd3
 def _node_value(node, vals:dict, weights:dict):
     "Execute op `node` of the typed graph: its kernel on the values of the nodes it reads (`vals`), parameters from `weights`."
-    from nac_lab.nac.ops import op_by_name, decode_value
+    from nac_lab.nac.compiler.ops import op_by_name, decode_value
     op = op_by_name(node.name)
     def val(r, p, base=False):
         if isinstance(r, ConstRef): return decode_value(list(r.value) if type(r.value).__name__ == 'F32List' else r.value,
@@ -195,7 +195,7 @@ def _node_value(node, vals:dict, weights:dict):
 def run_site(model, site:GeneSite, entry) -> torch.Tensor:
     ("Execute only the op instructions of `site` (a `Genome`'s, or a model's with its typed graph), with `entry` as the value coming "
      "in; the value going out. Each op runs the kernel the interpreter runs, so the bits are the interpreter's.")
-    from nac_lab.nac.weights import torch_weights
+    from nac_lab.nac.format.weights import torch_weights
     gm = model if isinstance(model, Genome) else None
     m = gm.model if gm else _as_model(model)
     g = gm.graph if gm else NacGraph.from_model(m)

@@ -146,7 +146,7 @@ def nac_files(sources) -> list:
 
 def load_dags(sources) -> list:
     "`[(name, labelled DAG)]` of `sources`: `.nac` paths / folders (name = file stem) or `(name, NacGraph | DiGraph)` pairs."
-    from nac_lab.nac.graph import NacGraph
+    from nac_lab.nac.format.graph import NacGraph
     items = list(sources) if not isinstance(sources, (str, Path)) else [sources]
     if items and all(isinstance(x, tuple) for x in items):
         return [(n, labelled_dag(x) if isinstance(x, NacGraph) else x) for n, x in items]
@@ -212,7 +212,7 @@ def tree(sources, distance: str = 'genes', *, max_size: int = 3, min_support: in
 def tree_graph(ph: Phylogeny):
     "A Graphviz drawing of the UPGMA tree: leaves are the models (with their declared family), internal nodes their join height."
     import graphviz
-    from nac_lab.nac.guard import escape
+    from nac_lab.guard import escape
     n = len(ph.models)
     g = graphviz.Digraph('phylogeny', graph_attr={'rankdir': 'LR'}, node_attr={'fontsize': '10'})
     for i, m in enumerate(ph.models):

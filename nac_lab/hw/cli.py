@@ -6,7 +6,7 @@
 from __future__ import annotations
 import json
 from pathlib import Path
-from ..cli import add_input, add_output
+from ..clikit import add_input, add_output
 
 # %% auto #0
 __all__ = ['register', 'pick_layer']
@@ -41,7 +41,7 @@ def register(sub):
 def pick_layer(layers: list, name: str | None):
     "The layer named `name` (or the first hardware layer) of `load_layers`'s list."
     from nac_lab.hw.layer import HwError
-    from nac_lab.nac.guard import escape
+    from nac_lab.guard import escape
     hw = [lay for lay in layers if not isinstance(lay, str)]
     if not hw: raise HwError('the lowered program has no conv2d or gemm layer')
     if name is None: return hw[0]

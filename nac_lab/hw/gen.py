@@ -53,7 +53,7 @@ def _split(macs: int) -> tuple:
 
 def device_config(device) -> HwConfig:
     "The `HwConfig` of a NEM device (shipped name, .nem file or resolved device): NMU array shape and accumulator bits."
-    from nac_lab.nem.table import characteristics
+    from nac_lab.nem.timing.table import characteristics
     rd = _resolved(device)
     n = characteristics(rd)['NMU']
     rows, cols = (n['array_rows'], n['array_cols']) if n.get('array_rows') and n.get('array_cols') else _split(n['int8_macs'])

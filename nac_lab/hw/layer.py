@@ -69,7 +69,7 @@ def _layer_of(rname: str) -> str:
     return m.group(1)
 
 def _scales(rv):
-    from nac_lab.nem.memory import quant_params
+    from nac_lab.nem.execution.memory import quant_params
     if rv.quant is None: raise HwError(f'region {rv.name}: an int8 layer needs a quant descriptor here')
     s, z = quant_params(rv.quant, rv.shape)
     return np.ravel(s).astype(np.float64), np.ravel(z).astype(np.int64)
@@ -152,8 +152,8 @@ def _gemm_layer(d, name, insts, single) -> HwLayer:
 def load_layers(lowered_dir) -> list:
     """The int8 conv2d / depthwise / gemm layers of a `nem lower` folder (model.nem + constants), in program order, each with the
     ReLU that directly follows it fused. Any other compute op is refused by `chain_check`, not here."""
-    from nac_lab.nem.elab import elaborate, load_program
-    from nac_lab.nem.memory import NemExecError
+    from nac_lab.nem.execution.elab import elaborate, load_program
+    from nac_lab.nem.execution.memory import NemExecError
     d = Path(lowered_dir)
     if not (d / 'model.nem').is_file(): raise HwError(f'{d}: no model.nem (expected the folder `nac-lab nem lower` writes)')
     try: el = elaborate(load_program(str(d / 'model.nem')))

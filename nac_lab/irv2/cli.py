@@ -8,7 +8,7 @@ from pathlib import Path
 from .maps import Irv2Error
 from ..config import show_value
 from ..fileio import atomic_write, check_output
-from ..cli import add_json, add_output, print_json
+from ..clikit import add_json, add_output, print_json
 
 # %% auto #0
 __all__ = ['TOUR_RANK', 'register', 'tour']

@@ -5,7 +5,7 @@
 # %% ../../nbs/58_irv2_cli_gguf.ipynb #c5efd348
 from __future__ import annotations
 import json
-from ..cli import add_json, add_output, command_group, print_json
+from ..clikit import add_json, add_output, command_group, print_json
 
 # %% auto #0
 __all__ = ['ARCH_HELP', 'register']
@@ -13,7 +13,7 @@ __all__ = ['ARCH_HELP', 'register']
 # %% ../../nbs/58_irv2_cli_gguf.ipynb #33283757
 def _info(args):
     from nac_lab.irv2.gguf import open_gguf, gguf_config, hf_names, arch_of
-    from nac_lab.nac.guard import escape
+    from nac_lab.guard import escape
     r = open_gguf(args.file); cfg = gguf_config(r); arch = arch_of(cfg)
     rows = [dict(name=t.name, hf=hf_names(t.name, arch), type=t.tensor_type.name, shape=[int(s) for s in reversed(list(t.shape))],
                  bytes=int(t.n_bytes)) for t in r.tensors]

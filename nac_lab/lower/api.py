@@ -34,7 +34,7 @@ class Lowered:
     elem: str = 'i8'
     def check(self):
         "The `CheckResult` of the program on its device (the device file is included from its folder)."
-        from nac_lab.nem.check import check
+        from nac_lab.nem.analysis.check import check
         return check(text=self.program, name=str(self.device.file.parent / 'model.nem'), base_dir=self.device.file.parent)
     def quantize_inputs(self, *inputs) -> dict:
         out = {}
@@ -49,12 +49,12 @@ class Lowered:
         return out
     def run_raw(self, *inputs) -> dict:
         "Execute on already-quantized NEM-layout inputs; returns output buffer name -> raw array (NEM layout)."
-        from nac_lab.nem.exec import run
+        from nac_lab.nem.execution.exec import run
         r = run(self.check(), {**self.data, **dict(zip([f['buffer'] for f in self.io['inputs'].values()], inputs))})
         return {n: from_elem(r[f['buffer']], ELEM_OF[f['dtype']]).reshape(f['shape']) for n, f in self.io['outputs'].items()}
     def run(self, *inputs) -> tuple:
         "Quantize `inputs` (PyTorch layout), execute the program, dequantize the outputs (PyTorch layout)."
-        from nac_lab.nem.exec import run
+        from nac_lab.nem.execution.exec import run
         r = run(self.check(), {**self.data, **self.quantize_inputs(*inputs)})
         outs = []
         for n, f in self.io['outputs'].items():
@@ -64,8 +64,8 @@ class Lowered:
             outs.append(np.asarray(y, np.float32))
         return tuple(outs)
     def simulate(self):
-        "The timed simulation (`nac_lab.nem.sim.SimResult`) of the program on its device."
-        from nac_lab.nem.sim import simulate
+        "The timed simulation (`nac_lab.nem.timing.sim.SimResult`) of the program on its device."
+        from nac_lab.nem.timing.sim import simulate
         return simulate(self.check())
     def report(self) -> list:
         "Per-layer rows (see `nac_lab.lower.tile.layer_report`)."
@@ -92,7 +92,7 @@ class Lowered:
 def _device_files(f) -> list:
     "The device file and the non-bundled files it includes; an include that resolves outside the device's folder is a `LowerError`."
     import re
-    from nac_lab.nac.guard import escape
+    from nac_lab.guard import escape
     out, todo = [], [Path(f)]
     root = Path(f).resolve().parent
     while todo:
@@ -161,7 +161,7 @@ def lower(model, device, *, mode='int8', calib=None, example=None, tiling='searc
     ex = example if example is not None else (samples[0] if samples else None)
     if ex is None: raise LowerError('lower needs example inputs or calibration samples (they fix the shapes)')
     ex = tuple(ex) if isinstance(ex, (tuple, list)) else (ex,)
-    from nac_lab.nac.run import NacModel, load
+    from nac_lab.nac.runtime.run import NacModel, load
     from nac_lab.nac.format import NacFile
     m = NacModel(model) if isinstance(model, NacFile) else model if isinstance(model, NacModel) else load(model)
     g = import_nac(m, *ex)

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 from ..fileio import atomic_write
 from ..progress import track
-from ..nem.sim import summary
+from ..nem.timing.sim import summary
 from .layers import LowerError
 from .tile import resolve_device
 from .api import lower

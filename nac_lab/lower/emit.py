@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 import numpy as np
 from .layers import LowerError
-from ..nem.memory import NEM_ELEM_TYPES
+from ..nem.execution.memory import NEM_ELEM_TYPES
 from ..dtypes import elem_type
 from .quant import pool_attrs, const_q
 
@@ -37,14 +37,14 @@ ESIZE = {k: elem_type(v).size for k, v in DTYPE.items()}
 # %% ../../nbs/68_lower_emit.ipynb #83b30a5c
 def to_elem(x, elem) -> np.ndarray:
     "float values as the stored array of element type `elem` (bf16: its 16-bit patterns, rounded to nearest even)."
-    from nac_lab.nem.memory import f32_to_bf16
+    from nac_lab.nem.execution.memory import f32_to_bf16
     x = np.asarray(x, np.float32)
     return {'f32': lambda: x, 'f16': lambda: x.astype(np.float16), 'bf16': lambda: f32_to_bf16(x)}[elem]()
 
 # %% ../../nbs/68_lower_emit.ipynb #3286cb90
 def from_elem(raw, elem) -> np.ndarray:
     "Stored bytes of `elem` values as float32 (int8 unchanged)."
-    from nac_lab.nem.memory import bf16_to_f32
+    from nac_lab.nem.execution.memory import bf16_to_f32
     raw = np.asarray(raw)
     if elem == 'i8': return raw.view(np.int8)
     if elem == 'bf16': return bf16_to_f32(raw.view(np.uint16))

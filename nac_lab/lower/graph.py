@@ -17,7 +17,7 @@ __all__ = ['import_nac', 'signature_example']
 # %% ../../nbs/66_lower_import.ipynb #cc2ed91d
 def _item(r):
     "A typed ref of the NAC graph in lowering's argument form: ('ref', instruction) | ('const', value) | ('list', [...])."
-    from nac_lab.nac.graph import ConstRef, ListRef
+    from nac_lab.nac.format.graph import ConstRef, ListRef
     if isinstance(r, ConstRef): return ('const', r.value)
     if isinstance(r, ListRef): return ('list', [_item(x) for x in r.items])
     return ('ref', r.node)
@@ -44,9 +44,9 @@ def _np(t): return t.detach().to(torch.float32).cpu().numpy() if isinstance(t, t
 # %% ../../nbs/66_lower_import.ipynb #d317cfc2
 def import_nac(model, *example) -> LayerGraph:
     "The layer graph of NAC model `model` (path, `NacFile` or `NacModel`), shapes from its typed graph for `example` inputs."
-    from nac_lab.nac.run import NacModel, load
+    from nac_lab.nac.runtime.run import NacModel, load
     from nac_lab.nac.format import NacFile
-    from nac_lab.nac.graph import NacGraph, TensorType, ScalarType
+    from nac_lab.nac.format.graph import NacGraph, TensorType, ScalarType
     if isinstance(model, NacFile): model = NacModel(model)
     elif not isinstance(model, NacModel): model = load(model)
     if not example: raise LowerError('import_nac needs example inputs (their shapes fix every layer\'s shape)')
@@ -113,10 +113,10 @@ def import_nac(model, *example) -> LayerGraph:
 def signature_example(model, batch:int|None=None) -> tuple:
     ("Zero inputs of the shapes the input signature of `model` (path, `NacFile` or `NacModel`) gives: a symbolic leading (batch) dim "
      "becomes `batch` (default 1); a file without a signature, or with another dim left open, is a `LowerError` asking for an example.")
-    from nac_lab.nac.run import NacModel, load
+    from nac_lab.nac.runtime.run import NacModel, load
     from nac_lab.nac.format import NacFile
-    from nac_lab.nac.signature import eval_dim, _parse_expr
-    from nac_lab.nac.guard import escape
+    from nac_lab.nac.format.signature import eval_dim, _parse_expr
+    from nac_lab.guard import escape
     m = NacModel(model) if isinstance(model, NacFile) else model if isinstance(model, NacModel) else load(model)
     sig = m.interpreter.input_signature
     if sig is None: raise LowerError('the model has no input signature: give an example input (--example X.npy) to fix the shapes')

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
 from .layers import LowerError
-from ..nem.memory import NemExecError
+from ..nem.execution.memory import NemExecError
 from .emit import Emitter, Tiling, Val, conv_l1, nem_shape, stored_nhwc, emit_program, conv_rows, _uniform_run
 from .gemm import GemmTiling, gemm_dims, gemm_candidates, naive_gemm, gemm_layout, tile_sizes, conv_split_l1
 from ..progress import track
@@ -33,8 +33,8 @@ class Device:
 # %% ../../nbs/69_lower_tile.ipynb #3c23ee15
 def resolve_device(dev) -> Device:
     "A shipped device name (npm_lite, npm_mid, npm_pro, npm_pro_x1) or a .nem file defining one device."
-    from nac_lab.nem.check import check
-    from nac_lab.nem.devices import shipped_device_file
+    from nac_lab.nem.analysis.check import check
+    from nac_lab.nem.front.devices import shipped_device_file
     p = Path(dev) if str(dev).endswith('.nem') else shipped_device_file(str(dev))
     if p is None or not p.is_file():
         raise LowerError(f'unknown device {dev!r}: not a shipped device name (npm_lite, npm_mid, npm_pro, npm_pro_x1) and '
@@ -49,7 +49,7 @@ def resolve_device(dev) -> Device:
 # %% ../../nbs/69_lower_tile.ipynb #36e8e809
 def _instances(l, elem):
     "The (opcode, OpInstance) pairs the emitter produces for layer `l` on element type `elem`."
-    from nac_lab.nem.types import OpInstance
+    from nac_lab.nem.front.types import OpInstance
     q = elem == 'i8'; x = (elem, q)
     if l.op == 'conv2d':
         if q: return [('conv2d', OpInstance('conv2d', dict(X=x, W=x, B=('i32', False)), dict(Y=x), 'i32'))]
@@ -79,7 +79,7 @@ def _instances(l, elem):
 # %% ../../nbs/69_lower_tile.ipynb #28fcfed2
 def check_legal(g, dev, elem):
     "Refuse, before emitting, a layer whose NEM op has no variant on `dev` for `elem`; names the nearest variant the device has."
-    from nac_lab.nem.types import match
+    from nac_lab.nem.front.types import match
     bad = []
     for l in g.layers:
         if elem == 'i8' and l.op == 'const' and not np.isfinite(l.params['v']).all():
@@ -128,8 +128,8 @@ def _fake_ql(l, elem):
 
 # %% ../../nbs/69_lower_tile.ipynb #ec54963b
 def simulate_text(text, dev):
-    from nac_lab.nem.check import check
-    from nac_lab.nem.sim import simulate
+    from nac_lab.nem.analysis.check import check
+    from nac_lab.nem.timing.sim import simulate
     r = check(text=text, name=str(dev.file.parent / 'probe.nem'), base_dir=dev.file.parent)
     if not r.ok: raise LowerError(f'internal: an emitted program does not check:\n{r.format()}')
     return simulate(r)
@@ -285,7 +285,7 @@ def _tile_text(t, l, g, ys) -> str:
 def layer_report(low) -> list:
     """Vela-style rows per layer: tile, L1 bytes, MACs, cycles (the layer simulated alone, chosen and naive tiling),
     MAC utilisation, bytes moved per memory level, and whether DMA or compute bounds it."""
-    from nac_lab.nem.sim import summary
+    from nac_lab.nem.timing.sim import summary
     g, dev = low.graph, low.device
     elem = 'i8' if low.qp else low.elem
     rows = []
@@ -325,7 +325,7 @@ def format_report(rows) -> str:
 def roofline(res, elem) -> dict:
     ("The roofline bound of simulation `res` (cycles): compute (MACs ÷ MAC rate of all NMUs for `elem`), ddr and l2 (bytes read and "
      "written ÷ port bytes per cycle), the bound (their max), which one it is, and ratio = simulated cycles ÷ bound.")
-    from nac_lab.nem.table import MAC_KEY
+    from nac_lab.nem.timing.table import MAC_KEY
     uc, lb = res.table.uc, res.table.level_bytes
     nmu = sum(1 for u in res.units.values() if u == 'NMU')
     mv = lambda lvl: sum(v.get('read', 0) + v.get('written', 0) for k, v in lb.items() if k == lvl)

@@ -6,8 +6,9 @@
 __all__ = []
 
 # %% ../../nbs/39d_nem_api.ipynb #136e109e
-_LAZY = dict(run='nac_lab.nem.exec', simulate='nac_lab.nem.sim', SimResult='nac_lab.nem.sim', RunResult='nac_lab.nem.exec',
-             NemExecError='nac_lab.nem.memory')
+_LAZY = dict(run='nac_lab.nem.execution.exec', simulate='nac_lab.nem.timing.sim', SimResult='nac_lab.nem.timing.sim',
+             RunResult='nac_lab.nem.execution.exec',
+             NemExecError='nac_lab.nem.execution.memory')
 
 def __getattr__(name):
     "Resolve the execution API lazily."

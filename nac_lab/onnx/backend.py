@@ -8,8 +8,8 @@ import numpy as np
 import torch
 from fastcore.basics import patch
 from ..errors import NacRunError
-from ..nac.run import NacModel
-from ..nac.graph import NacGraph
+from ..nac.runtime.run import NacModel
+from ..nac.format.graph import NacGraph
 from .export import DEFAULT_OPSET
 
 # %% auto #0

@@ -8,8 +8,8 @@ import json, math
 import numpy as np
 from fastcore.basics import patch
 from ..binio import NacLabError
-from ..nac.graph import NacGraph, TensorType, ConstRef, ListRef, ParamRef, InputRef, StateRef, ValueRef
-from ..nac.guard import escape
+from ..nac.format.graph import NacGraph, TensorType, ConstRef, ListRef, ParamRef, InputRef, StateRef, ValueRef
+from ..guard import escape
 
 # %% auto #0
 __all__ = ['MIN_OPSET', 'MAX_OPSET', 'DEFAULT_OPSET', 'OnnxExportError', 'check_opset', 'onnx_dtype', 'exportable_ops',
@@ -573,7 +573,7 @@ def _lower(g: NacGraph, opset: int, runtime_params: dict):
 # %% ../../nbs/95_onnx_export.ipynb #bf20bc0d
 def _runtime_params(g: NacGraph) -> dict:
     "`{param id: value}` as the interpreter holds them (dequantized), plus `{('lifted', slot): default}`."
-    from nac_lab.nac.run import Interpreter
+    from nac_lab.nac.runtime.run import Interpreter
     it = Interpreter(g.nac)
     out = dict(it.params)
     for k, (i, name, kind, default) in enumerate(it.input_slots()):

@@ -167,7 +167,7 @@ def import_onnx(src, *, example=None, dims:dict|None=None, quant:str='none', che
                 freeze:bool=False):
     ("A `NacModel` compiled from the ONNX model `src` (path, bytes or `ModelProto`); `example`: tensors in graph-input order; "
      "`freeze`: fix integer inputs used as shape arguments to their example values (see `fold`).")
-    from nac_lab.nac.compile import compile_module
+    from nac_lab.nac.compiler.compile import compile_module
     model = read_onnx(src)
     ins = graph_inputs(model)
     if example is None: example = example_inputs(ins, dims)

@@ -5,7 +5,7 @@
 # %% ../../nbs/97_onnx_view.ipynb #da44c3ec
 from __future__ import annotations
 from pathlib import Path
-from ..nac.graph import NacGraph
+from ..nac.format.graph import NacGraph
 from .export import DEFAULT_OPSET
 
 # %% auto #0

@@ -8,7 +8,7 @@ import argparse
 from pathlib import Path
 from ..binio import NacLabError, map_file
 from ..fileio import atomic_write, check_output, same_file
-from ..cli import add_json, add_output, print_json
+from ..clikit import add_json, add_output, print_json
 
 # %% auto #0
 __all__ = ['TOUR_RANK', 'register', 'tour']
@@ -35,12 +35,12 @@ def _manifest(args):
                                       f'{m.lora.scale:g})')
     print(f'{args.output}: {len(m.shards)} shard(s), {len(m.entries)} tensor entries{lora}, {len(blob)} bytes')
     if m.unused:
-        from nac_lab.nac.guard import escape
+        from nac_lab.guard import escape
         print(f'  not used by protocol v1: {", ".join(escape(n) for n in m.unused)}')
 
 def _decode(args):
     from nac_lab.trillim.manifest import read_manifest, manifest_to_dict, LORA_TARGETS
-    from nac_lab.nac.guard import escape       # shard paths come from the file: control characters and NUL printed as escapes
+    from nac_lab.guard import escape       # shard paths come from the file: control characters and NUL printed as escapes
     m = read_manifest(_map(args.file), fmt=str(args.file))
     if args.json: print_json(manifest_to_dict(m)); return     # json.dumps escapes control characters itself
     print(f'{len(m.shards)} shard(s):')
