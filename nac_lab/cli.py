@@ -8,7 +8,8 @@ import argparse, difflib, importlib, io, os, pkgutil, re, sys, time
 from contextlib import redirect_stdout, redirect_stderr
 from pathlib import Path
 import nac_lab
-from .binio import NacLabError, printable
+from .binio import printable
+from .errors import NacLabError
 from .clikit import (command_group, visible_options, add_output, add_input, add_json, print_json,  # noqa: F401
                             DeprecatedFlag)  # the parser helpers every area uses live in the foundation, re-exported here
 

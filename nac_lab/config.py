@@ -5,9 +5,9 @@
 # %% ../nbs/07_config.ipynb #30b25cbc
 from __future__ import annotations
 import json, math
-from .binio import BadValueError
+from .errors import BadValueError
 from pathlib import Path
-from .binio import FormatError
+from .errors import FormatError
 from .fileio import read_json
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 import nac_lab
-from .binio import NacLabError
+from .errors import NacLabError
 
 # %% auto #0
 __all__ = ['data_path', 'repo_root']

@@ -7,7 +7,7 @@ from __future__ import annotations
 import configparser, html, json, os, re, tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from .binio import NacLabError
+from .errors import NacLabError
 from .fileio import atomic_write
 from .docs_links import fix_anchors, repository_url
 

@@ -8,7 +8,8 @@ import json, os, shutil, stat, tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
-from .binio import BadValueError, LimitError, WriteError, printable
+from .binio import printable
+from .errors import BadValueError, LimitError, WriteError
 
 # %% auto #0
 __all__ = ['current_umask', 'new_file_mode', 'same_file', 'check_output', 'atomic_write', 'foreign_entries', 'check_output_dir',

@@ -6,7 +6,8 @@
 from __future__ import annotations
 import os
 from pathlib import Path
-from .binio import NacLabError, LimitError, WriteError, printable
+from .binio import printable
+from .errors import NacLabError, LimitError, WriteError
 from .fileio import check_output, same_file
 
 # %% auto #0

@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast, io, os, stat, zipfile
 from pathlib import Path
 import numpy as np
-from .binio import FormatError, BadValueError, BadMagicError, TruncatedError, LimitError
+from .errors import FormatError, BadValueError, BadMagicError, TruncatedError, LimitError
 from .fileio import atomic_write
 from .guard import check_bytes, shape_problem, escape
 

@@ -6,7 +6,8 @@
 from __future__ import annotations
 import contextvars, functools, os, sys
 from contextlib import contextmanager
-from .binio import BadValueError, printable
+from .binio import printable
+from .errors import BadValueError
 
 # %% auto #0
 __all__ = ['PROGRESS_ENV', 'progress_enabled', 'Bar', 'steps', 'stage', 'with_steps', 'track']

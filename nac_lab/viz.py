@@ -7,7 +7,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 import graphviz
-from .binio import NacLabError
+from .errors import NacLabError
 from .fileio import atomic_write
 
 # %% auto #0

@@ -34,3 +34,17 @@ def test_roots_are_distinct():
     assert issubclass(NacCompileError, NacError) and not issubclass(NacCompileError, (ArkError, Irv2Error))
     assert issubclass(ArkFormatError, ArkError) and issubclass(ArkFormatError, BadValueError)      # still a located format error
     assert issubclass(GGUFError, Irv2Error) and not issubclass(GGUFError, NacError)
+
+def test_error_classes_are_imported_from_errors():
+    "Every module takes error classes from their home, `nac_lab.errors`, not from `binio` (which only re-exports them)."
+    import ast
+    from pathlib import Path
+    import nac_lab, nac_lab.errors as errors_mod
+    names = {n for n, o in vars(errors_mod).items() if inspect.isclass(o) and issubclass(o, BaseException)}
+    root, bad = Path(nac_lab.__file__).parent, []
+    for f in sorted(root.rglob('*.py')):
+        if f.name in ('binio.py', '_modidx.py'): continue
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or '').split('.')[-1] == 'binio':
+                bad += [f'{f.relative_to(root)}:{node.lineno} {a.name}' for a in node.names if a.name in names]
+    assert len(names) >= 10 and bad == []

@@ -11,7 +11,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 import numpy as np
-from ..binio import BadValueError, LimitError, printable
+from ..binio import printable
+from ..errors import BadValueError, LimitError
 from ..fileio import atomic_write, parse_json
 from ..errors import ArkError
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 import numpy as np
-from ..binio import NacLabError
+from ..errors import NacLabError
 
 # %% auto #0
 __all__ = ['MAX_WORD_BITS', 'INT64_WORD_BITS', 'ROUNDING', 'OVERFLOW', 'FxpError', 'QFormatError', 'ModeError', 'RawTypeError',

@@ -6,7 +6,7 @@
 from __future__ import annotations
 from itertools import permutations, product
 import networkx as nx
-from ..binio import NacLabError
+from ..errors import NacLabError
 from ..nac.format.graph import NacGraph, TensorType, ScalarType, ConstRef, ListRef, ParamRef
 
 # %% auto #0

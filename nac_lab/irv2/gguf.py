@@ -13,7 +13,7 @@ import json, shutil, struct, tempfile
 from collections import Counter
 from pathlib import Path
 import numpy as np
-from ..binio import FormatError, TruncatedError, BadMagicError, BadValueError
+from ..errors import FormatError, TruncatedError, BadMagicError, BadValueError
 from ..fileio import atomic_write
 from ..config import show_value as show
 from .quant import dequantize, quantize, QuantError, BLOCKS

@@ -8,7 +8,7 @@ import json, os, re
 from dataclasses import dataclass
 from pathlib import Path
 import jsonschema
-from ..binio import FormatError
+from ..errors import FormatError
 from ..fileio import read_json, atomic_write
 from ..core import data_path
 from ..errors import Irv2Error

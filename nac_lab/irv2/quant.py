@@ -7,7 +7,7 @@ __all__ = ['BLOCKS', 'F32', 'QuantError', 'kind_name', 'block_info', 'nbytes', '
 
 # %% ../../nbs/56_irv2_quant.ipynb #3921b903
 import numpy as np
-from ..binio import BadValueError
+from ..errors import BadValueError
 from ..errors import Irv2Error
 
 # %% ../../nbs/56_irv2_quant.ipynb #a2e30276

@@ -6,7 +6,7 @@
 from __future__ import annotations
 from pathlib import Path
 import numpy as np
-from ..binio import NacLabError
+from ..errors import NacLabError
 from ..clikit import command_group
 
 CLI_AFTER = 'nem'      # adds `nem lower` and `nem sweep` to the NEM group, so it registers after the NEM commands

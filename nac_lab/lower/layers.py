@@ -6,7 +6,7 @@
 from __future__ import annotations
 import re
 from dataclasses import dataclass, field
-from ..binio import NacLabError
+from ..errors import NacLabError
 
 # %% auto #0
 __all__ = ['UNARY', 'BINARY', 'PASS', 'LowerError', 'Layer', 'LayerGraph', 'nem_input_name']

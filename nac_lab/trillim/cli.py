@@ -6,7 +6,8 @@
 from __future__ import annotations
 import argparse
 from pathlib import Path
-from ..binio import NacLabError, map_file
+from ..binio import map_file
+from ..errors import NacLabError
 from ..fileio import atomic_write, check_output, same_file
 from ..clikit import add_json, add_output, print_json
 
@@ -17,7 +18,7 @@ __all__ = ['TOUR_RANK', 'register', 'tour']
 def _map(path):
     "Memory-map an input manifest; a FIFO or device (which would block) is refused."
     import os, stat
-    from nac_lab.binio import BadValueError
+    from nac_lab.errors import BadValueError
     try: st = os.stat(path)
     except OSError as ex: raise BadValueError(f'cannot open {path}: {ex.strerror}') from None
     if not stat.S_ISREG(st.st_mode): raise BadValueError(f'{path} is not a regular file (a FIFO or device would block or never end)')

@@ -8,7 +8,8 @@ import math, os
 from dataclasses import dataclass, field
 from enum import IntEnum
 from pathlib import Path
-from ..binio import NacLabError, FormatError, align_up
+from ..binio import align_up
+from ..errors import NacLabError, FormatError
 from ..config import config_field, show_value, read_hf_config, rope_theta_field
 from ..fileio import read_json
 

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from fastcore.imports import IN_NOTEBOOK
-from ..binio import NacLabError
+from ..errors import NacLabError
 from .config import (TrillimError, ArchConfigError, ArchConfig, ArchType, ActivationType, parse_config_args)
 from ..config import show_value
 from ..torchref import rms_norm, rope_rotate

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from pathlib import Path
 import numpy as np
-from ..binio import Reader, Writer, map_file, BadMagicError, BadValueError, LimitError, WriteError
+from ..binio import Reader, Writer, map_file
+from ..errors import BadMagicError, BadValueError, LimitError, WriteError
 from ..fileio import atomic_write, atomic_files, check_output
 from ..progress import track
 from .config import TrillimError, ArchConfig, ArchType

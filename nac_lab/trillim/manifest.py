@@ -8,7 +8,8 @@ import json, math, os, re, stat
 from dataclasses import dataclass, field
 from enum import IntEnum
 from pathlib import Path
-from ..binio import Reader, Writer, FormatError, BadValueError, LimitError
+from ..binio import Reader, Writer
+from ..errors import FormatError, BadValueError, LimitError
 from ..safetensors import ST_MAX_HEADER
 from ..safetensors import ST_SIZES, read_header
 from .config import TrillimError, ArchConfig, ArchType, load_hf_config

@@ -6,7 +6,7 @@
 from __future__ import annotations
 import json, shutil
 from pathlib import Path
-from ...binio import NacLabError
+from ...errors import NacLabError
 import argparse
 from ...clikit import add_json, add_output
 
@@ -107,7 +107,7 @@ def tour(out:Path):
     from nac_lab.nac.format import read_nac, write_nac
     from nac_lab.nac.format.disasm import summary_text, listing, graph, make_example
     from nac_lab.viz import render
-    from nac_lab.binio import FormatError
+    from nac_lab.errors import FormatError
     try:
         from nac_lab.core import data_path
         src = data_path('nac', 'tiny_mlp.nac'); raw = src.read_bytes(); where = f'{src.name} (shipped)'

@@ -5,7 +5,7 @@
 # %% ../../../nbs/24_nac_mep_cli.ipynb #1ea39f3d
 from __future__ import annotations
 from pathlib import Path
-from ...binio import NacLabError
+from ...errors import NacLabError
 
 # %% auto #0
 __all__ = ['TOUR_RANK', 'add_run_flags', 'add_inspect_flags', 'run_orchestrated', 'register', 'tour']

@@ -6,7 +6,7 @@
 from __future__ import annotations
 import json
 from pathlib import Path
-from ...binio import NacLabError
+from ...errors import NacLabError
 from ...clikit import add_output
 
 # %% auto #0

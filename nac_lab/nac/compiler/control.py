@@ -5,7 +5,7 @@
 # %% ../../../nbs/24c_nac_control.ipynb #6aa19c9d
 from __future__ import annotations
 from dataclasses import dataclass, field
-from ...binio import BadValueError
+from ...errors import BadValueError
 from ..format import Instruction, SysOp
 from ...errors import NacRunError
 from ...errors import NacError

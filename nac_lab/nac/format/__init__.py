@@ -4,7 +4,7 @@
 
 # %% ../../../nbs/10_nac_format.ipynb #651ef67a
 from __future__ import annotations
-from ...binio import (NacLabError, FormatError, TruncatedError, BadMagicError, BadValueError,  # noqa: F401
+from ...errors import (NacLabError, FormatError, TruncatedError, BadMagicError, BadValueError,  # noqa: F401
                            LimitError, WriteError)
 from .optable import *            # noqa: F401,F403  the public API of the container, in one place
 from .container import *          # noqa: F401,F403

@@ -8,7 +8,8 @@ import os
 import numpy as np
 from dataclasses import dataclass, field
 from pathlib import Path
-from ...binio import NacLabError, FormatError, Reader, map_file
+from ...binio import Reader, map_file
+from ...errors import NacLabError, FormatError
 from ...guard import escape
 from .container import NacFile, Instruction, SysOp, HEADER_ORDER, TAGS, _has_c, _check_layout, _check_refs, state_writes
 from .reader import _read_header, _READERS, _read_orch, _read_sys, _input_name_problem

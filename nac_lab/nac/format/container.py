@@ -9,7 +9,7 @@ from enum import IntEnum
 from pathlib import Path
 from typing import NamedTuple
 import numpy as np
-from ...binio import BadValueError, WriteError
+from ...errors import BadValueError, WriteError
 from ...dtypes import check_code_map, elem_type
 from .optable import (op_name, UnknownOpError)  # noqa: F401
 from ...errors import NacError

@@ -6,7 +6,7 @@
 from __future__ import annotations
 from collections import Counter
 import numpy as np
-from ...binio import NacLabError
+from ...errors import NacLabError
 from ...guard import escape
 from . import NacFile, Instruction, QuantMethod, DTYPE_NAMES, SysOp, decode_operands, op_name, state_writes
 from ...errors import NacError

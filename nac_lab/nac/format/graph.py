@@ -10,7 +10,7 @@ from types import MappingProxyType
 import numpy as np
 import torch
 from ...errors import NacRunError
-from ...binio import NacLabError
+from ...errors import NacLabError
 from . import NacFile, QuantMethod, DTYPE_NAMES, read_nac
 from .signature import eval_dim, _parse_expr, format_shape
 from ...guard import escape

@@ -4,7 +4,7 @@
 
 # %% ../../../nbs/10a_nac_optable.ipynb #194f4189
 from __future__ import annotations
-from ...binio import NacLabError, BadValueError
+from ...errors import NacLabError, BadValueError
 from ...errors import NacError
 
 # %% auto #0

@@ -7,7 +7,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 import numpy as np
-from ...binio import FormatError, TruncatedError, BadMagicError, BadValueError, LimitError, Reader, map_file
+from ...binio import Reader, map_file
+from ...errors import FormatError, TruncatedError, BadMagicError, BadValueError, LimitError
 from ...binio import _st as _sc       # binio's cache of compiled `struct.Struct`s, shared by the OPS fast paths
 from ...guard import shape_problem, in_file
 from .optable import (op_name, UnknownOpError)

@@ -6,7 +6,7 @@
 from __future__ import annotations
 import ast, json, re
 from dataclasses import dataclass, field
-from ...binio import BadValueError
+from ...errors import BadValueError
 from ...fileio import parse_json
 from . import NacFile, SysOp
 from ...errors import NacError

@@ -6,7 +6,7 @@
 from __future__ import annotations
 from pathlib import Path
 import numpy as np
-from ...binio import FormatError, BadValueError, LimitError, WriteError
+from ...errors import FormatError, BadValueError, LimitError, WriteError
 from . import NacFile, DataTensor, DType, DTYPE_NP, DTYPE_NAMES, QuantMethod
 from .writer import SAFETENSORS_TO_NAC, NAC_TO_SAFETENSORS, ST_DTYPES, ST_NAMES, _quant_meta, safetensors_bytes, save_external  # noqa: F401 (re-exported: the writer saves external weights)
 from ...fileio import parse_json

@@ -7,7 +7,8 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 import numpy as np
-from ...binio import FormatError, WriteError, Reader, Writer
+from ...binio import Reader, Writer
+from ...errors import FormatError, WriteError
 import json
 from ...fileio import atomic_write
 from ...safetensors import safetensors_bytes as st_bytes, SAFETENSORS_DTYPES

@@ -5,7 +5,8 @@
 # %% ../../../nbs/22_nac_mep.ipynb #327afaa3
 from __future__ import annotations
 from dataclasses import dataclass, field
-from ...binio import FormatError, Reader, Writer, WriteError
+from ...binio import Reader, Writer
+from ...errors import FormatError, WriteError
 from ..format import Orch, F32List
 from ...errors import NacError
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json, os, re, string, sys, time
 from pathlib import Path
 import numpy as np
-from ...binio import NacLabError, LimitError, FormatError
+from ...errors import NacLabError, LimitError, FormatError
 from ...guard import MAX_BYTES_ENV, MemoryLimitError, escape, max_bytes
 from ..format import read_nac, DType, DTYPE_NP
 from .mep import MepError, MepProgram

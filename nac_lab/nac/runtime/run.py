@@ -8,7 +8,7 @@ import builtins, time, math
 from dataclasses import dataclass, field
 import numpy as np
 import torch
-from ...binio import NacLabError
+from ...errors import NacLabError
 from pathlib import Path
 from ..format import NacFile, F32List, decode_operands, op_name, load_canonical_ops, SysOp, read_nac, write_nac
 from ..format.weights import torch_weights

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 from collections import defaultdict
 import numpy as np
-from ...binio import BadValueError, FormatError
+from ...errors import BadValueError, FormatError
 from ..format import MmapAction, MmapRecord, MmapCommand, Instruction, MmapError, NacFile, read_nac
 from ...guard import in_file
 from ...errors import NacError

@@ -8,7 +8,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from collections import defaultdict
 import numpy as np
-from ...binio import NacLabError
+from ...errors import NacLabError
 from ..format import MmapAction, Instruction
 from .mmap import (liveness, ops_of, as_sizes, live_bytes, commands_of, mmap_violations, build_schedule, Violation,
                               PARAM, INPUT, OP, OUTPUT)

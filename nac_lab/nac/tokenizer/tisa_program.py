@@ -6,7 +6,8 @@
 from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
-from ...binio import FormatError, LimitError, Reader, Writer
+from ...binio import Reader, Writer
+from ...errors import FormatError, LimitError
 from ...errors import NacError
 
 # %% auto #0

@@ -6,7 +6,7 @@
 from __future__ import annotations
 import io, sys
 from pathlib import Path
-from ...binio import NacLabError
+from ...errors import NacLabError
 from ...clikit import add_input, add_json, add_output, command_group, print_json
 from .cli import DEVICE_HELP
 

@@ -15,7 +15,7 @@ __all__ = ['NEM_ELEM_TYPES', 'STORE_DTYPE', 'VALUE_DTYPE', 'FLOAT_TYPES', 'MAX_M
 
 # %% ../../../nbs/38_nem_memory.ipynb #e0b09227
 # The NEM front end, imported in one place (the names are public; the integrator may re-point them).
-from ...binio import NacLabError
+from ...errors import NacLabError
 from ..front.lexer import NemError, caret_lines, printable
 from ..front.ast import Num, Neg, Quant
 from ..front.types import BITWIDTH, nbytes

@@ -5,7 +5,8 @@
 # %% ../../../nbs/30_nem_lexer.ipynb #ae15423e
 from __future__ import annotations
 import re
-from ...binio import NacLabError, CONTROL_RE, printable
+from ...binio import CONTROL_RE, printable
+from ...errors import NacLabError
 
 # %% auto #0
 __all__ = ['INT_MAX', 'MAX_SOURCE_CHARS', 'MAX_LINE_CHARS', 'NemError', 'caret_lines', 'NemSyntaxError', 'tokenize']
