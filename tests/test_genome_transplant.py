@@ -166,3 +166,21 @@ def test_adapted_transplant_linear_tokens(tmp_path):
     p = new.nac.save(tmp_path / 'B_adapted.nac')
     assert check(p).ok, str(check(p))
     assert load(p).run(xs[7])[0].shape == (1, 5, 2)
+
+def test_cli_transplant_adapter_gene(tmp_path):
+    "`genome transplant` on an 'adapter' gene writes the adapted program, which checks."
+    from nac_lab.nac.check import check
+    def net(width, seed):
+        torch.manual_seed(seed)
+        m = nn.Sequential(nn.Conv2d(1, width, 3, padding=1), nn.ReLU(), nn.Conv2d(width, width, 3, padding=1), nn.ReLU(),
+                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(width, 3)).eval()
+        return compile_module(m, (torch.zeros(1, 1, 8, 8),))
+    a, b = net(4, 0).nac.save(tmp_path / 'a.nac'), net(8, 1).nac.save(tmp_path / 'b.nac')
+    rc, out, err = run_cli('genome', 'genes', str(a), str(b), '--json')
+    assert rc == 0, err
+    gene = next(g for g in json.loads(out)['genes'] if g['status'] == 'adapter' and g['a'] == g['b'] == 'instructions 7-8')['id']
+    rc, out, err = run_cli('genome', 'transplant', str(a), str(b), '--gene', gene, '-o', str(tmp_path / 'o.nac'), '--json')
+    assert rc == 0, err
+    r = json.loads(out)
+    assert r['checked'] and r['instructions'] == dict(before=15, after=21) and r['program_vs_fit'] < 1e-5
+    assert check(tmp_path / 'o.nac').ok
