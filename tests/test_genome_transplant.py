@@ -124,3 +124,63 @@ def test_cross_architecture_exact_gene_and_report():
     from nac_lab.genome.transplant import transplant_report
     rep = {(r['donor'], r['recipient']): r for r in transplant_report({'A': A, 'B': B})}
     assert rep['A', 'B']['exact'] >= 1 and rep['A', 'B']['shared'] == len(rows) and rep['B', 'A']['shared'] == len(rows)
+
+def test_adapted_transplant_written_into_the_nac(tmp_path):
+    "Across widths the fitted adapters become instructions; with a constructed exact answer the written program keeps the function."
+    from nac_lab.genome.adapt import transplant_adapted
+    from nac_lab.nac.format.check import check
+    ca, cd = _duplicated_pair()
+    A, D = Genome.of(ca, 'A'), Genome.of(cd, 'D')
+    conv2 = [n.index for n in A.graph.nodes if n.name == 'nac.conv2d'][1]
+    row = next(r for r in shared_genes(A, D) if r['a_site'].ops == (conv2, conv2 + 1) and r['b_site'].ops == (conv2, conv2 + 1))
+    assert row['status'] == 'adapter'
+    gen = torch.Generator().manual_seed(3)
+    xs = [torch.randn(1, 1, 8, 8, generator=gen) for _ in range(6)]
+    new, rep = transplant_adapted(A, D, row['id'], xs[:4], xs[4:])
+    assert rep['instructions'] == dict(before=15, after=21)
+    assert rep['program_vs_fit'] < 1e-5
+    for k in ('donor_block_error', 'site_error', 'output_error'): assert rep[k] < 1e-4, (k, rep[k])
+    p = new.nac.save(tmp_path / 'D_adapted.nac')
+    assert check(p).ok, str(check(p))
+    x = xs[5]
+    assert torch.allclose(load(p).run(x)[0], cd.run(x)[0], atol=1e-5)      # the recipient's function, now through the donor's block
+
+def test_adapted_transplant_linear_tokens(tmp_path):
+    "Rank-3 values (tokens x features): the adapters are linear layers on the last axis; the file checks and runs."
+    from nac_lab.genome.adapt import transplant_adapted
+    from nac_lab.nac.format.check import check
+    def mlp(width, seed):
+        torch.manual_seed(seed)
+        m = nn.Sequential(nn.Linear(6, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 2)).eval()
+        return compile_module(m, (torch.zeros(1, 5, 6),))
+    A, B = Genome.of(mlp(4, 0), 'A'), Genome.of(mlp(12, 1), 'B')
+    lin = [n.index for n in A.graph.nodes if n.name == 'nac.linear'][1]
+    blin = [n.index for n in B.graph.nodes if n.name == 'nac.linear'][1]
+    row = next(r for r in shared_genes(A, B) if r['a_site'].ops == (lin, lin + 1) and r['b_site'].ops == (blin, blin + 1))
+    assert row['status'] == 'adapter'
+    gen = torch.Generator().manual_seed(4)
+    xs = [torch.randn(1, 5, 6, generator=gen) for _ in range(8)]
+    new, rep = transplant_adapted(A, B, row['id'], xs[:6], xs[6:])
+    assert rep['widths'] == dict(donor_in=4, recipient_in=12, donor_out=4, recipient_out=12)
+    assert rep['program_vs_fit'] < 1e-5 and 0 < rep['site_error'] < 2
+    p = new.nac.save(tmp_path / 'B_adapted.nac')
+    assert check(p).ok, str(check(p))
+    assert load(p).run(xs[7])[0].shape == (1, 5, 2)
+
+def test_cli_transplant_adapter_gene(tmp_path):
+    "`genome transplant` on an 'adapter' gene writes the adapted program, which checks."
+    from nac_lab.nac.format.check import check
+    def net(width, seed):
+        torch.manual_seed(seed)
+        m = nn.Sequential(nn.Conv2d(1, width, 3, padding=1), nn.ReLU(), nn.Conv2d(width, width, 3, padding=1), nn.ReLU(),
+                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(width, 3)).eval()
+        return compile_module(m, (torch.zeros(1, 1, 8, 8),))
+    a, b = net(4, 0).nac.save(tmp_path / 'a.nac'), net(8, 1).nac.save(tmp_path / 'b.nac')
+    rc, out, err = run_cli('genome', 'genes', str(a), str(b), '--json')
+    assert rc == 0, err
+    gene = next(g for g in json.loads(out)['genes'] if g['status'] == 'adapter' and g['a'] == g['b'] == 'instructions 7-8')['id']
+    rc, out, err = run_cli('genome', 'transplant', str(a), str(b), '--gene', gene, '-o', str(tmp_path / 'o.nac'), '--json')
+    assert rc == 0, err
+    r = json.loads(out)
+    assert r['checked'] and r['instructions'] == dict(before=15, after=21) and r['program_vs_fit'] < 1e-5
+    assert check(tmp_path / 'o.nac').ok

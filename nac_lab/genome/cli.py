@@ -41,10 +41,14 @@ def register(sub):
     _dask_args(m)
     m.add_argument('--json', action='store_true', help='print a summary as JSON (default: one text line)')
     m.set_defaults(func=_mine)
-    t = s.add_parser('tree', help='distances, UPGMA tree (Newick) and family scores of .nac files')
+    t = s.add_parser('tree', help='distances, UPGMA or neighbour-joining tree (Newick) and family scores of .nac files')
     t.add_argument('inputs', nargs='+', metavar='FILES_OR_DIR', help='.nac files and/or folders of them (families from manifest.json)')
     t.add_argument('--distance', choices=['genes', 'edit'], default='genes',
                    help='genes: cosine distance of gene profiles; edit: edit distance of block sequences (default genes)')
+    t.add_argument('--method', choices=['upgma', 'nj'], default='upgma',
+                   help='upgma: average linkage, rooted; nj: neighbour joining, unrooted (default upgma)')
+    t.add_argument('--table', action='store_true',
+                   help='print the family scores of every distance measure and method as a markdown table instead (default: off)')
     t.add_argument('--max-size', type=int, default=3, metavar='K', help='largest gene mined for the profiles (default 3)')
     t.add_argument('--min-support', type=int, default=2, metavar='S', help='least number of models a gene occurs in (default 2)')
     t.add_argument('-o', '--output', default=None, metavar='FILE', help='write the tree drawing (.svg, .png or .pdf; default none)')
@@ -82,9 +86,13 @@ def _mine(args):
 def _tree(args):
     from nac_lab.genome.tree import tree, tree_graph, score_table, nac_files
     from nac_lab.fileio import atomic_write
+    from nac_lab.genome.tree import evaluate
     files = nac_files(args.inputs)
-    run = None if args.distance == 'edit' else _runner(args)
-    try: ph = tree(files, args.distance, max_size=args.max_size, min_support=args.min_support, runner=run)
+    run = None if args.distance == 'edit' and not args.table else _runner(args)
+    try:
+        if args.table:
+            print(score_table(evaluate(files, max_size=args.max_size, min_support=args.min_support, runner=run))); return 0
+        ph = tree(files, args.distance, method=args.method, max_size=args.max_size, min_support=args.min_support, runner=run)
     finally:
         if run is not None: run.close()
     if args.output:

@@ -29,12 +29,12 @@ def _fresh(out, force:bool) -> Path:
 
 def _stem(p) -> str: return Path(p).name.removesuffix('.nac')
 
-def _example(model):
+def _example(model, seed: int = 0):
     "A seeded random input for each program input (their static shapes from the typed graph)."
     import torch
     from nac_lab.nac.format.graph import NacGraph
     g = NacGraph.from_model(model)
-    gen = torch.Generator().manual_seed(0)
+    gen = torch.Generator().manual_seed(seed)
     xs = []
     for n in g.nodes:
         if n.kind != 'input': continue
@@ -62,6 +62,8 @@ def _transplant_cmd(args) -> int:
     from nac_lab.genome.transplant import Genome, transplant, verify_transplant
     out = _fresh(args.output, args.force)
     a, b = Genome.of(args.donor, _stem(args.donor), args.max_ops), Genome.of(args.recipient, _stem(args.recipient), args.max_ops)
+    from nac_lab.genome.transplant import shared_genes, _row
+    if _row(shared_genes(a, b), args.gene)['status'] == 'adapter': return _adapted_cmd(args, a, b, out)
     new, row = transplant(a, b, args.gene)
     check = verify_transplant(a.model, new, row, *_example(a.model))
     if not check['identical']:
@@ -73,6 +75,25 @@ def _transplant_cmd(args) -> int:
     else: print(f"{args.gene}: {row['params']} parameter tensors of {row['a']} ({escape(_stem(args.donor))}) -> {row['b']} "
                 f"({escape(_stem(args.recipient))}); identical context: bit-identical site output; wrote {escape(str(out))}")
     return 0
+
+def _adapted_cmd(args, a, b, out) -> int:
+    "An 'adapter' gene: fit the adapters on seeded random inputs, write them as instructions (genome.adapt), check the file."
+    from nac_lab.genome.adapt import transplant_adapted
+    from nac_lab.nac.format.check import check
+    samples = [_example(b.model, s) for s in range(1, args.samples + 1)]
+    held = [_example(b.model, s) for s in range(1001, 1005)]
+    new, rep = transplant_adapted(a, b, args.gene, samples, held)
+    chk = check(new.to_bytes())
+    if not chk.ok: raise NacLabError(f'gene {args.gene}: the adapted program does not check; nothing written:\n{chk}')
+    new.nac.save(out, inputs=[args.donor, args.recipient])
+    res = dict(rep, output=str(out), checked=chk.ok)
+    if args.json: print(json.dumps(res, indent=2))
+    else: print(f"{args.gene}: adapters {rep['widths']} around the donor's {_row_ops(rep)} written into {escape(str(out))}; "
+                f"error vs the donor block {rep['donor_block_error']:.3g}, vs the recipient block {rep['site_error']:.3g}, "
+                f"model output {rep['output_error']:.3g}")
+    return 0
+
+def _row_ops(rep) -> str: return f"{rep['ops']}-op block ({rep['donor']})"
 
 # %% ../../nbs/109_genome_cli_transplant.ipynb #3b4dd2f3
 def _synth_cmd(args) -> int:
@@ -114,6 +135,8 @@ def register(sub):
     p.add_argument('-o', '--output', required=True, help='the new recipient .nac (required; an existing file only with --force)')
     p.add_argument('--max-ops', type=int, default=24, help='as for genes; must match the listing the id came from (default: 24)')
     p.add_argument('--force', action='store_true', help='replace an existing output file (default: refuse)')
+    p.add_argument('--samples', type=int, default=8,
+                   help='seeded random inputs the adapters of an "adapter" gene are fitted on (default: 8)')
     p.add_argument('--json', action='store_true', help='print one JSON object (default: one line)')
     p.set_defaults(func=_transplant_cmd)
     p = g.add_parser('synth', help='evolve a new architecture from the gene grammar under device limits and write the best, trained')

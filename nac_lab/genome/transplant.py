@@ -246,24 +246,31 @@ def _site_rows(A, sa, B, sb, samples) -> tuple:
         xa.append(_feats(a_in)); xb.append(_feats(b_in)); yb.append(_feats(b_out)); ins.append(b_in)
     return np.concatenate(xa), np.concatenate(xb), np.concatenate(yb), ins
 
-def fit_adapter(donor, recipient, row:dict, samples, held_out) -> dict:
+def _lstsq(X, Y, bias: bool) -> tuple:
+    "`(W, b)` minimising `|X W + b - Y|` (b fixed at 0 without `bias`)."
+    if not bias: return np.linalg.lstsq(X, Y, rcond=None)[0], np.zeros(Y.shape[1])
+    W = np.linalg.lstsq(np.hstack([X, np.ones((len(X), 1))]), Y, rcond=None)[0]
+    return W[:-1], W[-1]
+
+def fit_adapter(donor, recipient, row:dict, samples, held_out, bias: bool = False) -> dict:
     ("Linear adapters for a gene whose widths differ, fitted by least squares on the activations of `samples` (each a model input or "
      "tuple of inputs): `P` maps the recipient's site input to the donor's, the donor's site runs on that, `Q` maps its output to the "
-     "recipient's. The relative errors of the input map and of the adapted site, on `samples` (fit) and on `held_out`.")
+     "recipient's (with `bias`: affine maps, plus bias vectors `p`, `q`). The relative errors of the input map and of the adapted site, "
+     "on `samples` (fit) and on `held_out`.")
     A, B = _genome(donor), _genome(recipient)
     sa, sb = row['a_site'], row['b_site']
     if sa.form != sb.form: raise GenomeError(f'{sa.where} and {sb.where} are different genes')
     XA, XB, YB, ins = _site_rows(A, sa, B, sb, samples)
-    P = np.linalg.lstsq(XB, XA, rcond=None)[0]
-    site = lambda bs: np.concatenate([_feats(run_site(A, sa, _unfeats(_feats(b) @ P, b))) for b in bs])
+    P, p = _lstsq(XB, XA, bias)
+    site = lambda bs: np.concatenate([_feats(run_site(A, sa, _unfeats(_feats(b) @ P + p, b))) for b in bs])
     YA = site(ins)
     if len(YA) < YA.shape[1]:
         raise GenomeError(f'{len(YA)} output rows for {YA.shape[1]} features: the least-squares fit of Q would be exact by construction; '
                           'give more samples')
-    Q = np.linalg.lstsq(YA, YB, rcond=None)[0]
+    Q, q = _lstsq(YA, YB, bias)
     hXA, hXB, hYB, hins = _site_rows(A, sa, B, sb, held_out)
-    return dict(P=P, Q=Q, fit_rows=len(YA), input_error=_rel(XB @ P, XA), site_error=_rel(YA @ Q, YB),
-                heldout_input_error=_rel(hXB @ P, hXA), heldout_site_error=_rel(site(hins) @ Q, hYB),
+    return dict(P=P, Q=Q, p=p, q=q, fit_rows=len(YA), input_error=_rel(XB @ P + p, XA), site_error=_rel(YA @ Q + q, YB),
+                heldout_input_error=_rel(hXB @ P + p, hXA), heldout_site_error=_rel(site(hins) @ Q + q, hYB),
                 widths=dict(donor_in=XA.shape[1], recipient_in=XB.shape[1], donor_out=YA.shape[1], recipient_out=YB.shape[1]))
 
 # %% ../../nbs/108_genome_transplant.ipynb #519a1287
