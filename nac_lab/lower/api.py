@@ -154,8 +154,9 @@ def checked(low):
     raise LowerError(f'the lowered program fails nem check on {low.device.name} with {len(errs)} error(s), first: {first}')
 
 # %% ../../nbs/69a_lower_api.ipynb #a5e85015
-def lower(model, device, *, mode='int8', calib=None, example=None, tiling='search') -> Lowered:
-    "Lower NAC `model` to a tiled NEM program for `device` (`mode` 'int8' with `calib` samples, or 'float' / 'f32' / 'bf16' / 'f16')."
+def lower(model, device, *, mode='int8', calib=None, example=None, tiling='search', fuse=True) -> Lowered:
+    ("Lower NAC `model` to a tiled NEM program for `device` (`mode` 'int8' with `calib` samples, or 'float' / 'f32' / 'bf16' / 'f16'); "
+     "`fuse`: activations and residual adds run in their conv's epilogue (`lower.fuse`).")
     dev = resolve_device(device)
     samples = [tuple(s) if isinstance(s, (tuple, list)) else (s,) for s in (calib or [])]
     ex = example if example is not None else (samples[0] if samples else None)
@@ -177,6 +178,9 @@ def lower(model, device, *, mode='int8', calib=None, example=None, tiling='searc
                                                f"'bf16', 'f16', not {mode!r}")
     if mode == 'int8': elem = 'i8'
     else: elem = float_type(g, dev, None if mode == 'float' else mode)
+    if fuse:
+        from nac_lab.lower.fuse import plan_epilogues
+        plan_epilogues(g)
     tl, naive, costs = choose_tilings(g, dev, elem, qp, ql, tiling)
     E = emit_planned(g, dev, elem, qp, ql, tl, prefetch=tiling != 'naive')
     return checked(Lowered(E.text('lowered'), E.data, E.io, dev, g, tl, naive, qp, ql, costs, elem))

@@ -104,8 +104,10 @@ def _tile_candidates(Ho):
 def layer_program(l, g, dev, elem, qp, tiling) -> str:
     "A one-layer program (input imported in L2, output left in L2) for timing a tiling of `l`."
     from nac_lab.lower.layers import LayerGraph
-    sub = LayerGraph({n: g.inputs.get(n) or g.layer(n).shape for n in dict.fromkeys(l.inputs)}, [l], [l.name], g.nhwc,
-                     set(getattr(g, 'ints', ())) & set(l.inputs))
+    epi = getattr(l, 'epi', None) or ()                  # a fused epilogue is timed with its conv (its operands imported too)
+    ins = list(dict.fromkeys(l.inputs + [e['other'] for e in epi if e['other']]))
+    sub = LayerGraph({n: g.inputs.get(n) or g.layer(n).shape for n in ins}, [l] + [g.layer(e['name']) for e in epi],
+                     [epi[-1]['name'] if epi else l.name], g.nhwc, set(getattr(g, 'ints', ())) & set(ins))
     E = Emitter(dev, dev.l1, elem)
     if dev.resolved is not None:             # constants go to L2 only while the device's L2 has room next to the layer's values
         from nac_lab.lower.emit import ESIZE
@@ -173,7 +175,8 @@ def _cost(l, g, dev, elem, qp, t) -> float:
     src = [tuple(g.inputs.get(n) or g.layer(n).shape) for n in l.inputs]
     key = (str(dev.file), dev.name, elem, l.op, tuple(src), tuple(l.shape), repr(sorted(l.attrs.items())),
            tuple(l.params['w'].shape) if 'w' in l.params else None, t.key,
-           tuple(stored_nhwc(g, n, s) for n, s in zip(l.inputs, src)), stored_nhwc(g, l.name, l.shape))
+           tuple(stored_nhwc(g, n, s) for n, s in zip(l.inputs, src)), stored_nhwc(g, l.name, l.shape),
+           repr([(e['op'], e['first'], sorted(e['attrs'].items())) for e in getattr(l, 'epi', None) or ()]))
     if key not in _COSTS:
         if len(_COSTS) > 20000: _COSTS.clear()
         _COSTS[key] = simulate_text(layer_program(l, g, dev, elem, qp, t), dev).total_cycles
@@ -239,7 +242,11 @@ def choose_tilings(g, dev, elem, qp, ql, policy='search') -> tuple:
             if l1(t, s) > dev.l1: raise LowerError(f'{l.name}: a band of {t} rows does not fit L1 ({dev.l1} bytes)')
             chosen[l.name] = Tiling(t, s, l1(t, s)); continue
         c = costs[l.name] = {}; by = {**res, **split}
-        for k, u in by.items(): c[k] = _cost(l, g, dev, elem, qp, u)
+        for k, u in list(by.items()):
+            try: c[k] = _cost(l, g, dev, elem, qp, u)
+            except NemExecError as ex:             # more tokens live than the sequencer tracks: not a tiling for this device
+                if ex.rule != 'token.limit': raise
+                del by[k]
         if nv.key not in c: by[nv.key] = nv; c[nv.key] = _cost(l, g, dev, elem, qp, nv)
         if n > 1 and not split and xs[0] == 1:          # the tallest ping-pong band that can be spread over engines, if not timed yet
             t = next((t for t in _tile_candidates(ys[1]) if t < ys[1] and l1(t, 2) <= dev.l1 and _engine_counts(l, dev, t, xs, ys)), None)
