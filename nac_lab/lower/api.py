@@ -11,7 +11,7 @@ import numpy as np
 from .layers import LowerError
 from .graph import import_nac
 from .quant import calibrate, quantize_graph
-from .emit import Emitter, emit_program, DTYPE, to_elem, from_elem
+from .emit import Emitter, emit_program, DTYPE, to_elem, from_elem, pick_l2
 from .tile import Device, resolve_device, check_legal, choose_tilings, layer_report
 
 # %% auto #0
@@ -139,7 +139,8 @@ def emit_planned(g, dev, elem, qp, ql, tilings, prefetch=True) -> Emitter:
     act = -(-E.l2.peak // 64) * 64
     if act > l2: raise LowerError(f'the activations need {act} bytes of L2 at their peak (one buffer, placed by lifetime); {dev.name} has '
                                   f'{l2}')
-    E = Emitter(dev, dev.l1, elem); E.l2_budget = l2 - act
+    sizes = {n: a.nbytes for n, a in E.data.items()}
+    E = Emitter(dev, dev.l1, elem); E.l2_budget = l2 - act; E.l2_pick = pick_l2(sizes, l2 - act)
     E.io = emit_program(g, E, mode, qp, ql, tilings, prefetch=prefetch)
     if l2_bytes(E) > l2: raise LowerError(f'internal: the planned program declares {l2_bytes(E)} bytes of L2, {dev.name} has {l2}')
     return E
@@ -182,5 +183,5 @@ def lower(model, device, *, mode='int8', calib=None, example=None, tiling='searc
         from nac_lab.lower.fuse import plan_epilogues
         plan_epilogues(g)
     tl, naive, costs = choose_tilings(g, dev, elem, qp, ql, tiling)
-    E = emit_planned(g, dev, elem, qp, ql, tl, prefetch=tiling != 'naive')
+    E = emit_planned(g, dev, elem, qp, ql, tl, prefetch=4 if tiling != 'naive' else False)     # 4 constant loads in flight ahead
     return checked(Lowered(E.text('lowered'), E.data, E.io, dev, g, tl, naive, qp, ql, costs, elem))

@@ -15,8 +15,8 @@ from .quant import pool_attrs, const_q
 # %% auto #0
 __all__ = ['DTYPE', 'ESIZE', 'UNARY_OPS', 'CHUNK_OPS', 'LAYER_EMITTERS', 'CONV_SPLIT', 'fnum', 'qdesc', 'qchan', 'to_elem',
            'from_elem', 'Val', 'nem_shape', 'stored_nhwc', 'Emitter', 'region', 'Tiling', 'conv_rows', 'epi_regions',
-           'conv_l1', 'emit_epilogue', 'arena_name', 'emit_conv', 'emit_whole', 'emit_chunked', 'L2Alloc', 'EmitCtx',
-           'emit_conv_layer', 'epilogue_ops', 'emit_program']
+           'conv_l1', 'emit_epilogue', 'arena_name', 'emit_conv', 'emit_whole', 'emit_chunked', 'L2Alloc', 'pick_l2',
+           'EmitCtx', 'emit_conv_layer', 'epilogue_ops', 'emit_program']
 
 # %% ../../nbs/68_lower_emit.ipynb #1f6065e8
 def fnum(x) -> str:
@@ -86,6 +86,7 @@ class Emitter:
         self.arena = 0
         self.live = []; self.loads = []; self.l2 = L2Alloc(); self.ctok = {}; self.kname = {}; self.engines = 1; self.nhwc = None
         self.l2_budget = None       # L2 bytes left for constant copies (None: no limit)
+        self.l2_pick = None         # the constants that get an L2 copy (None: first come while the budget lasts; see `pick_l2`)
     def buffer(self, name, level, size):
         self.bufs.append(f'buffer {name} : {level} (size={max(int(size), 1)}, align=64)'); return name
     def const(self, name, arr, l2=True):
@@ -94,6 +95,7 @@ class Emitter:
         if name in self.data: return (name + '_L2', self.ctok[name]) if name in self.ctok else (name, None)
         arr = np.ascontiguousarray(arr); self.data[name] = arr
         self.buffer(name, 'DDR', arr.nbytes)
+        if l2 and self.l2_pick is not None: l2 = name in self.l2_pick
         if l2 and self.l2_budget is not None:            # L2 planning (`lower.api.lower`): copies to L2 only while the budget lasts
             if -(-arr.nbytes // 64) * 64 > self.l2_budget: l2 = False
             else: self.l2_budget -= -(-arr.nbytes // 64) * 64
@@ -165,7 +167,7 @@ def conv_l1(l, xv, yv, th, slots, elem):
     rin = min(H, (th - 1) * s + d * (kh - 1) + 1)
     e = ESIZE[elem]
     wb = l.params['w'].size * e
-    bb = Co * 4 if elem == 'i8' else N * th * Wo * Co * 4 * slots
+    bb = Co * 4 if elem == 'i8' else N * th * Wo * Co * 4 * (slots + 1)     # float: the bias band and an accumulator band per slot
     ep = slots * -(-N * th * Wo * Co * e // 64) * 64 * epi_regions(l)      # the fused epilogue's band regions (`emit_epilogue`)
     return slots * (N * rin * W * C * e + N * th * Wo * Co * e) + wb + bb + ep + 64 * 8
 
@@ -429,6 +431,18 @@ class L2Alloc:
         return at
     def free(self, name): self.used.pop(name, None)
 
+# %% ../../nbs/68_lower_emit.ipynb #a75fd5c2
+def pick_l2(sizes:dict, budget:int, least:int=65536) -> set:
+    ("Names of constants `sizes` (name -> bytes, in program order) that get an L2 copy within `budget`: the latest first, each >= "
+     "`least` bytes, up to the first that does not fit.")
+    out = set()
+    for n, s in reversed(list(sizes.items())):
+        s = -(-s // 64) * 64
+        if s < least: continue
+        if s > budget: break
+        out.add(n); budget -= s
+    return out
+
 # %% ../../nbs/68_lower_emit.ipynb #b12be6a5
 def _l2(E, name, shape, elem, q=None):
     "A value's L2 home: a place in the shared activation buffer, or its own buffer (one-layer timing programs)."
@@ -487,7 +501,8 @@ CONV_SPLIT = [None]      # the emitter of output-channel-split convolutions (set
 # %% ../../nbs/68_lower_emit.ipynb #da725f4c
 def emit_program(g, E, mode, qp=None, ql=None, tilings=None, probe=False, prefetch=True) -> dict:
     """Emit every layer of `g` into `E`; returns io (inputs/outputs -> DDR buffer facts). `probe`: inputs are imported L2
-    buffers and outputs stay in L2 (timing one layer). `prefetch`: a layer's constants are loaded DDR -> L2 while the
+    buffers and outputs stay in L2 (timing one layer). `prefetch` (True, or how many loads to keep in flight ahead): a
+    layer's constants are loaded DDR -> L2 while the
     layer before it runs (else just before it)."""
     elem = 'i8' if mode == 'int8' else mode if mode in ('f32', 'bf16', 'f16') else 'f32'
     Q = (lambda n: qp[n]) if mode == 'int8' else (lambda n: None)
@@ -569,10 +584,12 @@ def emit_program(g, E, mode, qp=None, ql=None, tilings=None, probe=False, prefet
     done = set()
     for k, (loads, lines) in enumerate(chunks):
         if k not in done: E.body += loads; done.add(k)
-        if prefetch and not probe:
-            j = next((j for j in range(k + 1, len(chunks)) if chunks[j][0]), None)
-            if j is not None and j not in done:
-                E.body += [f'# prefetch the constants of the next layer with constants'] + chunks[j][0]; done.add(j)
+        if prefetch and not probe:          # keep `prefetch` loads (True: one layer's) in flight ahead of the layer that reads them
+            n = 0
+            for j in (j for j in range(k + 1, len(chunks)) if chunks[j][0]):
+                if n and (prefetch is True or n + len(chunks[j][0]) > prefetch): break
+                if j not in done: E.body += [f'# prefetch the constants of a later layer'] + chunks[j][0]; done.add(j)
+                n += len(chunks[j][0])
         E.body += lines
     outs = []
     for n in ([] if probe else g.outputs):
