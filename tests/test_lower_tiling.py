@@ -113,7 +113,7 @@ def test_elementwise_larger_than_l1_in_chunks():
     torch.manual_seed(9)
     m = nac_compile(M().eval(), (torch.zeros(1, 3, 96, 96),))
     x = np.random.default_rng(9).standard_normal((1, 3, 96, 96)).astype(np.float32)
-    low = lower(m, 'npm_mid', mode='int8', calib=[x], tiling='naive')
+    low = lower(m, 'npm_mid', mode='int8', calib=[x], tiling='naive', fuse=False)     # the ReLU as its own layer, chunked
     assert not low.check().errors and '_c1_out' in low.program
     raw = low.run_raw(*low.quantize_inputs(x).values())
     ref = reference_int8(low.graph, low.qp, low.ql, low.qp['x'].quantize(x))

@@ -15,7 +15,7 @@ from ..nac import zoo
 from ..lower.api import lower
 
 # %% auto #0
-__all__ = ['zoo_models', 'bench_lowering', 'bench_tiling', 'bench_exec', 'report', 'main']
+__all__ = ['PEERS', 'zoo_models', 'bench_lowering', 'bench_tiling', 'bench_peers', 'bench_exec', 'report', 'main']
 
 # %% ../../nbs/69d_lower_bench.ipynb #b6207ac7
 def _pin():
@@ -76,6 +76,29 @@ def bench_tiling(models, devices=('npm_lite', 'npm_mid', 'npm_pro', 'npm_pro_x1'
             rows.append((n, d, a, b, b / a, low.roofline(res)['ratio']))
     return rows
 
+# %% ../../nbs/69d_lower_bench.ipynb #b9618f1c
+PEERS = ('resnet18', 'mobilenet_v2', 'resnet34', 'resnet50', 'mnasnet0_5', 'squeezenet1_1')
+
+def bench_peers(names=PEERS, size=224, device='npm_pro') -> list:
+    ("Per torchvision model: (name, lowering seconds, searched cycles, naive/searched, searched/roofline, bounding level, MAC "
+     "utilisation), int8 with two seeded calibration samples; a model that fails gives (name, the error's first line).")
+    from nac_lab.bench.peers import import_torchvision
+    from nac_lab.nem.sim import summary
+    tv, rows = import_torchvision(), []
+    for n in names:
+        try:
+            torch.manual_seed(0)
+            x = torch.randn(1, 3, size, size)
+            m = nac_compile(getattr(tv.models, n)(weights=None).eval(), (x,))
+            rng = np.random.default_rng(0)
+            cal = [rng.standard_normal(x.shape).astype(np.float32) for _ in range(2)]
+            t0 = time.perf_counter(); low = lower(m, device, mode='int8', calib=cal); t = time.perf_counter() - t0
+            res = low.simulate(); rf = low.roofline(res)
+            b = lower(m, device, mode='int8', calib=cal, tiling='naive').simulate().total_cycles
+            rows.append((n, t, res.total_cycles, b / res.total_cycles, rf['ratio'], rf['limit'], summary(res)['mac_utilisation']))
+        except Exception as ex: rows.append((n, str(ex).splitlines()[0][:160]))
+    return rows
+
 # %% ../../nbs/69d_lower_bench.ipynb #d71e9306
 def bench_exec(m, cal, pairs=5) -> tuple:
     "(NAC interpreter seconds, NEM execution seconds) per inference of the lowered int8 model, interleaved."
@@ -104,7 +127,16 @@ def report(pairs=5):
 # %% ../../nbs/69d_lower_bench.ipynb #fc1acd7f
 def main(argv=None):
     p = argparse.ArgumentParser(description='benchmark the NAC -> NEM lowering')
-    p.add_argument('--pairs', type=int, default=5)
-    report(p.parse_args(argv).pairs)
+    p.add_argument('--pairs', type=int, default=5, help='interleaved timing pairs of the execution comparison (default 5)')
+    p.add_argument('--peers', action='store_true', help='instead: torchvision models at 224x224 int8 on npm_pro, searched vs naive tiling '
+                                                        'and searched cycles / roofline bound (default: the zoo report)')
+    a = p.parse_args(argv)
+    if not a.peers: report(a.pairs); return
+    _pin()
+    print(f'  {"model":14} {"lower s":>8} {"searched":>9} {"naive/searched":>15} {"searched/roofline":>18} {"MAC util":>9}')
+    for r in bench_peers():
+        if len(r) == 2: print(f'  {r[0]:14} failed: {r[1]}'); continue
+        n, t, c, nv, rr, lim, mu = r
+        print(f'  {n:14} {t:8.1f} {c:9} {nv:15.2f} {rr:13.2f} ({lim}) {mu:8.1%}')
 
 if __name__ == '__main__' and not in_notebook(): main()

@@ -14,9 +14,9 @@ from .quant import pool_attrs, const_q
 
 # %% auto #0
 __all__ = ['DTYPE', 'ESIZE', 'UNARY_OPS', 'CHUNK_OPS', 'LAYER_EMITTERS', 'CONV_SPLIT', 'fnum', 'qdesc', 'qchan', 'to_elem',
-           'from_elem', 'Val', 'nem_shape', 'stored_nhwc', 'Emitter', 'region', 'Tiling', 'conv_rows', 'conv_l1',
-           'arena_name', 'emit_conv', 'emit_whole', 'emit_chunked', 'L2Alloc', 'EmitCtx', 'emit_conv_layer',
-           'emit_program']
+           'from_elem', 'Val', 'nem_shape', 'stored_nhwc', 'Emitter', 'region', 'Tiling', 'conv_rows', 'epi_regions',
+           'conv_l1', 'emit_epilogue', 'arena_name', 'emit_conv', 'emit_whole', 'emit_chunked', 'L2Alloc', 'pick_l2',
+           'EmitCtx', 'emit_conv_layer', 'epilogue_ops', 'emit_program']
 
 # %% ../../nbs/68_lower_emit.ipynb #1f6065e8
 def fnum(x) -> str:
@@ -86,6 +86,7 @@ class Emitter:
         self.arena = 0
         self.live = []; self.loads = []; self.l2 = L2Alloc(); self.ctok = {}; self.kname = {}; self.engines = 1; self.nhwc = None
         self.l2_budget = None       # L2 bytes left for constant copies (None: no limit)
+        self.l2_pick = None         # the constants that get an L2 copy (None: first come while the budget lasts; see `pick_l2`)
     def buffer(self, name, level, size):
         self.bufs.append(f'buffer {name} : {level} (size={max(int(size), 1)}, align=64)'); return name
     def const(self, name, arr, l2=True):
@@ -94,6 +95,7 @@ class Emitter:
         if name in self.data: return (name + '_L2', self.ctok[name]) if name in self.ctok else (name, None)
         arr = np.ascontiguousarray(arr); self.data[name] = arr
         self.buffer(name, 'DDR', arr.nbytes)
+        if l2 and self.l2_pick is not None: l2 = name in self.l2_pick
         if l2 and self.l2_budget is not None:            # L2 planning (`lower.api.lower`): copies to L2 only while the budget lasts
             if -(-arr.nbytes // 64) * 64 > self.l2_budget: l2 = False
             else: self.l2_budget -= -(-arr.nbytes // 64) * 64
@@ -151,6 +153,12 @@ def conv_rows(l, th, Hin, Ho):
         out.append((r0, r1, max(lo, 0), min(hi, Hin), max(0, -lo), max(0, hi - Hin)))
     return out
 
+# %% ../../nbs/68_lower_emit.ipynb #d9427e4d
+def epi_regions(l) -> int:
+    "Extra L1 band regions per slot the fused epilogue of conv `l` needs: one result band, and the residual band when it adds."
+    ops = [e['op'] for e in getattr(l, 'epi', None) or ()]
+    return 0 if not ops else 2 if 'add' in ops else 1
+
 # %% ../../nbs/68_lower_emit.ipynb #1280d27c
 def conv_l1(l, xv, yv, th, slots, elem):
     "L1 bytes of a conv tiling: input slab and output tile per slot, weights and bias resident."
@@ -159,10 +167,31 @@ def conv_l1(l, xv, yv, th, slots, elem):
     rin = min(H, (th - 1) * s + d * (kh - 1) + 1)
     e = ESIZE[elem]
     wb = l.params['w'].size * e
-    bb = Co * 4 if elem == 'i8' else N * th * Wo * Co * 4 * slots
-    return slots * (N * rin * W * C * e + N * th * Wo * Co * e) + wb + bb + 64 * 8
+    bb = Co * 4 if elem == 'i8' else N * th * Wo * Co * 4 * (slots + 1)     # float: the bias band and an accumulator band per slot
+    ep = slots * -(-N * th * Wo * Co * e // 64) * 64 * epi_regions(l)      # the fused epilogue's band regions (`emit_epilogue`)
+    return slots * (N * rin * W * C * e + N * th * Wo * Co * e) + wb + bb + ep + 64 * 8
 
 UNARY_OPS = ('relu', 'gelu', 'silu', 'sigmoid', 'tanh')
+
+# %% ../../nbs/68_lower_emit.ipynb #b66c2402
+def emit_epilogue(E, epi, ys, elem, y, z, r, src_off, dep, T, nm, xdeps, ind='', ar='ARENA') -> tuple:
+    ("Lines applying fused epilogue `epi` (see `epilogue_ops`) to the conv band in L1 region `y` = (name, offset), shape `ys`: results "
+     "alternate between `z`'s offset and `y`'s; an add loads its operand's band at `src_off` into `r`'s offset (after `xdeps`). "
+     "`T(s)`: a token name; `nm`: the region name prefix. Returns (lines, final region name, last token).")
+    dec = 'let ' if ind else ''; n = math.prod(ys) * ESIZE[elem]
+    L, cur, last, offs = [], y[0], dep, [z, y[1]]
+    for j, (op, at, ov, oq, first) in enumerate(epi):
+        ins, deps = [cur], [last]
+        if op == 'add':
+            rr = f'{nm}_r'; tr = T(f'r{j}')
+            L.append(f'{ind}{dec}{rr} = {_arena_region(E, r, ys, elem, qdesc(ov.q) if ov.q else None, ar=ar)}')
+            L.append(f'{ind}{tr} = transfer.async(dst={rr}, src=region({ov.buf}, {ov.at(src_off)}, {n}), deps=[{", ".join(xdeps)}])')
+            ins = [rr, cur] if first else [cur, rr]; deps.append(tr)
+        out = f'{nm}_e{j}'; tk = T(f'e{j}')
+        L.append(f'{ind}{dec}{out} = {_arena_region(E, offs[j % 2], ys, elem, oq, ar=ar)}')
+        L.append(f'{ind}{tk} = {op}.async in {", ".join(ins)} out {out}{(" " + at) if at else ""} deps=[{", ".join(deps)}]')
+        cur, last = out, tk
+    return L, cur, last
 
 # %% ../../nbs/68_lower_emit.ipynb #8e1c3a8f
 def _arena_region(E, off, shape, elem, q=None, layout=None, ar='ARENA'):
@@ -187,7 +216,7 @@ def _uniform_run(rows, th, rin):
     return best
 
 # %% ../../nbs/68_lower_emit.ipynb #b3bdcec7
-def emit_conv(E, l, xv, yv, wc, bc, wq_desc, tiling, prev, elem, qx, qy):
+def emit_conv(E, l, xv, yv, wc, bc, wq_desc, tiling, prev, elem, qx, qy, epi=None):
     """Row-tiled conv2d: bands of `tiling.th` output rows in `tiling.slots` L1 slots; the bands with no padding and
     full height form one `loop` (`@max_in_flight(slots)`), the edge bands are emitted before and after it."""
     N, H, W, C = xv.shape; _, Ho, Wo, Co = yv.shape
@@ -220,6 +249,7 @@ def emit_conv(E, l, xv, yv, wc, bc, wq_desc, tiling, prev, elem, qx, qy):
     oy = off; off += slots * SY
     oc = off
     if elem != 'i8': off += slots * SY
+    oe, SE = off, SY * (epi_regions(l) if epi else 0); off += slots * SE          # the fused epilogue's bands (`emit_epilogue`)
     if off > E.l1: raise LowerError(f'{l.name}: tiling th={th} needs {off} bytes of L1, the device has {E.l1}')
     E.arena = max(E.arena, off)
     la, lb = _uniform_run(rows, th, rin)
@@ -252,6 +282,12 @@ def emit_conv(E, l, xv, yv, wc, bc, wq_desc, tiling, prev, elem, qx, qy):
                 br = f'{l.name}_Bp{k}'; L.append(f'{ind}{dec}{br} = {_arena_region(E, ob, ys, elem, ar=ar)}')
             L.append(f'{ind}{tok[2]} = add.async in {cr}, {br} @readonly out {yr} deps=[{tok[1]}, {tb}]')
             last = tok[2]
+        if epi:                    # relu / clamp / residual add on the band in L1, before its store
+            at = (lambda base, d=0: f'{base} + {sl} * {SE}' + (f' + {d}' if d else '')) if ind else (lambda base, d=0: base + sl * SE + d)
+            T = (lambda s: f'{tok[1]}_{s}') if ind else (lambda s: E.tok(f'{l.name}_{s}_conv{k}'))
+            EL, yr, last = emit_epilogue(E, epi, ys, elem, (yr, f'{oy} + {sl} * {SY}' if ind else oy + sl * SY), at(oe), at(oe, SY),
+                                         dst_off, last, T, f'{l.name}_y{k}', xdeps, ind, ar)
+            L += EL
         L.append(f'{ind}{tok[3]} = store.async(dst=region({yv.buf}, {yv.at(dst_off)}, {math.prod(ys) * e}), src={yr}, '
                  f'deps=[{", ".join([last] + sdeps)}])')
         return L, last
@@ -268,6 +304,8 @@ def emit_conv(E, l, xv, yv, wc, bc, wq_desc, tiling, prev, elem, qx, qy):
         lv = lambda ts: [t for t in ts if t in E.live]
         lines, last = band(k, sl, (N, i1 - i0, W, C), (N, r1 - r0, Wo, Co), i0 * W * C * e, r0 * Wo * Co * e, (pt, pb), tok,
                            prev + lv([tcs[old]] if old in tcs else []), lv([tss[old]] if old in tss else []), [])
+        if epi and k - 1 in tcs and tcs[k - 1] in E.live:     # an epilogue has more tokens per band: once this band's input is
+            lines.insert(3, f'wait({tcs[k - 1]})'); E.live.remove(tcs[k - 1])    # on its way, the band before finishes computing
         for ln in lines: E.line(ln)
         tcs[k], tss[k] = last, tok[3]
     for k in range(0, min(la, len(rows))):
@@ -278,6 +316,7 @@ def emit_conv(E, l, xv, yv, wc, bc, wq_desc, tiling, prev, elem, qx, qy):
         before = [k for k in range(max(0, la - slots), la)]
         tok = [f'{l.name}_lx', f'{l.name}_lconv', f'{l.name}_lbias', f'{l.name}_ls']
         keep = {t for t in E.live if any(t.endswith(f'_{p}{j}') for j in before for p in ('x', 'conv', 'bias', 's'))}
+        if epi: keep = {t for j in before for t in (tcs.get(j), tss.get(j)) if t in keep}    # epilogues: only what the loop reads
         E.retire([t for t in E.live if t not in keep])      # weights, bias, constant loads: done before the loop, fewer live tokens in it
         P = (lb - la + 1) // nE                                  # iterations: each takes one band per engine
         if P < 1: raise LowerError(f'{l.name}: {lb - la + 1} uniform band(s) cannot be spread over {nE} engines')
@@ -392,6 +431,18 @@ class L2Alloc:
         return at
     def free(self, name): self.used.pop(name, None)
 
+# %% ../../nbs/68_lower_emit.ipynb #a75fd5c2
+def pick_l2(sizes:dict, budget:int, least:int=65536) -> set:
+    ("Names of constants `sizes` (name -> bytes, in program order) that get an L2 copy within `budget`: the latest first, each >= "
+     "`least` bytes, up to the first that does not fit.")
+    out = set()
+    for n, s in reversed(list(sizes.items())):
+        s = -(-s // 64) * 64
+        if s < least: continue
+        if s > budget: break
+        out.add(n); budget -= s
+    return out
+
 # %% ../../nbs/68_lower_emit.ipynb #b12be6a5
 def _l2(E, name, shape, elem, q=None):
     "A value's L2 home: a place in the shared activation buffer, or its own buffer (one-layer timing programs)."
@@ -432,14 +483,26 @@ def emit_conv_layer(E, l, ctx, xv, yv, prev) -> list:
         bc = E.const(f'{l.name}_b', to_elem(np.broadcast_to(l.params.get('b', np.zeros(O, np.float32)), (yv.shape[0], t.th,
                                                                                                          yv.shape[2], O)), elem))
     wc = (wc[0], wc[1], np.transpose(w, (2, 3, 1, 0)).shape)
-    return emit_conv(E, l, xv, yv, wc, bc, wd, t, prev, elem, qdesc(xv.q) if xv.q else None, qdesc(yv.q) if yv.q else None)
+    qc = qdesc(ctx.qp[l.name]) if elem == 'i8' else None          # the conv's own output (`yv` is the epilogue's result when fused)
+    return emit_conv(E, l, xv, yv, wc, bc, wd, t, prev, elem, qdesc(xv.q) if xv.q else None, qc, epilogue_ops(l, ctx))
+
+def epilogue_ops(l, ctx) -> list:
+    ("The fused epilogue of conv `l` (`l.epi`, set by `lower.fuse.plan_epilogues`) as `emit_epilogue` takes it: per op (opcode, "
+     "attributes, the other operand's Val, the result's quant, whether the other operand comes first).")
+    out = []
+    for e in getattr(l, 'epi', None) or ():
+        a = e['attrs']; at = f'min_val={fnum(a["min_val"])} max_val={fnum(a["max_val"])}' if e['op'] == 'clamp' else ''
+        q = ctx.qp[e['name']] if ctx.elem == 'i8' else None
+        out.append((e['op'], at, ctx.vals[e['other']] if e['other'] else None, qdesc(q) if q else None, e['first']))
+    return out
 
 CONV_SPLIT = [None]      # the emitter of output-channel-split convolutions (set by `lower.gemm`, which imports this module)
 
 # %% ../../nbs/68_lower_emit.ipynb #da725f4c
 def emit_program(g, E, mode, qp=None, ql=None, tilings=None, probe=False, prefetch=True) -> dict:
     """Emit every layer of `g` into `E`; returns io (inputs/outputs -> DDR buffer facts). `probe`: inputs are imported L2
-    buffers and outputs stay in L2 (timing one layer). `prefetch`: a layer's constants are loaded DDR -> L2 while the
+    buffers and outputs stay in L2 (timing one layer). `prefetch` (True, or how many loads to keep in flight ahead): a
+    layer's constants are loaded DDR -> L2 while the
     layer before it runs (else just before it)."""
     elem = 'i8' if mode == 'int8' else mode if mode in ('f32', 'bf16', 'f16') else 'f32'
     Q = (lambda n: qp[n]) if mode == 'int8' else (lambda n: None)
@@ -447,6 +510,7 @@ def emit_program(g, E, mode, qp=None, ql=None, tilings=None, probe=False, prefet
     if probe: E.l2 = None
     E.nhwc = g.nhwc                  # which 4-D values are stored NHWC (`_l2` reads it)
     ctx = EmitCtx(g, elem, vals, flat, tilings, qp, ql)
+    into = {e['name'] for l in g.layers for e in getattr(l, 'epi', None) or ()}     # layers run in a conv's fused epilogue
     alias, last = {}, {}
     for i, l in enumerate(g.layers):
         for n in l.inputs: last[alias.get(n, n)] = i
@@ -461,7 +525,15 @@ def emit_program(g, E, mode, qp=None, ql=None, tilings=None, probe=False, prefet
         if v.q: io['inputs'][n]['quant'] = dict(scale=Q(n).scale, zero_point=Q(n).zero_point)
     E.retire(); E.line('')
     chunks = []                      # per layer: (constant loads, the layer's lines)
+    def free(li, l):
+        "Free the L2 of the values whose last reader is layer `li`."
+        if E.l2 is None: return
+        E.l2.free(l.name + '_mm')
+        for n, j in last.items():
+            if j == li: E.l2.free(n)
+        if last.get(l.name) is None: E.l2.free(l.name)
     for li, l in enumerate(g.layers):
+        if l.name in into: chunks.append(([], [])); free(li, l); continue
         start = len(E.body); E.loads = []
         E.line(f'# {l.name}: NAC instruction {l.nac} -> {l.op} {list(l.shape)}')
         xv = vals[l.inputs[0]] if l.inputs else None
@@ -474,7 +546,8 @@ def emit_program(g, E, mode, qp=None, ql=None, tilings=None, probe=False, prefet
                                                        f'needs a transpose first; not lowered')
                 flat[l.name] = src                  # bytes are in NHWC order: a following linear permutes its weights
             vals[l.name] = v; chunks.append(([], E.body[start:])); del E.body[start:]; continue
-        yv = _l2(E, l.name, l.shape, elem, Q(l.name)); vals[l.name] = yv
+        fin = l.epi[-1]['name'] if getattr(l, 'epi', None) else l.name       # a fused conv stores its epilogue's result
+        yv = _l2(E, fin, l.shape, elem, Q(fin)); vals[fin] = yv
         if l.op in LAYER_EMITTERS:
             prev = LAYER_EMITTERS[l.op](E, l, ctx, xv, yv, prev)
         elif l.op == 'conv2d': prev = emit_conv_layer(E, l, ctx, xv, yv, prev)
@@ -507,18 +580,16 @@ def emit_program(g, E, mode, qp=None, ql=None, tilings=None, probe=False, prefet
         E.retire(); prev = []
         E.line('')
         chunks.append((E.loads, E.body[start:])); del E.body[start:]
-        if E.l2 is not None:
-            E.l2.free(l.name + '_mm')
-            for n, j in last.items():
-                if j == li: E.l2.free(n)
-            if last.get(l.name) is None: E.l2.free(l.name)
+        free(li, l)
     done = set()
     for k, (loads, lines) in enumerate(chunks):
         if k not in done: E.body += loads; done.add(k)
-        if prefetch and not probe:
-            j = next((j for j in range(k + 1, len(chunks)) if chunks[j][0]), None)
-            if j is not None and j not in done:
-                E.body += [f'# prefetch the constants of the next layer with constants'] + chunks[j][0]; done.add(j)
+        if prefetch and not probe:          # keep `prefetch` loads (True: one layer's) in flight ahead of the layer that reads them
+            n = 0
+            for j in (j for j in range(k + 1, len(chunks)) if chunks[j][0]):
+                if n and (prefetch is True or n + len(chunks[j][0]) > prefetch): break
+                if j not in done: E.body += [f'# prefetch the constants of a later layer'] + chunks[j][0]; done.add(j)
+                n += len(chunks[j][0])
         E.body += lines
     outs = []
     for n in ([] if probe else g.outputs):

@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 import numpy as np
 from .layers import LowerError
-from .emit import ESIZE, LAYER_EMITTERS, CONV_SPLIT, qdesc, qchan, to_elem, arena_name
+from .emit import ESIZE, LAYER_EMITTERS, CONV_SPLIT, qdesc, qchan, to_elem, arena_name, epi_regions, epilogue_ops, emit_epilogue
 
 # %% auto #0
 __all__ = ['GemmTiling', 'gemm_dims', 'gemm_layout', 'tile_sizes', 'gemm_candidates', 'naive_gemm', 'emit_linear',
@@ -248,7 +248,7 @@ def conv_split_l1(l, xs, ys, th, slots, tco, elem) -> int:
     rin = min(H, (th - 1) * s + d * (KH - 1) + 1); e = ESIZE[elem]
     sy = _r(N * th * Wo * Co * e)
     ws = 2 if tco < Co else 1
-    band = _r(N * rin * W * C * e) + sy * (1 if elem == 'i8' else 2)
+    band = _r(N * rin * W * C * e) + sy * ((1 if elem == 'i8' else 2) + epi_regions(l))     # + the fused epilogue's bands
     return ws * _r(KH * KW * I * tco * e) + (_r(Co * 4) if elem == 'i8' else sy) + slots * band
 
 # %% ../../nbs/69f_lower_gemm.ipynb #641aabb4
@@ -285,6 +285,7 @@ def emit_conv_split(E, l, ctx, xv, yv, t, prev) -> list:
     SX, SY, SW = _r(N * rin * W * C * e), _r(N * th * Wo * Co * e), _r(KH * KW * I * tco * e)
     ob = ws * SW; ox = ob + (_r(Co * 4) if q8 else SY); oy = ox + slots * SX; oc = oy + slots * SY
     end = oc + (0 if q8 else slots * SY)
+    epi = epilogue_ops(l, ctx); SE = SY * epi_regions(l); oe = end; end += slots * SE      # the fused epilogue's bands
     if end > E.l1: raise LowerError(f'{l.name}: tiling th={th} tco={tco} needs {end} bytes of L1, the device has {E.l1}')
     E.arena = max(E.arena, end); E.engines = max(E.engines, nE)
     wdata, sw = _conv_weight_tiles(l, ctx, cols)
@@ -292,7 +293,7 @@ def emit_conv_split(E, l, ctx, xv, yv, t, prev) -> list:
     if q8: bc = E.const(f'{l.name}_b', ctx.ql[l.name].bq)
     else: bc = E.const(f'{l.name}_b', to_elem(np.broadcast_to(l.params.get('b', np.zeros(Co, np.float32)), (N, th, Wo, Co)), elem))
     live = lambda *ts: [x for x in ts if x and x in E.live]
-    qx, qy = (qdesc(xv.q), qdesc(yv.q)) if q8 else (None, None)
+    qx, qy = (qdesc(xv.q), qdesc(ctx.qp[l.name])) if q8 else (None, None)      # the conv's own output (`yv`: the epilogue's, fused)
     def attrs(pt, pb):
         return (f'pads=[{pt}, {a["pads"][1]}, {pb}, {a["pads"][3]}] strides=[{", ".join(map(str, a["strides"]))}] '
                 f'dilations=[{", ".join(map(str, a["dilations"]))}] groups=1')
@@ -314,6 +315,7 @@ def emit_conv_split(E, l, ctx, xv, yv, t, prev) -> list:
         E.line(f'{tx} = transfer.async(dst={xr}, src=region({xv.buf}, {xv.at(i0 * W * C * e)}, {math.prod(xs) * e}), '
                f'deps=[{", ".join(live(*prev))}])')
         mine = [tx]
+        if epi: E.retire(live(*band.get(k - nE, ())[1:-1]))   # epilogues: more tokens per band; the band before computes first
         for j, (c0, c1) in enumerate(cols):
             n = c1 - c0; g = gq[q]; gq[q] += 1; s = g % ws
             if resident[q] is None:
@@ -339,6 +341,12 @@ def emit_conv_split(E, l, ctx, xv, yv, t, prev) -> list:
             E.line(f'{ta} = add.async in {_reg4(ar, oc + sl * SY, ys, elem)}, {_reg4(ar, ob, ys, elem)} @readonly out {yr} '
                    f'deps=[{", ".join(last)}]')
             last = [ta]; mine.append(ta)
+        if epi:                    # relu / clamp / residual add on the band in L1, before its store
+            def T(s, k=k): t_ = E.tok(f'{l.name}_{s}_conv{k}'); mine.append(t_); return t_
+            EL, yr, lt = emit_epilogue(E, epi, ys, elem, (yr, oy + sl * SY), oe + sl * SE, oe + sl * SE + SY, r0 * Wo * Co * e,
+                                       ', '.join(last), T, yr, live(*prev), ar=ar)
+            for ln in EL: E.line(ln)
+            last = [lt]
         ts = E.tok(f'{l.name}_s{k}')
         E.line(f'{ts} = store.async(dst=region({yv.buf}, {yv.at(r0 * Wo * Co * e)}, {math.prod(ys) * e}), src={yr}, '
                f'deps=[{", ".join(last)}])')
