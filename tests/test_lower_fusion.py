@@ -2,7 +2,7 @@
 the integer reference, fused float programs match the NAC interpreter, and fusion removes L2 round trips and simulated cycles."""
 import re
 import numpy as np, pytest, torch, torch.nn as nn
-from nac_lab.nac.compile import compile as nac_compile
+from nac_lab.nac.compiler.compile import compile as nac_compile
 from nac_lab.lower.api import lower
 from int_reference import reference_int8
 

@@ -12,7 +12,7 @@ import torch
 def lowered(name, size=224, device='npm_pro', tiling='search'):
     "The int8 lowering of torchvision model `name` (random weights, seed 0) at `size`×`size`, two seeded calibration samples."
     from nac_lab.bench.peers import import_torchvision
-    from nac_lab.nac.compile import compile as nac_compile
+    from nac_lab.nac.compiler.compile import compile as nac_compile
     from nac_lab.lower.api import lower
     tv = import_torchvision(); torch.manual_seed(0)
     m = getattr(tv.models, name)(weights=None).eval()

@@ -83,7 +83,7 @@ def bench_peers(names=PEERS, size=224, device='npm_pro') -> list:
     ("Per torchvision model: (name, lowering seconds, searched cycles, naive/searched, searched/roofline, bounding level, MAC "
      "utilisation), int8 with two seeded calibration samples; a model that fails gives (name, the error's first line).")
     from nac_lab.bench.peers import import_torchvision
-    from nac_lab.nem.sim import summary
+    from nac_lab.nem.timing.sim import summary
     tv, rows = import_torchvision(), []
     for n in names:
         try:
