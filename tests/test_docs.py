@@ -273,7 +273,7 @@ def _quarto_tool():
 
 def test_quarto_sidebar_is_grouped_by_area_and_valid():
     import configparser, jsonschema, yaml
-    from nac_lab.docs import AREAS, area_of
+    from nac_lab.docs_site import AREAS, area_of
     text = (ROOT / '_quarto.yml').read_text()
     assert (ROOT / 'nbs' / '_quarto.yml').resolve() == (ROOT / '_quarto.yml').resolve()
     q = yaml.safe_load(text)
