@@ -4,7 +4,7 @@
 
 # %% ../nbs/04_docs.ipynb #8cac4626
 from __future__ import annotations
-import configparser, os, re, tempfile
+import configparser, json, os, re, tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from .binio import NacLabError
@@ -15,9 +15,9 @@ from .docs_site import AREAS, md_inline, page_headings  # noqa: F401  (their old
 
 
 # %% auto #0
-__all__ = ['split_directives', 'clean_code', 'page_cells', 'SymbolDoc', 'show_symbol', 'find_project', 'process_notebook',
-           'build_docs', 'api_index', 'api_notebook', 'readme_text', 'write_readme', 'add_docs_arguments',
-           'docs_command']
+__all__ = ['CACHE_DIR', 'split_directives', 'clean_code', 'page_cells', 'SymbolDoc', 'show_symbol', 'find_project',
+           'process_notebook', 'build_docs', 'api_index', 'api_notebook', 'readme_text', 'write_readme',
+           'add_docs_arguments', 'docs_command']
 
 # %% ../nbs/04_docs.ipynb #14a952ed
 def _settings(root:Path) -> dict:
@@ -241,8 +241,38 @@ def process_notebook(src:Path, dst:Path, root:Path) -> Path:
         except Exception as ex: raise NacLabError(f'docs: processing {Path(src).name} failed: {type(ex).__name__}: {ex}') from ex
     return dst
 
-def build_docs(root=None, out=None, notebooks=None, cache=None, progress=None) -> Path:
-    "Build the HTML site of project `root` (default: `find_project()`) into `out` (default `root/_docs`); returns `out`."
+CACHE_DIR, _CACHE_FORMAT = '.nl-build', 1   # inside the output folder: each notebook's rendered content and its key
+
+def _page_key(src:Path, root:Path, mod:str|None) -> str:
+    "What a notebook's page depends on: its bytes and those of the module it exports (its `show_doc` output)."
+    import hashlib
+    h = hashlib.sha256(f'{_CACHE_FORMAT}\0'.encode() + src.read_bytes())
+    py = root/'nac_lab'/(mod.replace('.', '/') + '.py') if mod else None
+    if py is not None and py.is_file(): h.update(b'\0' + py.read_bytes())
+    return h.hexdigest()
+
+def _render(src:Path, root:Path, tmp:Path, exp, site:str, st:dict, git:str) -> tuple:
+    "The page record and nbconvert HTML of notebook `src` (nbdev's processing, then nbconvert)."
+    import nbformat
+    dst = process_notebook(src, tmp/src.name, root)
+    nb = nbformat.read(dst, as_version=4)
+    fm, cells = page_cells(nb, site)
+    file = 'index.html' if src.stem == 'index' else fm.get('output-file') or re.sub(r'^\d+[a-z]?_', '', src.stem) + '.html'
+    title = str(fm.get('title', src.stem))
+    mod = _module_of(nbformat.read(src, as_version=4))
+    rank, area = area_of(src.name)
+    page = dict(file=file, title=title, desc=str(fm.get('description', '')), nb=src.name, rank=rank, area=area,
+                label=('Home' if src.stem == 'index' else 'nac_lab' if mod == '__init__'
+                       else mod.removesuffix('.__init__') if mod else title), nbpath=f'nbs/{src.name}',
+                src=f'{git}/blob/{st.get("branch", "main")}/nbs/{src.name}' if git else '')
+    nb.cells, nb.metadata['title'] = cells, title
+    body, _ = exp.from_notebook_node(nb, resources={'metadata': {'name': title}})
+    return page, body
+
+def build_docs(root=None, out=None, notebooks=None, cache=None, progress=None, rendered=None) -> Path:
+    """Build the HTML site of project `root` (default: `find_project()`) into `out` (default `root/_docs`); returns `out`.
+    Only notebooks whose key (`_page_key`) changed since the last build into `out` are rendered again (their names are
+    appended to list `rendered`); the others come from `cache` (default `out/.nl-build`)."""
     import nbformat
     from nbconvert import HTMLExporter
     from nbconvert.preprocessors import TagRemovePreprocessor
@@ -255,39 +285,36 @@ def build_docs(root=None, out=None, notebooks=None, cache=None, progress=None) -
     srcs = [Path(n) for n in notebooks] if notebooks else sorted((root/'nbs').glob('*.ipynb'))
     srcs = sorted(srcs, key=lambda p: (p.name != 'index.ipynb', p.name))
     if not srcs: raise NacLabError(f'docs: no notebooks found in {root/"nbs"}')
-    pages, bodies = [], []  # the notebooks' pages, then the API index
+    cache = Path(cache) if cache else out/CACHE_DIR
+    exp = HTMLExporter(template_name='lab', exclude_input_prompt=True, exclude_output_prompt=True)
+    exp.register_preprocessor(TagRemovePreprocessor(remove_input_tags={'remove_input'}, enabled=True), enabled=True)
+    pages, bodies = [], []  # the notebooks' pages and their nbconvert HTML, then the API index
     with tempfile.TemporaryDirectory(prefix='nac_lab_docs_') as tmp:
-        proc = Path(cache) if cache else Path(tmp)
         for i, src in enumerate(srcs):
             if progress: progress(i + 1, len(srcs), src.name)
-            dst = proc/src.name
-            if not dst.exists() or dst.stat().st_mtime < src.stat().st_mtime: process_notebook(src, dst, root)
-            nb = nbformat.read(dst, as_version=4)
-            fm, cells = page_cells(nb, site)
-            file = 'index.html' if src.stem == 'index' else fm.get('output-file') or re.sub(r'^\d+[a-z]?_', '', src.stem) + '.html'
-            title = str(fm.get('title', src.stem))
-            mod = _module_of(nbformat.read(src, as_version=4))
-            rank, area = area_of(src.name)
-            pages.append(dict(file=file, title=title, desc=str(fm.get('description', '')), nb=src.name, rank=rank, area=area,
-                              label=('Home' if src.stem == 'index' else 'nac_lab' if mod == '__init__'
-                                     else mod.removesuffix('.__init__') if mod else title), nbpath=f'nbs/{src.name}',
-                              src=f'{git}/blob/{st.get("branch", "main")}/nbs/{src.name}' if git else ''))
-            nb.cells = cells
-            nb.metadata['title'] = title
-            bodies.append(nb)
+            key = _page_key(src, root, _module_of(nbformat.read(src, as_version=4)))
+            rec, body = cache/f'{src.stem}.json', cache/f'{src.stem}.html'
+            try: page = json.loads(rec.read_text(encoding='utf-8')) if rec.is_file() and body.is_file() else {}
+            except (OSError, ValueError): page = {}
+            if page.get('key') == key and page.get('nb') == src.name:
+                pages.append({k: v for k, v in page.items() if k != 'key'}); bodies.append(body.read_text(encoding='utf-8'))
+                continue
+            page, text = _render(src, root, Path(tmp), exp, site, st, git)
+            cache.mkdir(parents=True, exist_ok=True)
+            atomic_write(body, text, inputs=srcs, what='cached page')
+            atomic_write(rec, json.dumps({**page, 'key': key}, indent=1), inputs=srcs, what='cached page record')
+            if rendered is not None: rendered.append(src.name)
+            pages.append(page); bodies.append(text)
     pages.append(dict(file=API_PAGE, title='API index', desc='Every public name of every module, with its one-line summary.',
                       nb='~api', rank=-1, area='', label='API index', nbpath='', src=''))
     dup = sorted({p['file'] for p in pages if [q['file'] for q in pages].count(p['file']) > 1})
     if dup: raise NacLabError(f'docs: several pages would be written to {", ".join(dup)}')
-    bodies.append(api_notebook(api_index(root)))
-    bodies[-1].metadata['title'] = 'API index'
-    exp = HTMLExporter(template_name='lab', exclude_input_prompt=True, exclude_output_prompt=True)
-    exp.register_preprocessor(TagRemovePreprocessor(remove_input_tags={'remove_input'}, enabled=True), enabled=True)
+    api = api_notebook(api_index(root))
+    api.metadata['title'] = 'API index'
+    for i, cell in enumerate(api.cells): cell.id = f'api-{i}'   # not random ids: an unchanged site is rewritten byte for byte
+    bodies.append(exp.from_notebook_node(api, resources={'metadata': {'name': 'API index'}})[0])
     out.mkdir(parents=True, exist_ok=True)
-    html_pages = {}
-    for page, nb in zip(pages, bodies):
-        body, _ = exp.from_notebook_node(nb, resources={'metadata': {'name': page['title']}})
-        html_pages[page['file']] = _wrap(body, page, pages)
+    html_pages = {page['file']: _wrap(body, page, pages) for page, body in zip(pages, bodies)}
     html_pages = fix_anchors(html_pages)     # nbdev's `#nacfile` -> the heading's id `NacFile` (nac_lab.docs_links)
     for file, text in html_pages.items(): atomic_write(out/file, text, inputs=srcs, what='page')
     html_pages = list(html_pages.values())
@@ -439,6 +466,8 @@ def docs_command(args, stream=None) -> int:
     if not args.readme_only:
         from nac_lab.progress import Bar
         with _private_tool_dirs(), Bar('docs', unit='page', stream=stream) as bar:
-            out = build_docs(root, out=args.out, progress=_page_progress(bar))
-        print(f'site written: {out}/index.html ({len(list(out.glob("*.html")))} pages)')
+            done = []
+            out = build_docs(root, out=args.out, progress=_page_progress(bar), rendered=done)
+        print(f'site written: {out}/index.html ({len(list(out.glob("*.html")))} pages; {len(done)} notebooks rendered, '
+              'the others unchanged since the last build)')
     return 0

@@ -9,8 +9,8 @@ from pathlib import Path
 from .binio import NacLabError
 
 # %% auto #0
-__all__ = ['AREAS', 'SEARCH_INDEX', 'SEARCH_JS', 'API_PAGE', 'SEARCH_SCRIPT', 'area_of', 'md_inline', 'page_headings',
-           'search_index']
+__all__ = ['AREAS', 'VIEWPORT', 'SEARCH_INDEX', 'SEARCH_JS', 'API_PAGE', 'SEARCH_SCRIPT', 'area_of', 'md_inline', 'page_order',
+           'page_headings', 'search_index']
 
 # %% ../nbs/04c_docs_site.ipynb #a3b4189c
 AREAS = [(0, 9, 'Foundation'), (10, 14, 'NAC container'), (15, 24, 'NAC compiler and runtime'), (25, 29, 'MMAP'),
@@ -63,18 +63,41 @@ body { margin: 0; }
 .nl-toc a { display: block; color: #24292f; text-decoration: none; padding: 1px 0; }
 .nl-toc a.nl-h3 { padding-left: .8rem; color: #57606a; }
 @media (max-width: 80rem) { .nl-toc { display: none; } .nl-main { margin-right: 0; } }
+.nl-pager { display: flex; gap: 1rem; margin-top: 3rem; padding-top: 1rem; border-top: 1px solid #ddd; font-size: 14px; }
+.nl-pager a { text-decoration: none; max-width: 48%; }
+.nl-pager a small { display: block; color: #57606a; }
+.nl-pager a.nl-next { margin-left: auto; text-align: right; }
+@media (max-width: 40rem) {
+  .nl-side { position: static; width: auto; max-height: 12rem; border-right: 0; border-bottom: 1px solid #ddd; }
+  .nl-main { margin: 0; max-width: 100%; padding: .5rem .75rem 3rem; box-sizing: border-box; }
+  .nl-main h1.nl-title { font-size: 1.5rem; }
+  .nl-main pre, .nl-main table, .nl-main svg, .jp-OutputArea-output { max-width: 100%; overflow-x: auto; }
+}
 """
+VIEWPORT = '<meta name="viewport" content="width=device-width, initial-scale=1">'
+
+def page_order(pages) -> list:
+    "`pages` in the order the sidebar lists them: by area, then by notebook name within an area."
+    return sorted(pages, key=lambda p: (p['rank'], p['area'], p['nb']))
+
+def _pager(pages, here) -> str:
+    "Links to the page before and after `here` in sidebar order (`page_order`)."
+    files = [p['file'] for p in page_order(pages)]
+    i, links = files.index(here), []
+    for j, rel, cls, word in ((i - 1, 'prev', 'nl-prev', '← Previous'), (i + 1, 'next', 'nl-next', 'Next →')):
+        if 0 <= j < len(files):
+            p = page_order(pages)[j]
+            links.append(f'<a class="{cls}" rel="{rel}" href="{html.escape(p["file"])}"><small>{word}</small>{html.escape(p["label"])}</a>')
+    return f'<nav class="nl-pager" aria-label="previous and next page">{"".join(links)}</nav>' if links else ''
 
 def _nav(pages, here) -> str:
     "The sidebar: a search box, then the pages grouped by area, sorted within an area by notebook name."
-    groups = {}
-    for p in pages: groups.setdefault((p['rank'], p['area']), []).append(p)
-    items = []
-    for (_, area), ps in sorted(groups.items()):
-        if area: items.append(f'<div class="nl-group">{html.escape(area)}</div>')
-        for p in sorted(ps, key=lambda p: p['nb']):
-            cls = ' class="nl-here"' if p['file'] == here else ''
-            items.append(f'<a href="{html.escape(p["file"])}"{cls} title="{html.escape(p["title"])}">{html.escape(p["label"])}</a>')
+    items, last = [], None
+    for p in page_order(pages):
+        if p['area'] != last and p['area']: items.append(f'<div class="nl-group">{html.escape(p["area"])}</div>')
+        last = p['area']
+        cls = ' class="nl-here"' if p['file'] == here else ''
+        items.append(f'<a href="{html.escape(p["file"])}"{cls} title="{html.escape(p["title"])}">{html.escape(p["label"])}</a>')
     search = ('<input id="nl-q" type="search" placeholder="Search the docs" aria-label="search" autocomplete="off">'
               '<div id="nl-results" role="list"></div>')
     return ('<nav class="nl-side" aria-label="pages"><div class="nl-brand"><a '
@@ -107,6 +130,7 @@ def _wrap(body_html:str, page:dict, pages:list) -> str:
     body_html = re.sub(r'<img[^>]*\ssrc="data:image/svg\+xml;base64,([^"]+)"[^>]*>', _inline_svg, body_html)
     body_html = re.sub(r'<script[^>]+src="https?://[^"]*"[^>]*>\s*</script>', '', body_html)
     body_html = re.sub(r'<script type="module">(?:(?!</script>).)*?https://cdnjs(?:(?!</script>).)*</script>', '', body_html, flags=re.S)
+    if 'name="viewport"' not in body_html: body_html = body_html.replace('<head>', '<head>' + VIEWPORT, 1)
     body_html = body_html.replace('</head>', f'<style>{_CSS}</style></head>', 1)
     head = f'<h1 class="nl-title">{html.escape(page["title"])}</h1>'
     if page['desc']: head += f'<p class="nl-desc">{md_inline(page["desc"])}</p>'
@@ -115,7 +139,7 @@ def _wrap(body_html:str, page:dict, pages:list) -> str:
     if not m: raise NacLabError('nbconvert produced a page without <body>')
     tail = _toc(page_headings(body_html)) + f'<script src="{SEARCH_INDEX}"></script><script src="{SEARCH_JS}"></script></body>'
     return (body_html[:m.end()] + _nav(pages, page['file']) + '<main class="nl-main">' + head
-            + body_html[m.end():].replace('</body>', '</main>' + tail, 1))
+            + body_html[m.end():].replace('</body>', _pager(pages, page['file']) + '</main>' + tail, 1))
 
 # %% ../nbs/04c_docs_site.ipynb #4cb63969
 SEARCH_INDEX, SEARCH_JS, API_PAGE = 'search_index.js', 'search.js', 'api_index.html'
