@@ -4,7 +4,7 @@
 
 # %% ../../nbs/69a_lower_api.ipynb #286de9f9
 from __future__ import annotations
-import json
+import json, re
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
@@ -15,7 +15,7 @@ from .emit import Emitter, emit_program, DTYPE, to_elem, from_elem
 from .tile import Device, resolve_device, check_legal, choose_tilings, layer_report
 
 # %% auto #0
-__all__ = ['ELEM_OF', 'Lowered', 'own_output', 'float_type', 'l2_bytes', 'emit_planned', 'checked', 'lower']
+__all__ = ['ELEM_OF', 'Lowered', 'own_output', 'float_type', 'l2_bytes', 'emit_planned', 'checked', 'program_name', 'lower']
 
 # %% ../../nbs/69a_lower_api.ipynb #0ab9e25f
 @dataclass
@@ -154,6 +154,12 @@ def checked(low):
     raise LowerError(f'the lowered program fails nem check on {low.device.name} with {len(errs)} error(s), first: {first}')
 
 # %% ../../nbs/69a_lower_api.ipynb #a5e85015
+def program_name(model) -> str:
+    "The NEM program name of a lowering of `model`: the stem of its file as an identifier (`resnet-18.nac` -> `resnet_18`), else 'lowered'."
+    if not isinstance(model, (str, Path)): return 'lowered'
+    n = re.sub(r'[^A-Za-z0-9_]', '_', Path(model).stem)
+    return n if re.match(r'[A-Za-z_]', n) else f'm_{n}'
+
 def lower(model, device, *, mode='int8', calib=None, example=None, tiling='search') -> Lowered:
     "Lower NAC `model` to a tiled NEM program for `device` (`mode` 'int8' with `calib` samples, or 'float' / 'f32' / 'bf16' / 'f16')."
     dev = resolve_device(device)
@@ -179,4 +185,4 @@ def lower(model, device, *, mode='int8', calib=None, example=None, tiling='searc
     else: elem = float_type(g, dev, None if mode == 'float' else mode)
     tl, naive, costs = choose_tilings(g, dev, elem, qp, ql, tiling)
     E = emit_planned(g, dev, elem, qp, ql, tl, prefetch=tiling != 'naive')
-    return checked(Lowered(E.text('lowered'), E.data, E.io, dev, g, tl, naive, qp, ql, costs, elem))
+    return checked(Lowered(E.text(program_name(model)), E.data, E.io, dev, g, tl, naive, qp, ql, costs, elem))

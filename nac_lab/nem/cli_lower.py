@@ -122,7 +122,8 @@ def register_sweep(s):
     p.add_argument('--scheduler', metavar='tcp://HOST:PORT', help='an existing Dask scheduler (default: a local cluster)')
     p.add_argument('--workers', type=int, default=2, help='workers of the local cluster (default 2)')
     p.add_argument('-o', '--output', required=True, metavar='RESULTS.csv', help='the CSV of every (model, device, tiling) point (required)')
-    p.add_argument('--plot', metavar='PARETO.png', help='cycles vs L1 bytes used, with the Pareto front')
+    p.add_argument('--plot', metavar='PARETO.png',
+                   help='cycles vs device size (peak MACs/cycle), a marker per tiling policy, Pareto front (default: no plot)')
     p.set_defaults(func=_sweep, mode='int8')
 
 # %% ../../nbs/69b_lower_cli.ipynb #3d5def47
@@ -173,4 +174,5 @@ def _sweep(args):
     bad = [r for r in rows if 'error' in r]
     for r in bad: print(f"not mapped: {escape(r['model'])} on {escape(r['device'])} ({r['tiling']}): {escape(r['error'])}")
     print(f'{len(rows)} evaluations ({len(bad)} not mappable) -> {args.output}; Pareto front: ' +
-          ', '.join(f"{r['model']}@{r['device']}/{r['tiling']}: {r['cycles']} cycles, {r['l1_used']} B L1" for r in pareto(rows)))
+          ', '.join(f"{r['model']}@{r['device']}/{r['tiling']}: {r['cycles']} cycles, {r['peak_macs']} MACs/cycle"
+                    for r in pareto(rows, x='peak_macs')))
