@@ -13,6 +13,8 @@ from .graph import import_nac
 from .quant import calibrate, quantize_graph
 from .emit import Emitter, emit_program, DTYPE, to_elem, from_elem
 from .tile import Device, resolve_device, check_legal, choose_tilings, layer_report
+from ..progress import stage, with_steps
+
 
 # %% auto #0
 __all__ = ['ELEM_OF', 'Lowered', 'own_output', 'float_type', 'l2_bytes', 'emit_planned', 'checked', 'program_name', 'lower']
@@ -160,6 +162,7 @@ def program_name(model) -> str:
     n = re.sub(r'[^A-Za-z0-9_]', '_', Path(model).stem)
     return n if re.match(r'[A-Za-z_]', n) else f'm_{n}'
 
+@with_steps(lambda model, device, **kw: f'lower to {getattr(device, "name", device)}', ('import', 'calibrate', 'tile', 'emit', 'check'))
 def lower(model, device, *, mode='int8', calib=None, example=None, tiling='search') -> Lowered:
     "Lower NAC `model` to a tiled NEM program for `device` (`mode` 'int8' with `calib` samples, or 'float' / 'f32' / 'bf16' / 'f16')."
     dev = resolve_device(device)
@@ -171,6 +174,7 @@ def lower(model, device, *, mode='int8', calib=None, example=None, tiling='searc
     from nac_lab.nac.format import NacFile
     m = NacModel(model) if isinstance(model, NacFile) else model if isinstance(model, NacModel) else load(model)
     g = import_nac(m, *ex)
+    stage('calibrate')
     qp = ql = None
     if mode == 'int8':
         if not samples: raise LowerError('int8 lowering needs calibration samples (calib=[...])')
@@ -183,6 +187,9 @@ def lower(model, device, *, mode='int8', calib=None, example=None, tiling='searc
                                                f"'bf16', 'f16', not {mode!r}")
     if mode == 'int8': elem = 'i8'
     else: elem = float_type(g, dev, None if mode == 'float' else mode)
+    stage('tile')
     tl, naive, costs = choose_tilings(g, dev, elem, qp, ql, tiling)
+    stage('emit')
     E = emit_planned(g, dev, elem, qp, ql, tl, prefetch=tiling != 'naive')
+    stage('check')
     return checked(Lowered(E.text(program_name(model)), E.data, E.io, dev, g, tl, naive, qp, ql, costs, elem))
