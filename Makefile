@@ -18,11 +18,10 @@ docs: install
 export: install
 	@.venv/bin/nbdev_export && .venv/bin/nbdev_clean && .venv/bin/nac-lab docs --readme-only
 
-# JupyterLab refuses to start as root unless told (--allow-root): containers and these machines run as root. It prints the
-# URL with its token once it is up.
+# JupyterLab on the checkout, opened on nbs/; tools/lab.sh adds --allow-root only for root and prints the URL and
+# token first (PORT=8889 make lab for another port).
 lab: install
-	@echo "JupyterLab on http://127.0.0.1:8888/lab (the notebooks in nbs/; Ctrl-C stops it; the URL with its token follows)"
-	@.venv/bin/jupyter lab --no-browser --ip=127.0.0.1 --port=8888 --notebook-dir=nbs $$([ "$$(id -u)" = 0 ] && echo --allow-root)
+	@bash tools/lab.sh
 
 lint: install
 	@.venv/bin/ruff check nac_lab tests conftest.py tools

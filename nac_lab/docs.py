@@ -4,16 +4,18 @@
 
 # %% ../nbs/04_docs.ipynb #8cac4626
 from __future__ import annotations
-import configparser, html, json, os, re, tempfile
+import configparser, json, os, re, tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from .errors import NacLabError
 from .fileio import atomic_write
 from .docs_links import fix_anchors, repository_url
+from .docs_site import API_PAGE, SEARCH_INDEX, SEARCH_JS, SEARCH_SCRIPT, area_of, search_index, _wrap
+from .docs_site import AREAS, md_inline, page_headings  # noqa: F401  (their old home: nac_lab.docs.AREAS keeps working)
+
 
 # %% auto #0
-__all__ = ['AREAS', 'SEARCH_INDEX', 'SEARCH_JS', 'API_PAGE', 'SEARCH_SCRIPT', 'split_directives', 'clean_code', 'page_cells',
-           'area_of', 'md_inline', 'page_headings', 'search_index', 'SymbolDoc', 'show_symbol', 'find_project',
+__all__ = ['CACHE_DIR', 'split_directives', 'clean_code', 'page_cells', 'SymbolDoc', 'show_symbol', 'find_project',
            'process_notebook', 'build_docs', 'api_index', 'api_notebook', 'readme_text', 'write_readme',
            'add_docs_arguments', 'docs_command']
 
@@ -84,180 +86,6 @@ def page_cells(nb, site:str='') -> tuple:
         if d.get('output') == 'false': c.outputs = []
         if c.source.strip() or c.outputs: out.append(c)
     return fm, out
-
-# %% ../nbs/04_docs.ipynb #a3b4189c
-AREAS = [(0, 9, 'Foundation'), (10, 14, 'NAC container'), (15, 24, 'NAC compiler and runtime'), (25, 29, 'MMAP'),
-         (30, 39, 'NEM'), (40, 49, 'Trillim'), (50, 58, 'IR v2'), (59, 65, 'Fixed point'), (66, 69, 'Lowering'),
-         (70, 79, 'ARK'), (80, 89, 'Hardware'), (90, 99, 'ONNX'),
-         (100, 109, 'Genome')]
-
-def area_of(notebook:str) -> tuple:
-    "The sidebar group `(rank, area)` of notebook file name `notebook`, from its leading number (`AREAS`)."
-    m = re.match(r'(\d+)', Path(notebook).name)
-    if not m: return (-1, '')
-    n = int(m.group(1))
-    for i, (lo, hi, area) in enumerate(AREAS):
-        if lo <= n <= hi: return (i, area)
-    return (len(AREAS), 'Other')
-
-def md_inline(text:str) -> str:
-    "HTML for one line of inline markdown: `code`, **bold**, *italics* and links (`[text](url)`); everything else escaped."
-    parts = re.split(r'(`[^`]+`)', text)
-    out = []
-    for i, s in enumerate(parts):
-        if i % 2: out.append(f'<code>{html.escape(s[1:-1])}</code>'); continue
-        s = html.escape(s, quote=False)
-        s = re.sub(r'\*\*(.+?)\*\*', r'<strong>\1</strong>', s)
-        s = re.sub(r'(?<![\w*])\*(?!\s)(.+?)(?<!\s)\*(?![\w*])', r'<em>\1</em>', s)
-        s = re.sub(r'\[([^\]]+)\]\(([^)\s"]+)\)', r'<a href="\2">\1</a>', s)
-        out.append(s)
-    return ''.join(out)
-
-# %% ../nbs/04_docs.ipynb #bdbe3892
-_CSS = """
-body { margin: 0; }
-.nl-side { position: fixed; top: 0; left: 0; bottom: 0; width: 15rem; overflow-y: auto; padding: 1rem;
-  background: #f6f8fa; border-right: 1px solid #ddd; font: 14px/1.5 -apple-system, Helvetica, Arial, sans-serif; }
-.nl-side a { display: block; color: #24292f; text-decoration: none; padding: 1px 4px; border-radius: 4px; }
-.nl-side a.nl-here { background: #dbe7fb; font-weight: 600; }
-.nl-side .nl-brand { font-size: 18px; font-weight: 700; margin-bottom: .6rem; }
-.nl-side .nl-group { font-weight: 700; color: #57606a; text-transform: uppercase; font-size: 11px; margin: .8rem 0 .2rem; }
-.nl-side input { width: 100%; box-sizing: border-box; padding: 4px 6px; margin-bottom: .4rem; }
-#nl-results a { border-bottom: 1px solid #e5e5e5; padding: 3px 4px; }
-#nl-results small { display: block; color: #57606a; font-weight: normal; }
-.nl-main { margin-left: 17rem; margin-right: 15rem; max-width: 62rem; padding: 1rem 2rem 4rem; }
-.nl-main h1.nl-title { font: 700 2rem Helvetica, Arial, sans-serif; margin-bottom: .2rem; }
-.nl-main p.nl-desc { color: #57606a; font-size: 1.1rem; margin-top: 0; }
-.nl-main p.nl-src { font-size: 12px; margin-top: -.5rem; }
-.nl-main p.nl-src a, .nl-main a { color: #0969da; }
-.nl-main table { margin-left: 0; }
-.nl-toc { position: fixed; top: 0; right: 0; width: 13rem; max-height: 100%; overflow-y: auto; padding: 1rem;
-  font: 13px/1.4 -apple-system, Helvetica, Arial, sans-serif; box-sizing: border-box; }
-.nl-toc a { display: block; color: #24292f; text-decoration: none; padding: 1px 0; }
-.nl-toc a.nl-h3 { padding-left: .8rem; color: #57606a; }
-@media (max-width: 80rem) { .nl-toc { display: none; } .nl-main { margin-right: 0; } }
-"""
-
-def _nav(pages, here) -> str:
-    "The sidebar: a search box, then the pages grouped by area, sorted within an area by notebook name."
-    groups = {}
-    for p in pages: groups.setdefault((p['rank'], p['area']), []).append(p)
-    items = []
-    for (_, area), ps in sorted(groups.items()):
-        if area: items.append(f'<div class="nl-group">{html.escape(area)}</div>')
-        for p in sorted(ps, key=lambda p: p['nb']):
-            cls = ' class="nl-here"' if p['file'] == here else ''
-            items.append(f'<a href="{html.escape(p["file"])}"{cls} title="{html.escape(p["title"])}">{html.escape(p["label"])}</a>')
-    search = ('<input id="nl-q" type="search" placeholder="Search the docs" aria-label="search" autocomplete="off">'
-              '<div id="nl-results" role="list"></div>')
-    return ('<nav class="nl-side" aria-label="pages"><div class="nl-brand"><a '
-            f'href="index.html">nac_lab</a></div>{search}{"".join(items)}</nav>')
-
-_HEADING = re.compile(r'<h([23])[^>]*\sid="([^"]+)"[^>]*>(.*?)</h\1>', re.S)
-
-def _text(fragment:str) -> str:
-    "Plain text of an HTML fragment."
-    t = re.sub(r'<(script|style)\b.*?</\1>', ' ', fragment, flags=re.S)
-    t = re.sub(r'<a class="anchor-link".*?</a>', '', t, flags=re.S)
-    return re.sub(r'\s+', ' ', html.unescape(re.sub(r'<[^>]+>', ' ', t))).strip()
-
-def page_headings(body_html:str) -> list:
-    "The `(level, id, text)` of every `h2`/`h3` of a rendered page, in order."
-    return [(int(l), i, _text(t)) for l, i, t in _HEADING.findall(body_html)]
-
-def _toc(heads) -> str:
-    if not heads: return ''
-    links = ''.join(f'<a class="nl-h{l}" href="#{html.escape(i)}">{html.escape(t)}</a>' for l, i, t in heads)
-    return f'<nav class="nl-toc" aria-label="on this page"><div class="nl-group">On this page</div>{links}</nav>'
-
-def _inline_svg(m) -> str:
-    import base64
-    svg = base64.b64decode(html.unescape(m.group(1))).decode('utf-8')
-    return re.sub(r'^\s*(<\?xml[^>]*>\s*)?(<!DOCTYPE[^>]*>\s*)?(<!--.*?-->\s*)*', '', svg, flags=re.S)
-
-def _wrap(body_html:str, page:dict, pages:list) -> str:
-    "Insert the sidebar, title, description, source link and table of contents into nbconvert's page; inline SVG images."
-    body_html = re.sub(r'<img[^>]*\ssrc="data:image/svg\+xml;base64,([^"]+)"[^>]*>', _inline_svg, body_html)
-    body_html = re.sub(r'<script[^>]+src="https?://[^"]*"[^>]*>\s*</script>', '', body_html)
-    body_html = re.sub(r'<script type="module">(?:(?!</script>).)*?https://cdnjs(?:(?!</script>).)*</script>', '', body_html, flags=re.S)
-    body_html = body_html.replace('</head>', f'<style>{_CSS}</style></head>', 1)
-    head = f'<h1 class="nl-title">{html.escape(page["title"])}</h1>'
-    if page['desc']: head += f'<p class="nl-desc">{md_inline(page["desc"])}</p>'
-    if page.get('src'): head += f'<p class="nl-src">Source: <a href="{html.escape(page["src"])}">{html.escape(page["nbpath"])}</a></p>'
-    m = re.search(r'<body[^>]*>', body_html)
-    if not m: raise NacLabError('nbconvert produced a page without <body>')
-    tail = _toc(page_headings(body_html)) + f'<script src="{SEARCH_INDEX}"></script><script src="{SEARCH_JS}"></script></body>'
-    return (body_html[:m.end()] + _nav(pages, page['file']) + '<main class="nl-main">' + head
-            + body_html[m.end():].replace('</body>', '</main>' + tail, 1))
-
-# %% ../nbs/04_docs.ipynb #4cb63969
-SEARCH_INDEX, SEARCH_JS, API_PAGE = 'search_index.js', 'search.js', 'api_index.html'
-
-def search_index(pages:list, bodies:list) -> str:
-    "The text of `search_index.js` for `pages` and their rendered HTML `bodies`."
-    entries = []
-    for p, b in zip(pages, bodies):
-        body = b[b.find('<main'):] if '<main' in b else b
-        body = re.sub(r'<nav class="nl-toc".*?</nav>', '', body, flags=re.S)
-        entries.append(dict(f=p['file'], l=p['label'], t=p['title'], d=p['desc'], h=[[i, t] for _, i, t in page_headings(body)],
-                            x=_text(body)[:20000]))
-    return 'window.NL_INDEX = ' + json.dumps(entries, ensure_ascii=False).replace('</', '<\\/') + ';\n'
-
-SEARCH_SCRIPT = r"""// nac_lab docs: client-side search over window.NL_INDEX (search_index.js); no network.
-(function () {
-  var box = document.getElementById('nl-q'), res = document.getElementById('nl-results');
-  if (!box || !res || !window.NL_INDEX) return;
-  function esc(s) { return s.replace(/[&<>"]/g, function (c) { return {'&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;'}[c]; }); }
-  function snippet(text, w) {
-    var i = text.toLowerCase().indexOf(w);
-    if (i < 0) return '';
-    var s = Math.max(0, i - 40);
-    return (s > 0 ? '…' : '') + text.slice(s, i + w.length + 60) + '…';
-  }
-  function search(q) {
-    var words = q.toLowerCase().split(/\s+/).filter(function (w) { return w.length > 0; });
-    if (!words.length) return [];
-    var hits = [];
-    window.NL_INDEX.forEach(function (p) {
-      var title = (p.l + ' ' + p.t + ' ' + p.d).toLowerCase(), text = p.x.toLowerCase(), score = 0, anchor = '', heading = '';
-      for (var k = 0; k < words.length; k++) {
-        var w = words[k], s = 0;
-        if (title.indexOf(w) >= 0) s += 10;
-        for (var j = 0; j < p.h.length; j++) {
-          if (p.h[j][1].toLowerCase().indexOf(w) >= 0) {
-            s += 5;
-            if (!anchor) { anchor = p.h[j][0]; heading = p.h[j][1]; }
-          }
-        }
-        if (text.indexOf(w) >= 0) s += 1;
-        if (s === 0) return;
-        score += s;
-      }
-      hits.push({p: p, score: score, anchor: anchor, heading: heading});
-    });
-    hits.sort(function (a, b) { return b.score - a.score || (a.p.f < b.p.f ? -1 : 1); });
-    return hits.slice(0, 12).map(function (h) {
-      return {href: h.p.f + (h.anchor ? '#' + h.anchor : ''), label: h.p.l + (h.heading ? ' › ' + h.heading : ''),
-              text: snippet(h.p.x, words[0])};
-    });
-  }
-  function show() {
-    var q = box.value.trim();
-    if (!q) { res.innerHTML = ''; return; }
-    var hits = search(q);
-    res.innerHTML = hits.length ? hits.map(function (h) {
-      return '<a class="nl-hit" role="listitem" href="' + esc(h.href) + '">' + esc(h.label) + '<small>' + esc(h.text) + '</small></a>';
-    }).join('') : '<div class="nl-none">No results for “' + esc(q) + '”</div>';
-  }
-  box.addEventListener('input', show);
-  box.addEventListener('keydown', function (e) {
-    var first = res.querySelector('a');
-    if (e.key === 'Enter' && first) window.location.href = first.getAttribute('href');
-  });
-  var m = /[?&]q=([^&]*)/.exec(window.location.search);
-  if (m) { box.value = decodeURIComponent(m[1].replace(/\+/g, ' ')); box.dispatchEvent(new Event('input')); }
-})();
-"""
 
 # %% ../nbs/04_docs.ipynb #093afae7
 _OBJ_REPR = re.compile(r'<([\w.]+) object at 0x[0-9a-fA-F]+>')
@@ -413,8 +241,38 @@ def process_notebook(src:Path, dst:Path, root:Path) -> Path:
         except Exception as ex: raise NacLabError(f'docs: processing {Path(src).name} failed: {type(ex).__name__}: {ex}') from ex
     return dst
 
-def build_docs(root=None, out=None, notebooks=None, cache=None, progress=None) -> Path:
-    "Build the HTML site of project `root` (default: `find_project()`) into `out` (default `root/_docs`); returns `out`."
+CACHE_DIR, _CACHE_FORMAT = '.nl-build', 1   # inside the output folder: each notebook's rendered content and its key
+
+def _page_key(src:Path, root:Path, mod:str|None) -> str:
+    "What a notebook's page depends on: its bytes and those of the module it exports (its `show_doc` output)."
+    import hashlib
+    h = hashlib.sha256(f'{_CACHE_FORMAT}\0'.encode() + src.read_bytes())
+    py = root/'nac_lab'/(mod.replace('.', '/') + '.py') if mod else None
+    if py is not None and py.is_file(): h.update(b'\0' + py.read_bytes())
+    return h.hexdigest()
+
+def _render(src:Path, root:Path, tmp:Path, exp, site:str, st:dict, git:str) -> tuple:
+    "The page record and nbconvert HTML of notebook `src` (nbdev's processing, then nbconvert)."
+    import nbformat
+    dst = process_notebook(src, tmp/src.name, root)
+    nb = nbformat.read(dst, as_version=4)
+    fm, cells = page_cells(nb, site)
+    file = 'index.html' if src.stem == 'index' else fm.get('output-file') or re.sub(r'^\d+[a-z]?_', '', src.stem) + '.html'
+    title = str(fm.get('title', src.stem))
+    mod = _module_of(nbformat.read(src, as_version=4))
+    rank, area = area_of(src.name)
+    page = dict(file=file, title=title, desc=str(fm.get('description', '')), nb=src.name, rank=rank, area=area,
+                label=('Home' if src.stem == 'index' else 'nac_lab' if mod == '__init__'
+                       else mod.removesuffix('.__init__') if mod else title), nbpath=f'nbs/{src.name}',
+                src=f'{git}/blob/{st.get("branch", "main")}/nbs/{src.name}' if git else '')
+    nb.cells, nb.metadata['title'] = cells, title
+    body, _ = exp.from_notebook_node(nb, resources={'metadata': {'name': title}})
+    return page, body
+
+def build_docs(root=None, out=None, notebooks=None, cache=None, progress=None, rendered=None) -> Path:
+    """Build the HTML site of project `root` (default: `find_project()`) into `out` (default `root/_docs`); returns `out`.
+    Only notebooks whose key (`_page_key`) changed since the last build into `out` are rendered again (their names are
+    appended to list `rendered`); the others come from `cache` (default `out/.nl-build`)."""
     import nbformat
     from nbconvert import HTMLExporter
     from nbconvert.preprocessors import TagRemovePreprocessor
@@ -427,39 +285,36 @@ def build_docs(root=None, out=None, notebooks=None, cache=None, progress=None) -
     srcs = [Path(n) for n in notebooks] if notebooks else sorted((root/'nbs').glob('*.ipynb'))
     srcs = sorted(srcs, key=lambda p: (p.name != 'index.ipynb', p.name))
     if not srcs: raise NacLabError(f'docs: no notebooks found in {root/"nbs"}')
-    pages, bodies = [], []  # the notebooks' pages, then the API index
+    cache = Path(cache) if cache else out/CACHE_DIR
+    exp = HTMLExporter(template_name='lab', exclude_input_prompt=True, exclude_output_prompt=True)
+    exp.register_preprocessor(TagRemovePreprocessor(remove_input_tags={'remove_input'}, enabled=True), enabled=True)
+    pages, bodies = [], []  # the notebooks' pages and their nbconvert HTML, then the API index
     with tempfile.TemporaryDirectory(prefix='nac_lab_docs_') as tmp:
-        proc = Path(cache) if cache else Path(tmp)
         for i, src in enumerate(srcs):
             if progress: progress(i + 1, len(srcs), src.name)
-            dst = proc/src.name
-            if not dst.exists() or dst.stat().st_mtime < src.stat().st_mtime: process_notebook(src, dst, root)
-            nb = nbformat.read(dst, as_version=4)
-            fm, cells = page_cells(nb, site)
-            file = 'index.html' if src.stem == 'index' else fm.get('output-file') or re.sub(r'^\d+[a-z]?_', '', src.stem) + '.html'
-            title = str(fm.get('title', src.stem))
-            mod = _module_of(nbformat.read(src, as_version=4))
-            rank, area = area_of(src.name)
-            pages.append(dict(file=file, title=title, desc=str(fm.get('description', '')), nb=src.name, rank=rank, area=area,
-                              label=('Home' if src.stem == 'index' else 'nac_lab' if mod == '__init__'
-                                     else mod.removesuffix('.__init__') if mod else title), nbpath=f'nbs/{src.name}',
-                              src=f'{git}/blob/{st.get("branch", "main")}/nbs/{src.name}' if git else ''))
-            nb.cells = cells
-            nb.metadata['title'] = title
-            bodies.append(nb)
+            key = _page_key(src, root, _module_of(nbformat.read(src, as_version=4)))
+            rec, body = cache/f'{src.stem}.json', cache/f'{src.stem}.html'
+            try: page = json.loads(rec.read_text(encoding='utf-8')) if rec.is_file() and body.is_file() else {}
+            except (OSError, ValueError): page = {}
+            if page.get('key') == key and page.get('nb') == src.name:
+                pages.append({k: v for k, v in page.items() if k != 'key'}); bodies.append(body.read_text(encoding='utf-8'))
+                continue
+            page, text = _render(src, root, Path(tmp), exp, site, st, git)
+            cache.mkdir(parents=True, exist_ok=True)
+            atomic_write(body, text, inputs=srcs, what='cached page')
+            atomic_write(rec, json.dumps({**page, 'key': key}, indent=1), inputs=srcs, what='cached page record')
+            if rendered is not None: rendered.append(src.name)
+            pages.append(page); bodies.append(text)
     pages.append(dict(file=API_PAGE, title='API index', desc='Every public name of every module, with its one-line summary.',
                       nb='~api', rank=-1, area='', label='API index', nbpath='', src=''))
     dup = sorted({p['file'] for p in pages if [q['file'] for q in pages].count(p['file']) > 1})
     if dup: raise NacLabError(f'docs: several pages would be written to {", ".join(dup)}')
-    bodies.append(api_notebook(api_index(root)))
-    bodies[-1].metadata['title'] = 'API index'
-    exp = HTMLExporter(template_name='lab', exclude_input_prompt=True, exclude_output_prompt=True)
-    exp.register_preprocessor(TagRemovePreprocessor(remove_input_tags={'remove_input'}, enabled=True), enabled=True)
+    api = api_notebook(api_index(root))
+    api.metadata['title'] = 'API index'
+    for i, cell in enumerate(api.cells): cell.id = f'api-{i}'   # not random ids: an unchanged site is rewritten byte for byte
+    bodies.append(exp.from_notebook_node(api, resources={'metadata': {'name': 'API index'}})[0])
     out.mkdir(parents=True, exist_ok=True)
-    html_pages = {}
-    for page, nb in zip(pages, bodies):
-        body, _ = exp.from_notebook_node(nb, resources={'metadata': {'name': page['title']}})
-        html_pages[page['file']] = _wrap(body, page, pages)
+    html_pages = {page['file']: _wrap(body, page, pages) for page, body in zip(pages, bodies)}
     html_pages = fix_anchors(html_pages)     # nbdev's `#nacfile` -> the heading's id `NacFile` (nac_lab.docs_links)
     for file, text in html_pages.items(): atomic_write(out/file, text, inputs=srcs, what='page')
     html_pages = list(html_pages.values())
@@ -611,6 +466,8 @@ def docs_command(args, stream=None) -> int:
     if not args.readme_only:
         from nac_lab.progress import Bar
         with _private_tool_dirs(), Bar('docs', unit='page', stream=stream) as bar:
-            out = build_docs(root, out=args.out, progress=_page_progress(bar))
-        print(f'site written: {out}/index.html ({len(list(out.glob("*.html")))} pages)')
+            done = []
+            out = build_docs(root, out=args.out, progress=_page_progress(bar), rendered=done)
+        print(f'site written: {out}/index.html ({len(list(out.glob("*.html")))} pages; {len(done)} notebooks rendered, '
+              'the others unchanged since the last build)')
     return 0

@@ -82,12 +82,13 @@ def test_nothing_written_outside_the_output_folder(built):
     assert _tree(box['tmp']) == [], 'temporary files left behind'
     assert _tree(box['home']) == [], 'files written into HOME'
     assert _tree(out.parent.parent) == ['site', 'site/_docs'] + [f'site/_docs/{p}' for p in _tree(out)]
-    assert {p.name for p in out.iterdir() if p.suffix != '.html'} == {'search.js', 'search_index.js'}
+    assert {p.name for p in out.iterdir() if p.suffix != '.html'} == {'search.js', 'search_index.js', '.nl-build'}
 
 
 def test_pages_follow_the_umask(built):
     mask = os.umask(0o022); os.umask(mask)
-    for p in built[0].iterdir(): assert p.stat().st_mode & 0o777 == 0o666 & ~mask, p
+    for p in [*built[0].iterdir(), *(built[0] / '.nl-build').iterdir()]:
+        if p.is_file(): assert p.stat().st_mode & 0o777 == 0o666 & ~mask, p
 
 
 def test_refuses_outside_a_checkout(tmp_path):
@@ -134,6 +135,18 @@ def test_site_renders_in_chromium(site, tmp_path):
     assert re.search(r'<svg[^>]*>.*?<title>nac_lab</title>', dom, re.S), 'pipeline graph not rendered as SVG'
     dom = _dom((site / 'binio.html').as_uri(), tmp_path)
     assert '<title>binio</title>' in dom and 'Reader' in dom and 'nl-here' in dom
+
+
+def test_prev_next_links_and_narrow_layout(site):
+    "Every page links to its neighbours in sidebar order, and carries the viewport and the narrow-screen (400 px) rules."
+    home, binio = (site / 'index.html').read_text(), (site / 'binio.html').read_text()
+    assert 'rel="prev"' not in home and 'rel="next" href="api_index.html"' in home
+    assert 'rel="next" href="errors.html"' in binio and 'rel="prev" href="api_index.html"' in binio   # 00_binio, then 00a_errors
+    for page in site.glob('*.html'):
+        text = page.read_text()
+        assert text.count('class="nl-pager"') == 1 and 'name="viewport"' in text, page.name
+        narrow = text[text.index('@media (max-width: 40rem)'):]
+        assert re.match(r'@media \(max-width: 40rem\) \{\s*\.nl-side \{ position: static;', narrow), page.name
 
 
 def test_readme_matches_index_notebook():
@@ -273,7 +286,7 @@ def _quarto_tool():
 
 def test_quarto_sidebar_is_grouped_by_area_and_valid():
     import configparser, jsonschema, yaml
-    from nac_lab.docs import AREAS, area_of
+    from nac_lab.docs_site import AREAS, area_of
     text = (ROOT / '_quarto.yml').read_text()
     assert (ROOT / 'nbs' / '_quarto.yml').resolve() == (ROOT / '_quarto.yml').resolve()
     q = yaml.safe_load(text)

@@ -146,7 +146,7 @@ ALLOWED = {  # package: the non-foundation packages it may import
     'lower': {'nac', 'nem', 'fxp'},               # the lowering: NAC programs to NEM programs
     'hw': {'nac', 'nem', 'fxp', 'lower'},         # hardware from lowered layers
     'genome': {'nac', 'lower', 'bench'},          # bench: the corpus is the peer suite whose model lists bench.peers owns
-    'docs': {'docs_links'}, 'docs_links': set(),       # the docs site builder and its link checker
+    'docs': {'docs_links', 'docs_site'}, 'docs_links': set(), 'docs_site': set(),   # the docs builder, its links and page template
     'bench': None, 'COMMANDS': None, 'cliref': None, '_modidx': set(),                # None: anything; _modidx: nbdev's index
 }
 

@@ -68,3 +68,21 @@ def test_fuzz_suites_count_cases_in_verbose_mode():
     assert '\n\rtisa manifests: ' in verbose.replace('\r\n', '\n')    # on a line of its own, not over the test's name
     rc, quiet = _run_on_pty(cmd, _env())
     assert rc == 0 and 'tisa manifests' not in quiet and '1 passed' in quiet, quiet
+
+def test_lowering_progress_only_on_a_terminal(tmp_path):
+    "`nem lower` (issue 33): its stages and the tile search's layer count on a terminal, by default; not a byte in a pipe."
+    built = subprocess.run([sys.executable, '-c', CODE, 'zoo', 'build', 'cnn', '--static', '-o', str(tmp_path / 'cnn.nac')],
+                           capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=300)
+    assert built.returncode == 0, built.stderr
+
+    def lower(out): return [sys.executable, '-c', CODE, 'nem', 'lower', str(tmp_path / 'cnn.nac'), '--device', 'npm_lite', '--float',
+                            '--example', str(tmp_path / 'cnn.input.npy'), '-o', str(tmp_path / out)]
+    rc, tty = _run_on_pty(lower('a'), _env())
+    assert rc == 0, tty
+    for shown in ('lower to npm_lite', 'import]', 'tile]', 'emit]', 'check]', 'tile search', 'layer'):
+        assert shown in tty, (shown, tty)
+    assert '\r' in tty and tty.endswith('errors\r\n')   # drawn in place; the report comes after the bar is erased
+    piped = subprocess.run(lower('b'), capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=300)
+    assert piped.returncode == 0 and piped.stderr == '', piped.stderr   # a pipe or a log gets the report only
+    assert '\r' not in piped.stdout and 'model.nem' in piped.stdout
+    assert (tmp_path / 'a' / 'model.nem').read_text() == (tmp_path / 'b' / 'model.nem').read_text()

@@ -7,7 +7,7 @@
 
 Where Quarto is installed, `nbdev_docs` renders `nbs/` with `_quarto.yml` (settings.ini has
 `custom_sidebar = True`, so nbdev keeps this sidebar instead of writing a flat `sidebar.yml`). The areas
-come from `nac_lab.docs.AREAS` (a notebook's area is its number), and each page is listed under the same
+come from `nac_lab.docs_site.AREAS` (a notebook's area is its number), and each page is listed under the same
 label as in the offline site: its module name, `nac_lab` for the package, or its title when it exports
 nothing. Run `--write` after adding, renaming or removing a notebook; tests/test_docs.py checks it was.
 """
@@ -17,7 +17,8 @@ import nbformat, yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from nac_lab.docs import area_of, _module_of   # noqa: E402  (the offline site's own grouping and labels)
+from nac_lab.docs import _module_of   # noqa: E402
+from nac_lab.docs_site import area_of   # noqa: E402  (the offline site's own grouping and labels)
 
 def _label(path: Path) -> str:
     nb = nbformat.read(path, as_version=4)

@@ -8,6 +8,8 @@ import json, shutil, subprocess, tempfile, time
 from pathlib import Path
 import numpy as np
 from .layer import HwError
+from ..progress import stage, steps
+
 
 # %% auto #0
 __all__ = ['SIMULATORS', 'HwSimError', 'tool_available', 'require', 'run_tool', 'read_manifest', 'testbench', 'lint', 'simulate',
@@ -108,7 +110,7 @@ def simulate(rtl_dir, x, simulator: str = 'icarus', timeout: float = 300, vcd: b
     flat = x.reshape(-1)
     if flat.size < H * W * C or flat.size % (W * C): raise HwError(f'input: {x.shape} does not hold {H} rows of {W}x{C} (NHWC)')
     flat = flat[:H * W * C]
-    with tempfile.TemporaryDirectory(prefix='nac_hw_') as tmp:
+    with tempfile.TemporaryDirectory(prefix='nac_hw_') as tmp, steps(f'hw sim ({simulator})', ('build', 'simulate')):
         d = Path(workdir or tmp)
         d.mkdir(parents=True, exist_ok=True)
         for f in m['files']: shutil.copyfile(Path(rtl_dir) / f, d / f)
@@ -117,11 +119,13 @@ def simulate(rtl_dir, x, simulator: str = 'icarus', timeout: float = 300, vcd: b
         src = [f for f in m['files'] if f.endswith('.v')]
         if simulator == 'icarus':
             run_tool(['iverilog', '-g2005', '-o', 'sim.vvp', '-s', 'tb', 'tb.v', *src], d, timeout, 'iverilog compile')
+            stage('simulate')
             t = time.perf_counter(); run_tool(['vvp', '-n', 'sim.vvp'], d, timeout, 'vvp simulation'); dt = time.perf_counter() - t
         else:
             run_tool(['verilator', '--binary', '-O0', '-Wno-fatal', '-Wno-WIDTH', '--top-module', 'tb', '-o', 'sim',
                       '-MAKEFLAGS', 'OPT_FAST=-O1 OPT_SLOW=-O0 OPT_GLOBAL=-O0', 'tb.v', *src], d,
                      timeout, 'verilator build')
+            stage('simulate')
             t = time.perf_counter(); run_tool([str(d / 'obj_dir' / 'sim')], d, timeout, 'verilator simulation')
             dt = time.perf_counter() - t
         lines = (d / 'output.hex').read_text().split('\n')

@@ -209,5 +209,5 @@ def tour(out:Path):
     toks = rt.generate(prompt, 6)
     print(f'tiny llama ({ir["meta"]["parameters"]:,} params, {ir["config"]["num_hidden_layers"]} layers, GQA 6:2): '
           f'prompt {prompt} -> C greedy {toks} (parity with PyTorch: tests/test_irv2_parity.py)')
-    print(f'  wrote {out.name}/irv2_tiny_llama.json, .c, .safetensors (compiled library cached in {rt.lib_path.parent.parent})')
+    print(f'  wrote {out}/irv2_tiny_llama.json, .c, .safetensors (compiled library cached in {rt.lib_path.parent.parent})')
     rt.close()

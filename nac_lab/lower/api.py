@@ -4,7 +4,7 @@
 
 # %% ../../nbs/69a_lower_api.ipynb #30dd3757
 from __future__ import annotations
-import json
+import json, re
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
@@ -13,9 +13,11 @@ from .graph import import_nac
 from .quant import calibrate, quantize_graph
 from .emit import Emitter, emit_program, DTYPE, to_elem, from_elem, pick_l2
 from .tile import Device, resolve_device, check_legal, choose_tilings, layer_report
+from ..progress import stage, with_steps
+
 
 # %% auto #0
-__all__ = ['ELEM_OF', 'Lowered', 'own_output', 'float_type', 'l2_bytes', 'emit_planned', 'checked', 'lower']
+__all__ = ['ELEM_OF', 'Lowered', 'own_output', 'float_type', 'l2_bytes', 'emit_planned', 'checked', 'program_name', 'lower']
 
 # %% ../../nbs/69a_lower_api.ipynb #8496360f
 @dataclass
@@ -155,6 +157,13 @@ def checked(low):
     raise LowerError(f'the lowered program fails nem check on {low.device.name} with {len(errs)} error(s), first: {first}')
 
 # %% ../../nbs/69a_lower_api.ipynb #dd053146
+def program_name(model) -> str:
+    "The NEM program name of a lowering of `model`: the stem of its file as an identifier (`resnet-18.nac` -> `resnet_18`), else 'lowered'."
+    if not isinstance(model, (str, Path)): return 'lowered'
+    n = re.sub(r'[^A-Za-z0-9_]', '_', Path(model).stem)
+    return n if re.match(r'[A-Za-z_]', n) else f'm_{n}'
+
+@with_steps(lambda model, device, **kw: f'lower to {getattr(device, "name", device)}', ('import', 'calibrate', 'tile', 'emit', 'check'))
 def lower(model, device, *, mode='int8', calib=None, example=None, tiling='search', fuse=True) -> Lowered:
     ("Lower NAC `model` to a tiled NEM program for `device` (`mode` 'int8' with `calib` samples, or 'float' / 'f32' / 'bf16' / 'f16'); "
      "`fuse`: activations and residual adds run in their conv's epilogue (`lower.fuse`).")
@@ -167,6 +176,7 @@ def lower(model, device, *, mode='int8', calib=None, example=None, tiling='searc
     from nac_lab.nac.format import NacFile
     m = NacModel(model) if isinstance(model, NacFile) else model if isinstance(model, NacModel) else load(model)
     g = import_nac(m, *ex)
+    stage('calibrate')
     qp = ql = None
     if mode == 'int8':
         if not samples: raise LowerError('int8 lowering needs calibration samples (calib=[...])')
@@ -182,6 +192,9 @@ def lower(model, device, *, mode='int8', calib=None, example=None, tiling='searc
     if fuse:
         from nac_lab.lower.fuse import plan_epilogues
         plan_epilogues(g)
+    stage('tile')
     tl, naive, costs = choose_tilings(g, dev, elem, qp, ql, tiling)
+    stage('emit')
     E = emit_planned(g, dev, elem, qp, ql, tl, prefetch=4 if tiling != 'naive' else False)     # 4 constant loads in flight ahead
-    return checked(Lowered(E.text('lowered'), E.data, E.io, dev, g, tl, naive, qp, ql, costs, elem))
+    stage('check')
+    return checked(Lowered(E.text(program_name(model)), E.data, E.io, dev, g, tl, naive, qp, ql, costs, elem))

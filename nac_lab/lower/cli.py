@@ -125,20 +125,24 @@ def register_sweep(s):
     p.add_argument('--scheduler', metavar='tcp://HOST:PORT', help='an existing Dask scheduler (default: a local cluster)')
     p.add_argument('--workers', type=int, default=2, help='workers of the local cluster (default 2)')
     p.add_argument('-o', '--output', required=True, metavar='RESULTS.csv', help='the CSV of every (model, device, tiling) point (required)')
-    p.add_argument('--plot', metavar='PARETO.png', help='cycles vs L1 bytes used, with the Pareto front')
+    p.add_argument('--plot', metavar='PARETO.png',
+                   help='cycles vs device size (peak MACs/cycle), a marker per tiling policy, Pareto front (default: no plot)')
     p.set_defaults(func=_sweep, mode='int8')
 
 # %% ../../nbs/69b_lower_cli.ipynb #3d5def47
 TOUR_RANK = 45
 
 def tour(out:Path):
-    "Lowering: a zoo CNN compiled, lowered to npm_pro (per-layer report) and simulated with a Gantt chart, all under `out/lowering`."
+    ("Lowering: a zoo CNN compiled, lowered to npm_pro (per-layer report), simulated with a Gantt chart, then a small sweep (2 devices x "
+     "2 tiling policies) with its Pareto plot, all under `out/lowering`.")
     from nac_lab.cli import main
     d = Path(out) / 'lowering'; d.mkdir(parents=True, exist_ok=True)
     nac, low = d / 'cnn.nac', d / 'cnn_npm_pro'
     steps = [['zoo', 'build', 'cnn', '--static', '-o', nac],
              ['nem', 'lower', nac, '--device', 'npm_pro', '--float', '--example', d / 'cnn.input.npy', '--report', '-o', low],
-             ['nem', 'sim', low / 'model.nem', '--gantt', d / 'cnn_npm_pro_gantt.png']]
+             ['nem', 'sim', low / 'model.nem', '--gantt', d / 'cnn_npm_pro_gantt.png'],
+             ['nem', 'sweep', nac, '--devices', 'npm_lite', 'npm_pro', '--tilings', '2', '--float', '--example', d / 'cnn.input.npy',
+              '--workers', '1', '-o', d / 'sweep.csv', '--plot', d / 'pareto.png']]
     for argv in steps:
         print('$ nac-lab ' + ' '.join(map(str, argv)))
         rc = main([str(a) for a in argv])
@@ -176,4 +180,6 @@ def _sweep(args):
     bad = [r for r in rows if 'error' in r]
     for r in bad: print(f"not mapped: {escape(r['model'])} on {escape(r['device'])} ({r['tiling']}): {escape(r['error'])}")
     print(f'{len(rows)} evaluations ({len(bad)} not mappable) -> {args.output}; Pareto front: ' +
-          ', '.join(f"{r['model']}@{r['device']}/{r['tiling']}: {r['cycles']} cycles, {r['l1_used']} B L1" for r in pareto(rows)))
+          ', '.join(f"{r['model']}@{r['device']}/{r['tiling']}: {r['cycles']} cycles, {r['peak_macs']} MACs/cycle"
+                    for r in pareto(rows, x='peak_macs')))
+    if args.plot: print(f'Pareto plot written to {args.plot}')

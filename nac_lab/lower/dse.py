@@ -15,13 +15,18 @@ from .tile import resolve_device
 from .api import lower
 
 # %% auto #0
-__all__ = ['SHIPPED', 'POLICIES', 'CSV_COLUMNS', 'evaluate', 'device_table', 'cycles_bar_chart', 'policies', 'sweep', 'pareto',
-           'pareto_plot', 'write_csv']
+__all__ = ['SHIPPED', 'POLICIES', 'MARKERS', 'CSV_COLUMNS', 'peak_macs', 'evaluate', 'device_table', 'cycles_bar_chart',
+           'policies', 'sweep', 'pareto', 'pareto_plot', 'write_csv']
 
 # %% ../../nbs/69c_lower_dse.ipynb #c56fd424
 SHIPPED = ('npm_lite', 'npm_mid', 'npm_pro', 'npm_pro_x1')
 
 # %% ../../nbs/69c_lower_dse.ipynb #69cd459d
+def peak_macs(device) -> int:
+    "The size of `device` as int8 MACs per cycle: engines x NMUs per engine x int8 MACs of one NMU."
+    r = (device if hasattr(device, 'resolved') else resolve_device(device)).resolved
+    return r.topology['num_engines'] * r.topology['per_engine'].get('NMU', 0) * r.unit_chars.get('NMU', {}).get('int8_macs', 0)
+
 def evaluate(model, device, *, mode='int8', calib=None, example=None, tiling='search', name=None) -> dict:
     "Lower `model` for `device` with tiling policy `tiling` and simulate it: one results row (plain values)."
     t0 = time.perf_counter()
@@ -29,7 +34,7 @@ def evaluate(model, device, *, mode='int8', calib=None, example=None, tiling='se
     secs = time.perf_counter() - t0
     s = summary(low.simulate())
     return dict(model=name or (Path(model).stem if isinstance(model, (str, Path)) else 'model'),
-                device=low.device.name, device_l1=low.device.l1, mode=mode, tiling=str(tiling),
+                device=low.device.name, device_l1=low.device.l1, peak_macs=peak_macs(low.device), mode=mode, tiling=str(tiling),
                 l1_used=int(re.search(r'buffer ARENA : L1\[0\] \(size=(\d+)', low.program).group(1)),
                 cycles=s['total_cycles'], macs=s['macs'], mac_utilisation=s['mac_utilisation'],
                 ddr_read=s['bytes'].get('DDR', {}).get('read', 0), lower_seconds=round(secs, 3))
@@ -101,27 +106,39 @@ def sweep(models:dict, devices:list, tilings:list, *, mode='int8', calib=None, e
     return sorted(rows, key=lambda r: (r['model'], r['device'], r['tiling']))
 
 # %% ../../nbs/69c_lower_dse.ipynb #407ff050
-def pareto(rows) -> list:
-    "The rows no other row beats in both L1 bytes used and cycles (per model)."
+def pareto(rows, x='l1_used') -> list:
+    "The rows no other row beats in both column `x` (a cost: L1 bytes used, or `peak_macs`, the device's size) and cycles (per model)."
     ok = [r for r in rows if 'cycles' in r]
-    return [r for r in ok if not any(o['model'] == r['model'] and o['l1_used'] <= r['l1_used'] and o['cycles'] <= r['cycles']
-                                     and (o['l1_used'], o['cycles']) != (r['l1_used'], r['cycles']) for o in ok)]
+    return [r for r in ok if not any(o['model'] == r['model'] and o[x] <= r[x] and o['cycles'] <= r['cycles']
+                                     and (o[x], o['cycles']) != (r[x], r['cycles']) for o in ok)]
 
 # %% ../../nbs/69c_lower_dse.ipynb #0ae3745b
+MARKERS = {'search': 'o', 'naive': 'X', '1': 's', '2': '^', '4': 'D', '8': 'v', '16': 'P'}   # one per tiling policy (POLICIES)
+
 def pareto_plot(rows, title=''):
-    "Cycles against the L1 bytes a program uses, every evaluated point and the Pareto front."
+    ("Cycles of every evaluation against the device's size (peak int8 MACs per cycle, log scale): colour = device, marker = tiling "
+     "policy (`MARKERS`), one dashed Pareto front per model (the fastest point no smaller device beats).")
     import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(6, 3.5))
+    fig, ax = plt.subplots(figsize=(6.5, 4))
     ok = [r for r in rows if 'cycles' in r]
-    for d in sorted({r['device'] for r in ok}):
-        pts = [r for r in ok if r['device'] == d]
-        ax.scatter([r['l1_used'] for r in pts], [r['cycles'] for r in pts], label=d, s=18)
-    fr = sorted(pareto(rows), key=lambda r: r['l1_used'])
-    ax.plot([r['l1_used'] for r in fr], [r['cycles'] for r in fr], 'k--', lw=1, label='Pareto front')
-    ax.set_xlabel('L1 bytes used'); ax.set_ylabel('cycles'); ax.set_title(title); ax.legend(fontsize=7)
+    colours = {d: f'C{i}' for i, d in enumerate(sorted({r['device'] for r in ok}))}
+    for d in colours:
+        order = list(MARKERS)
+        for t in sorted({r['tiling'] for r in ok if r['device'] == d}, key=lambda t: order.index(t) if t in order else len(order)):
+            pts = [r for r in ok if (r['device'], r['tiling']) == (d, t)]
+            ax.plot([r['peak_macs'] for r in pts], [r['cycles'] for r in pts], MARKERS.get(t, '*'), color=colours[d], ls='none', ms=7,
+                    alpha=0.85, label=f'{d}, tiling {t}')
+    for m in sorted({r['model'] for r in ok}):
+        fr = sorted(pareto([r for r in ok if r['model'] == m], x='peak_macs'), key=lambda r: r['peak_macs'])
+        ax.plot([r['peak_macs'] for r in fr], [r['cycles'] for r in fr], 'k--', lw=1, label=f'Pareto front ({m})')
+    ax.set_xscale('log', base=2)
+    ax.set_xlabel("device size (peak int8 MACs per cycle, all NMUs)"); ax.set_ylabel('latency (simulated cycles)')
+    models, modes = sorted({r['model'] for r in ok}), sorted({r['mode'] for r in ok if 'mode' in r})
+    ax.set_title(title or f"{', '.join(models)} ({', '.join(modes)}): cycles vs device size per tiling policy")
+    ax.legend(fontsize=6, ncol=2)
     return ax
 
-CSV_COLUMNS = ['model', 'device', 'device_l1', 'mode', 'tiling', 'l1_used', 'cycles', 'macs', 'mac_utilisation', 'ddr_read',
+CSV_COLUMNS = ['model', 'device', 'device_l1', 'peak_macs', 'mode', 'tiling', 'l1_used', 'cycles', 'macs', 'mac_utilisation', 'ddr_read',
                'lower_seconds', 'error']
 
 # %% ../../nbs/69c_lower_dse.ipynb #48a9a69c

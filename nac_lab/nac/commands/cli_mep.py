@@ -122,4 +122,4 @@ def tour(out:Path):
     ids = t.encode('The plan runs.')
     print(f'TISA: the same file carries a WordPiece tokenizer (PROC {len(t.manifest)} bytes, RSRC {", ".join(t.files)}):')
     print(f'  encode("The plan runs.") = {ids}; decode -> {t.decode(ids)!r}')
-    print(f'  try: nac-lab run {path.name} --orchestrated -o y.npz; nac-lab tokenize {path.name} "The plan runs."')
+    print(f'  try: nac-lab run {path} --orchestrated -o {path.parent}/y.npz; nac-lab tokenize {path} "The plan runs."')

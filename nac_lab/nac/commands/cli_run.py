@@ -123,4 +123,5 @@ def tour(out: Path):
         with torch.no_grad(): ref = m(*x)
         y = loaded.run(*x)[0]
         print(f'  batch {b}: output {list(y.shape)}, max |nac - torch| = {float((y - ref).abs().max()):.1e}')
-    print('  try: nac-lab zoo list; nac-lab zoo build llama -o llama.nac; nac-lab run llama.nac -i idx=llama.input.npy --profile')
+    print(f'  try: nac-lab zoo list; nac-lab zoo build llama -o {out}/llama.nac; '
+          f'nac-lab run {out}/llama.nac -i idx={out}/llama.input.npy --profile')

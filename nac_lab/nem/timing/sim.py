@@ -10,7 +10,7 @@ import numpy as np
 
 # %% auto #0
 __all__ = ['SimResult', 'simulate_table', 'simulate', 'critical_steps', 'critical_path', 'summary', 'to_json', 'gantt',
-           'chrome_trace', 'write_trace', 'roofline_plot', 'roofline']
+           'chrome_trace', 'write_trace', 'layer_points', 'roofs', 'roofline_plot', 'roofline']
 
 # %% ../../../nbs/39_nem_sim.ipynb #364686b8
 # The NEM front end, the timing table and the file writer, imported in one place (public names only).
@@ -380,20 +380,48 @@ def write_trace(res:SimResult, path, inputs=()) -> None:
     "Write the Chrome/Perfetto trace of `res` to `path` (atomically, never over one of `inputs`)."
     atomic_write(path, json.dumps(chrome_trace(res)), inputs=inputs)
 
+def layer_points(res:SimResult) -> list:
+    ("One roofline point per layer (the lowering names tasks `tN_L<k>_...`; tasks without such a name form one group): its work (MACs "
+     "when an NMU ran it, else elements), the bytes its transfers moved, intensity (work/byte) and work per cycle over its span.")
+    import re
+    tb, groups = res.table, {}
+    for j in np.flatnonzero(tb.kind != 0).tolist():
+        m = re.search(r'_(L\d+)_', tb.name(j))
+        groups.setdefault(m.group(1) if m else 'program', []).append(j)
+    out = []
+    for g, js in groups.items():
+        js = np.array(js); comp, tr = js[tb.kind[js] == 1], js[tb.kind[js] == 2]
+        by, span = int(tb.nbytes[tr].sum()), float(res.end[js].max() - res.start[js].min())
+        if not len(comp) or not by or not span: continue
+        nmu = any(res.units[res.label(j)] == 'NMU' for j in comp)
+        work = int(tb.macs[comp].sum()) if nmu else int(tb.work[comp].sum())
+        out.append(dict(layer=g, unit='NMU' if nmu else 'CSTL/VPU', work=work, bytes=by, intensity=work / by, per_cycle=work / span))
+    return out
+
+def roofs(res:SimResult) -> tuple:
+    "`(bytes per cycle of all DMA engines, {'NMU': int8 MACs per cycle of all NMUs, 'CSTL/VPU': elements per cycle of those units})`."
+    from collections import Counter
+    uc, n = res.table.uc, Counter(res.units.values())
+    bw = uc.get('DMA', {}).get('bytes_per_cycle', 0) * (n['DMA'] + n['sDMA'])
+    return bw, {'NMU': uc.get('NMU', {}).get('int8_macs', 0) * n['NMU'],
+                'CSTL/VPU': uc.get('CSTL', {}).get('elems_per_cycle', 0) * n['CSTL']
+                            + uc.get('VPU', {}).get('elems_per_cycle', 0) * n['VPU']}
+
 def roofline_plot(res:SimResult, ax=None):
-    "Each compute task as a point (intensity, achieved work per cycle) under the NMU and CSTL peaks and the DMA bandwidth roof."
+    "Each layer as a point (intensity, achieved work per cycle) under its roof: min(DMA bandwidth x intensity, the units' peak)."
     import matplotlib.pyplot as plt
-    pts, uc = roofline(res), res.table.uc
+    pts, (bw, peak) = layer_points(res), roofs(res)
     if ax is None: _, ax = plt.subplots(figsize=(6, 4))
-    for unit, c in (('NMU', '#c44e52'), ('CSTL', '#dd8452'), ('VPU', '#8172b3')):
-        p = [q for q in pts if f'.{unit}[' in q['unit']]
-        if p: ax.scatter([q['intensity'] for q in p], [q['per_cycle'] for q in p], color=c, label=f'{unit} tasks', zorder=3)
-    xs = np.logspace(-2, 4, 50)
-    ax.plot(xs, uc['DMA']['bytes_per_cycle'] * xs, 'k--', lw=1, label=f"DMA {uc['DMA']['bytes_per_cycle']} B/cycle")
-    for k, lab in (('int8_macs', 'NMU int8 peak'),):
-        ax.axhline(uc['NMU'][k], color='#c44e52', lw=1, ls=':', label=f'{lab} {uc["NMU"][k]} MAC/cycle')
-    ax.axhline(uc['CSTL']['elems_per_cycle'], color='#dd8452', lw=1, ls=':', label=f"CSTL {uc['CSTL']['elems_per_cycle']} elem/cycle")
-    ax.set_xscale('log'); ax.set_yscale('log'); ax.set_xlabel('work per byte touched'); ax.set_ylabel('work per cycle (MACs or elements)')
+    xi = [q['intensity'] for q in pts] or [1.0]
+    xs = np.logspace(math.log10(min(xi)) - 1, math.log10(max(xi)) + 1, 200)
+    for unit, c, mk in (('NMU', '#c44e52', 'o'), ('CSTL/VPU', '#dd8452', 's')):
+        if not peak[unit]: continue
+        ax.plot(xs, np.minimum(bw * xs, peak[unit]), color=c, lw=1.5,
+                label=f'{unit} roof: min({bw} B/cycle x intensity, {peak[unit]}/cycle)')
+        p = [q for q in pts if q['unit'] == unit]
+        if p: ax.plot([q['intensity'] for q in p], [q['per_cycle'] for q in p], mk, color=c, ls='none', label=f'{unit} layers', zorder=3)
+    ax.set_xscale('log'); ax.set_yscale('log')
+    ax.set_xlabel('intensity (MACs or elements per byte moved by DMA)'); ax.set_ylabel('achieved MACs or elements per cycle')
     ax.legend(fontsize=7); ax.set_title(f'roofline: {res.table.program} on {res.table.device.name}')
     return ax
 
