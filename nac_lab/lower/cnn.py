@@ -7,12 +7,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 import numpy as np
-from .layers import Layer
+from .layers import Layer, LowerError
 from .attn import MORE, _L, _getitem as _parts_getitem, _mean as _last_axis_mean
 from .emit import LAYER_EMITTERS, Val, emit_whole, fnum
 
 # %% auto #0
-__all__ = ['CNN_OPS', 'pool_pads', 'torch_pads', 'BNOut', 'affine_layer', 'fold_affines', 'nearest_index']
+__all__ = ['CNN_OPS', 'pool_pads', 'torch_pads', 'BNOut', 'affine_layer', 'fold_affines', 'nearest_index', 'pool_bands']
 
 # %% ../../nbs/69i_lower_cnn.ipynb #3e0894f4
 def _pair(v) -> list:
@@ -249,3 +249,52 @@ def _emit_take(E, l, ctx, xv, yv, prev):
 def _emit_unary(E, l, ctx, xv, yv, prev): return emit_whole(E, l, l.op, [xv], [], yv, '', prev, ctx.elem)[0]
 
 LAYER_EMITTERS.update(pad=_emit_pad, take=_emit_take, exp=_emit_unary, log=_emit_unary)
+
+# %% ../../nbs/69i_lower_cnn.ipynb #37d97f80
+def pool_bands(kh:int, s:int, pt:int, H:int, Ho:int, th:int) -> list:
+    "Per band of `th` output rows of a pool (window `kh` rows, stride `s`, top pad `pt`) of `H` rows: (r0, r1, lo, hi, top, bottom)."
+    out = []
+    for r0 in range(0, Ho, th):
+        r1 = min(Ho, r0 + th)
+        lo, hi = r0 * s - pt, (r1 - 1) * s - pt + kh
+        out.append((r0, r1, max(lo, 0), min(hi, H), max(0, -lo), max(0, hi - H)))
+    return out
+
+def _r64(n): return -(-n // 64) * 64
+
+def _emit_pool(E, l, ctx, xv, yv, prev):
+    "A max/avg pool: whole when it fits L1 (or cannot be banded), else in row bands over two L1 slots (see above)."
+    from nac_lab.lower.quant import pool_attrs
+    from nac_lab.lower.emit import ESIZE, qdesc, _arena_region
+    src = ctx.g.inputs.get(l.inputs[0]) or ctx.g.layer(l.inputs[0]).shape
+    a = pool_attrs(l, src); k, st, p = a['kernel_shape'], a['strides'], a['pads']
+    def attrs(pt, pb): return (f'kernel_shape=[{", ".join(map(str, k))}] pads=[{pt}, {p[1]}, {pb}, {p[3]}] '
+                               f'strides=[{", ".join(map(str, st))}]')
+    if (_r64(xv.nbytes) + _r64(yv.nbytes) <= E.l1 or len(xv.shape) != 4 or xv.nchw or yv.nchw or xv.shape[0] != 1):
+        return emit_whole(E, l, l.op, [xv], [], yv, attrs(p[0], p[2]), prev, ctx.elem)[0]
+    _, H, W, C = xv.shape; _, Ho, Wo, _ = yv.shape; e = ESIZE[xv.elem]
+    def slot(th): return _r64(min(H, (th - 1) * st[0] + k[0]) * W * C * e) + _r64(th * Wo * C * e)
+    th = next((t for t in range(Ho, 0, -1) if 2 * slot(t) <= E.l1), None)
+    if th is None: raise LowerError(f'{l.name} (NAC instruction {l.nac}): {l.op} needs {2 * slot(1)} bytes of L1 for two bands of one '
+                                    f'output row, the device has {E.l1}')
+    SL, SX = slot(th), _r64(min(H, (th - 1) * st[0] + k[0]) * W * C * e)
+    E.arena = max(E.arena, 2 * SL)
+    qx, qy = (qdesc(xv.q) if xv.q else None), (qdesc(yv.q) if yv.q else None)
+    done = {}
+    for i, (r0, r1, lo, hi, pt, pb) in enumerate(pool_bands(k[0], st[0], p[0], H, Ho, th)):
+        s = i % 2
+        E.retire([t for t in done.pop(i - 2, []) if t in E.live])        # the band that used this slot is stored
+        xr, yr = f'{l.name}_x{i}', f'{l.name}_y{i}'
+        E.line(f'{xr} = {_arena_region(E, s * SL, (1, hi - lo, W, C), xv.elem, qx, "NHWC")}')
+        E.line(f'{yr} = {_arena_region(E, s * SL + SX, (1, r1 - r0, Wo, C), yv.elem, qy, "NHWC")}')
+        tx = E.tok(f'{l.name}_x{i}')
+        E.line(f'{tx} = transfer.async(dst={xr}, src=region({xv.buf}, {xv.at(lo * W * C * e)}, {(hi - lo) * W * C * e}), '
+               f'deps=[{", ".join(t for t in prev if t in E.live)}])')
+        tc = E.tok(f'{l.name}_p{i}')
+        E.line(f'{tc} = {l.op}.async in {xr} out {yr} {attrs(pt, pb)} deps=[{tx}]')
+        ts = E.tok(f'{l.name}_s{i}')
+        E.line(f'{ts} = store.async(dst=region({yv.buf}, {yv.at(r0 * Wo * C * e)}, {(r1 - r0) * Wo * C * e}), src={yr}, deps=[{tc}])')
+        done[i] = [tx, tc, ts]
+    return [t for v in done.values() for t in v if t in E.live]
+
+LAYER_EMITTERS.update(maxpool=_emit_pool, avgpool=_emit_pool)

@@ -159,7 +159,8 @@ def conv_l1(l, xv, yv, th, slots, elem):
     rin = min(H, (th - 1) * s + d * (kh - 1) + 1)
     e = ESIZE[elem]
     wb = l.params['w'].size * e
-    bb = Co * 4 if elem == 'i8' else N * th * Wo * Co * 4 * slots
+    # float: the bias band plus one pre-bias result per slot (as `emit_conv` places them); never below the earlier estimate
+    bb = Co * 4 if elem == 'i8' else max(N * th * Wo * Co * 4 * slots, (1 + slots) * -(-N * th * Wo * Co * e // 64) * 64)
     return slots * (N * rin * W * C * e + N * th * Wo * Co * e) + wb + bb + 64 * 8
 
 UNARY_OPS = ('relu', 'gelu', 'silu', 'sigmoid', 'tanh')
