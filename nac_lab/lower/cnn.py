@@ -12,7 +12,8 @@ from .attn import MORE, _L, _getitem as _parts_getitem, _mean as _last_axis_mean
 from .emit import LAYER_EMITTERS, Val, emit_whole, fnum
 
 # %% auto #0
-__all__ = ['CNN_OPS', 'pool_pads', 'torch_pads', 'BNOut', 'affine_layer', 'fold_affines', 'nearest_index', 'pool_bands']
+__all__ = ['MAX_ADAPTIVE_REPEAT', 'CNN_OPS', 'pool_pads', 'torch_pads', 'BNOut', 'affine_layer', 'fold_affines', 'nearest_index',
+           'adaptive_windows', 'adaptive_plan', 'pool_bands']
 
 # %% ../../nbs/69i_lower_cnn.ipynb #3e0894f4
 def _pair(v) -> list:
@@ -207,6 +208,43 @@ def _upsample_nearest(c):
     return [_L(c, '_h', 'take', [x], mid, attrs=dict(axis=2, index=ih)), _L(c, '', 'take', [c.lname + '_h'], c.shape,
                                                                           attrs=dict(axis=3, index=iw))], c.lname
 
+# %% ../../nbs/69i_lower_cnn.ipynb #f6a6dac8
+def adaptive_windows(n:int, m:int) -> list:
+    "PyTorch's adaptive pooling windows [start, end) of `m` outputs over `n` inputs."
+    return [(i * n // m, -(-(i + 1) * n // m)) for i in range(m)]
+
+MAX_ADAPTIVE_REPEAT = 16
+
+def adaptive_plan(n:int, m:int) -> tuple:
+    "(gather index or None, pool window L) making adaptive average pooling of one axis a uniform pool of L (see above)."
+    w = adaptive_windows(n, m); sizes = {e - s for s, e in w}
+    if n % m == 0: return None, n // m
+    L = math.lcm(*sizes)
+    if L > MAX_ADAPTIVE_REPEAT: return 'refuse', L
+    return [s + j // (L // (e - s)) for s, e in w for j in range(L)], L
+
+def _adaptive_avg(c):
+    x, sh = c.A(_x(c)), c.S(_x(c))
+    if len(sh) != 4: raise c.err(f'adaptive_avg_pool2d of a rank-{len(sh)} value is not lowered (only [N, C, H, W])')
+    os_ = c.C('output_size'); os_ = [os_, os_] if not isinstance(os_, (list, tuple)) else list(os_) * (2 if len(os_) == 1 else 1)
+    o = [int(d) if d is not None else sh[2 + k] for k, d in enumerate(os_)]
+    plans = [adaptive_plan(sh[2 + k], o[k]) for k in range(2)]
+    for k, (idx, L) in enumerate(plans):
+        if idx == 'refuse':
+            raise c.err(f'adaptive_avg_pool2d from {sh[2]}x{sh[3]} to {o[0]}x{o[1]}: the windows of axis {2 + k} would repeat to {L} rows '
+                        f'(more than {MAX_ADAPTIVE_REPEAT}); not lowered')
+    out, cur, shape = [], x, list(sh)
+    for k, (idx, L) in enumerate(plans):
+        if idx is None: continue
+        shape[2 + k] = len(idx)
+        out.append(_L(c, f'_g{k}', 'take', [cur], tuple(shape), attrs=dict(axis=2 + k, index=idx))); cur = out[-1].name
+    kern = [plans[0][1], plans[1][1]]
+    if kern != [1, 1]:
+        out.append(_L(c, '', 'avgpool', [cur], c.shape, attrs=dict(kernel_shape=kern, strides=kern, pads=[0, 0, 0, 0])))
+    if not out: return [], x
+    out[-1].name = c.lname                   # the last layer is the op's value
+    return out, c.lname
+
 # %% ../../nbs/69i_lower_cnn.ipynb #d12c70a4
 def _no_nem(why):
     def f(c): raise c.err(f'{c.step.name} {why}')
@@ -215,7 +253,8 @@ def _no_nem(why):
 _CMP = ('eq', 'ne', 'lt', 'le', 'gt', 'ge')
 
 # %% ../../nbs/69i_lower_cnn.ipynb #7811b5a4
-CNN_OPS = {'nac.mean': _mean, 'nac.max_pool2d': _pool, 'nac.avg_pool2d': _pool, 'nac.adaptive_max_pool2d': _adaptive_max,
+CNN_OPS = {'nac.mean': _mean, 'nac.adaptive_avg_pool2d': _adaptive_avg,
+           'nac.max_pool2d': _pool, 'nac.avg_pool2d': _pool, 'nac.adaptive_max_pool2d': _adaptive_max,
            'nac.pad': _pad, 'nac.constant_pad_nd': _pad, 'nac.hardtanh': _clamp, 'nac.relu6': _clamp,
            'aten.relu6.default': _clamp, 'nac.clamp': _clamp,
            'nac.mish': _mish, 'nac.batch_norm_infer': _batch_norm, 'nac._native_batch_norm_legit_no_training': _batch_norm,
