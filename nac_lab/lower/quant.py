@@ -77,6 +77,8 @@ def derived_range(l, r) -> tuple:
     if l.op == 'add_c': return lo + l.attrs['c'], hi + l.attrs['c']
     if l.op == 'mul_c': return tuple(sorted((lo * l.attrs['c'], hi * l.attrs['c'])))
     if l.op == 'clamp': a, b = l.attrs['min_val'], l.attrs['max_val']; return min(max(lo, a), b), min(max(hi, a), b)
+    if l.op == 'mul' and len(l.inputs) == 2 and l.inputs[0] == l.inputs[1]:      # a square (x**3 = x**2 · x)
+        return (0.0 if lo <= 0 <= hi else min(lo * lo, hi * hi)), max(lo * lo, hi * hi)
     raise LowerError(f'{l.name}: no calibrated range and none derivable for {l.op}')
 
 # %% ../../nbs/67_lower_quant.ipynb #4994464e
