@@ -15,8 +15,8 @@ from .layers import LowerError
 
 # %% auto #0
 __all__ = ['SAME_Q', 'BIAS_BOUND', 'REAL_FN', 'QParam', 'act_qparam', 'calibrate', 'QLayer', 'derived_range', 'const_q',
-           'weight_q', 'bias_ranges', 'quantize_graph', 'pad_real', 'pool_attrs', 'eval_float', 'reference_int8',
-           'reference_bf16']
+           'weight_scales', 'weight_q', 'bias_ranges', 'quantize_graph', 'pad_real', 'pool_attrs', 'eval_float',
+           'reference_int8', 'reference_bf16']
 
 # %% ../../nbs/67_lower_quant.ipynb #2fec9a67
 @dataclass(frozen=True)
@@ -89,13 +89,18 @@ def const_q(c:float) -> QParam:
 # %% ../../nbs/67_lower_quant.ipynb #98b9cb32
 BIAS_BOUND = 2**30            # |stored bias| at most this (the i32 accumulator keeps 2^30 of headroom for the products)
 
+def weight_scales(l) -> np.ndarray:
+    "Per-output-channel weight scales of conv/linear layer `l`: the file's own (INT8_CHANNEL) or symmetric max|w|/127."
+    if getattr(l, 'stored_q', None) is not None: return np.asarray(l.stored_q[1], np.float64)
+    w = l.params['w']
+    m = np.abs(w.reshape(w.shape[0], -1)).max(axis=1).astype(np.float64)
+    return np.where(m > 0, m / 127.0, 1.0)
+
 def weight_q(l) -> tuple:
-    "(int8 weights, per-output-channel scales) of conv/linear layer `l`: the file's own (INT8_CHANNEL) or symmetric max/127."
+    "(int8 weights, per-output-channel scales) of conv/linear layer `l`: the file's own (INT8_CHANNEL) or rounded to `weight_scales`."
     if getattr(l, 'stored_q', None) is not None:     # the file's own int8 weights and scales (INT8_CHANNEL), not re-derived
         return np.asarray(l.stored_q[0], np.int8), np.asarray(l.stored_q[1], np.float64)
-    w = l.params['w'].astype(np.float64)
-    m = np.abs(w.reshape(w.shape[0], -1)).max(axis=1)
-    sw = np.where(m > 0, m / 127.0, 1.0)
+    w = l.params['w'].astype(np.float64); sw = weight_scales(l)
     return np.clip(np.rint(w / sw.reshape((-1,) + (1,) * (w.ndim - 1))), -127, 127).astype(np.int8), sw
 
 def bias_ranges(g, ranges:dict) -> dict:
@@ -103,7 +108,7 @@ def bias_ranges(g, ranges:dict) -> dict:
     rr, by = dict(ranges), {l.name: l for l in g.layers}
     for l in g.layers:
         if l.op not in ('conv2d', 'linear') or 'b' not in l.params: continue
-        need = float(np.max(np.abs(np.asarray(l.params['b'], np.float64)) / weight_q(l)[1], initial=0.0)) / BIAS_BOUND
+        need = float(np.max(np.abs(np.asarray(l.params['b'], np.float64)) / weight_scales(l), initial=0.0)) / BIAS_BOUND
         n = l.inputs[0]
         while n in by and by[n].op in SAME_Q: n = by[n].inputs[0]
         if n not in rr or need <= 0: continue
