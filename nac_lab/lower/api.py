@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
 from .layers import LowerError
-from .graph import import_nac
+from .graph import import_nac, signature_example
 from .quant import calibrate, quantize_graph
 from .emit import Emitter, emit_program, DTYPE, to_elem, from_elem, pick_l2
 from .tile import Device, resolve_device, check_legal, choose_tilings, layer_report
@@ -164,22 +164,25 @@ def program_name(model) -> str:
     return n if re.match(r'[A-Za-z_]', n) else f'm_{n}'
 
 @with_steps(lambda model, device, **kw: f'lower to {getattr(device, "name", device)}', ('import', 'calibrate', 'tile', 'emit', 'check'))
-def lower(model, device, *, mode='int8', calib=None, example=None, tiling='search', fuse=True) -> Lowered:
-    ("Lower NAC `model` to a tiled NEM program for `device` (`mode` 'int8' with `calib` samples, or 'float' / 'f32' / 'bf16' / 'f16'); "
+def lower(model, device, *, mode=None, calib=None, example=None, tiling='search', batch=None, fuse=True) -> Lowered:
+    ("Lower NAC `model` (a path, `NacFile` or `NacModel`) to a tiled NEM program for `device`: `mode` 'int8' (needs `calib` samples) or "
+     "'float' / 'f32' / 'bf16' / 'f16'; by default int8 when `calib` is given, else float. The shapes come from `example`, else the "
+     "first calibration sample, else the file's input signature (a symbolic batch dim set to `batch`, default 1), as `nem lower` does. "
      "`fuse`: activations and residual adds run in their conv's epilogue (`lower.fuse`).")
     dev = resolve_device(device)
     samples = [tuple(s) if isinstance(s, (tuple, list)) else (s,) for s in (calib or [])]
-    ex = example if example is not None else (samples[0] if samples else None)
-    if ex is None: raise LowerError('lower needs example inputs or calibration samples (they fix the shapes)')
-    ex = tuple(ex) if isinstance(ex, (tuple, list)) else (ex,)
+    mode = mode or ('int8' if samples else 'float')
     from nac_lab.nac.runtime.run import NacModel, load
     from nac_lab.nac.format import NacFile
     m = NacModel(model) if isinstance(model, NacFile) else model if isinstance(model, NacModel) else load(model)
+    ex = example if example is not None else (samples[0] if samples else None)
+    if ex is None: ex = signature_example(m, batch)       # a LowerError asking for an example when the signature leaves a dim open
+    ex = tuple(ex) if isinstance(ex, (tuple, list)) else (ex,)
     g = import_nac(m, *ex)
     stage('calibrate')
     qp = ql = None
     if mode == 'int8':
-        if not samples: raise LowerError('int8 lowering needs calibration samples (calib=[...])')
+        if not samples: raise LowerError("int8 lowering needs calibration samples (calib=[...]); mode='float' needs none")
         from nac_lab.lower.ops import fuse_masks
         fuse_masks(g)                              # attention masks (-inf) go into the softmax's f16 island
         check_legal(g, dev, 'i8')                  # before calibrating: a layer with no int8 variant is named at once

@@ -207,8 +207,13 @@ def _matmul(c):
     return [_L(c, '', 'linear', [c.A('self')], c.shape, params=dict(w=np.ascontiguousarray(w.T)))], c.lname
 
 def _pow(c):
-    if c.C('exponent') != 2: raise c.err(f'pow with exponent {c.C("exponent")!r} is not lowered (only 2)')
-    x = c.A('self'); return [_L(c, '', 'mul', [x, x], c.shape)], c.lname
+    "x**2, x**3 = x**2 · x (GPT-2's tanh GELU), x**4 = x**2 · x**2 as eltwise products; other exponents are refused."
+    e = c.C('exponent')
+    if e not in (2, 3, 4): raise c.err(f'pow with exponent {e!r} is not lowered (only 2, 3, 4)')
+    x = c.A('self')
+    if e == 2: return [_L(c, '', 'mul', [x, x], c.shape)], c.lname
+    sq = _L(c, '_sq', 'mul', [x, x], c.shape)
+    return [sq, _L(c, '', 'mul', [sq.name, x if e == 3 else sq.name], c.shape)], c.lname
 
 def _mean(c):
     x, sh = c.A('self'), c.S('self'); dims = c.C('dim'); dims = [dims] if isinstance(dims, int) else list(dims or [])

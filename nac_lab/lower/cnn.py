@@ -7,12 +7,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 import numpy as np
-from .layers import Layer
+from .layers import Layer, LowerError
 from .attn import MORE, _L, _getitem as _parts_getitem, _mean as _last_axis_mean
 from .emit import LAYER_EMITTERS, Val, emit_whole, fnum
 
 # %% auto #0
-__all__ = ['CNN_OPS', 'pool_pads', 'torch_pads', 'BNOut', 'affine_layer', 'fold_affines', 'nearest_index']
+__all__ = ['MAX_ADAPTIVE_REPEAT', 'CNN_OPS', 'pool_pads', 'torch_pads', 'BNOut', 'affine_layer', 'fold_affines', 'nearest_index',
+           'adaptive_windows', 'adaptive_plan', 'pool_bands']
 
 # %% ../../nbs/69i_lower_cnn.ipynb #3e0894f4
 def _pair(v) -> list:
@@ -207,6 +208,43 @@ def _upsample_nearest(c):
     return [_L(c, '_h', 'take', [x], mid, attrs=dict(axis=2, index=ih)), _L(c, '', 'take', [c.lname + '_h'], c.shape,
                                                                           attrs=dict(axis=3, index=iw))], c.lname
 
+# %% ../../nbs/69i_lower_cnn.ipynb #f6a6dac8
+def adaptive_windows(n:int, m:int) -> list:
+    "PyTorch's adaptive pooling windows [start, end) of `m` outputs over `n` inputs."
+    return [(i * n // m, -(-(i + 1) * n // m)) for i in range(m)]
+
+MAX_ADAPTIVE_REPEAT = 16
+
+def adaptive_plan(n:int, m:int) -> tuple:
+    "(gather index or None, pool window L) making adaptive average pooling of one axis a uniform pool of L (see above)."
+    w = adaptive_windows(n, m); sizes = {e - s for s, e in w}
+    if n % m == 0: return None, n // m
+    L = math.lcm(*sizes)
+    if L > MAX_ADAPTIVE_REPEAT: return 'refuse', L
+    return [s + j // (L // (e - s)) for s, e in w for j in range(L)], L
+
+def _adaptive_avg(c):
+    x, sh = c.A(_x(c)), c.S(_x(c))
+    if len(sh) != 4: raise c.err(f'adaptive_avg_pool2d of a rank-{len(sh)} value is not lowered (only [N, C, H, W])')
+    os_ = c.C('output_size'); os_ = [os_, os_] if not isinstance(os_, (list, tuple)) else list(os_) * (2 if len(os_) == 1 else 1)
+    o = [int(d) if d is not None else sh[2 + k] for k, d in enumerate(os_)]
+    plans = [adaptive_plan(sh[2 + k], o[k]) for k in range(2)]
+    for k, (idx, L) in enumerate(plans):
+        if idx == 'refuse':
+            raise c.err(f'adaptive_avg_pool2d from {sh[2]}x{sh[3]} to {o[0]}x{o[1]}: the windows of axis {2 + k} would repeat to {L} rows '
+                        f'(more than {MAX_ADAPTIVE_REPEAT}); not lowered')
+    out, cur, shape = [], x, list(sh)
+    for k, (idx, L) in enumerate(plans):
+        if idx is None: continue
+        shape[2 + k] = len(idx)
+        out.append(_L(c, f'_g{k}', 'take', [cur], tuple(shape), attrs=dict(axis=2 + k, index=idx))); cur = out[-1].name
+    kern = [plans[0][1], plans[1][1]]
+    if kern != [1, 1]:
+        out.append(_L(c, '', 'avgpool', [cur], c.shape, attrs=dict(kernel_shape=kern, strides=kern, pads=[0, 0, 0, 0])))
+    if not out: return [], x
+    out[-1].name = c.lname                   # the last layer is the op's value
+    return out, c.lname
+
 # %% ../../nbs/69i_lower_cnn.ipynb #d12c70a4
 def _no_nem(why):
     def f(c): raise c.err(f'{c.step.name} {why}')
@@ -215,7 +253,8 @@ def _no_nem(why):
 _CMP = ('eq', 'ne', 'lt', 'le', 'gt', 'ge')
 
 # %% ../../nbs/69i_lower_cnn.ipynb #7811b5a4
-CNN_OPS = {'nac.mean': _mean, 'nac.max_pool2d': _pool, 'nac.avg_pool2d': _pool, 'nac.adaptive_max_pool2d': _adaptive_max,
+CNN_OPS = {'nac.mean': _mean, 'nac.adaptive_avg_pool2d': _adaptive_avg,
+           'nac.max_pool2d': _pool, 'nac.avg_pool2d': _pool, 'nac.adaptive_max_pool2d': _adaptive_max,
            'nac.pad': _pad, 'nac.constant_pad_nd': _pad, 'nac.hardtanh': _clamp, 'nac.relu6': _clamp,
            'aten.relu6.default': _clamp, 'nac.clamp': _clamp,
            'nac.mish': _mish, 'nac.batch_norm_infer': _batch_norm, 'nac._native_batch_norm_legit_no_training': _batch_norm,
@@ -249,3 +288,52 @@ def _emit_take(E, l, ctx, xv, yv, prev):
 def _emit_unary(E, l, ctx, xv, yv, prev): return emit_whole(E, l, l.op, [xv], [], yv, '', prev, ctx.elem)[0]
 
 LAYER_EMITTERS.update(pad=_emit_pad, take=_emit_take, exp=_emit_unary, log=_emit_unary)
+
+# %% ../../nbs/69i_lower_cnn.ipynb #37d97f80
+def pool_bands(kh:int, s:int, pt:int, H:int, Ho:int, th:int) -> list:
+    "Per band of `th` output rows of a pool (window `kh` rows, stride `s`, top pad `pt`) of `H` rows: (r0, r1, lo, hi, top, bottom)."
+    out = []
+    for r0 in range(0, Ho, th):
+        r1 = min(Ho, r0 + th)
+        lo, hi = r0 * s - pt, (r1 - 1) * s - pt + kh
+        out.append((r0, r1, max(lo, 0), min(hi, H), max(0, -lo), max(0, hi - H)))
+    return out
+
+def _r64(n): return -(-n // 64) * 64
+
+def _emit_pool(E, l, ctx, xv, yv, prev):
+    "A max/avg pool: whole when it fits L1 (or cannot be banded), else in row bands over two L1 slots (see above)."
+    from nac_lab.lower.quant import pool_attrs
+    from nac_lab.lower.emit import ESIZE, qdesc, _arena_region
+    src = ctx.g.inputs.get(l.inputs[0]) or ctx.g.layer(l.inputs[0]).shape
+    a = pool_attrs(l, src); k, st, p = a['kernel_shape'], a['strides'], a['pads']
+    def attrs(pt, pb): return (f'kernel_shape=[{", ".join(map(str, k))}] pads=[{pt}, {p[1]}, {pb}, {p[3]}] '
+                               f'strides=[{", ".join(map(str, st))}]')
+    if (_r64(xv.nbytes) + _r64(yv.nbytes) <= E.l1 or len(xv.shape) != 4 or xv.nchw or yv.nchw or xv.shape[0] != 1):
+        return emit_whole(E, l, l.op, [xv], [], yv, attrs(p[0], p[2]), prev, ctx.elem)[0]
+    _, H, W, C = xv.shape; _, Ho, Wo, _ = yv.shape; e = ESIZE[xv.elem]
+    def slot(th): return _r64(min(H, (th - 1) * st[0] + k[0]) * W * C * e) + _r64(th * Wo * C * e)
+    th = next((t for t in range(Ho, 0, -1) if 2 * slot(t) <= E.l1), None)
+    if th is None: raise LowerError(f'{l.name} (NAC instruction {l.nac}): {l.op} needs {2 * slot(1)} bytes of L1 for two bands of one '
+                                    f'output row, the device has {E.l1}')
+    SL, SX = slot(th), _r64(min(H, (th - 1) * st[0] + k[0]) * W * C * e)
+    E.arena = max(E.arena, 2 * SL)
+    qx, qy = (qdesc(xv.q) if xv.q else None), (qdesc(yv.q) if yv.q else None)
+    done = {}
+    for i, (r0, r1, lo, hi, pt, pb) in enumerate(pool_bands(k[0], st[0], p[0], H, Ho, th)):
+        s = i % 2
+        E.retire([t for t in done.pop(i - 2, []) if t in E.live])        # the band that used this slot is stored
+        xr, yr = f'{l.name}_x{i}', f'{l.name}_y{i}'
+        E.line(f'{xr} = {_arena_region(E, s * SL, (1, hi - lo, W, C), xv.elem, qx, "NHWC")}')
+        E.line(f'{yr} = {_arena_region(E, s * SL + SX, (1, r1 - r0, Wo, C), yv.elem, qy, "NHWC")}')
+        tx = E.tok(f'{l.name}_x{i}')
+        E.line(f'{tx} = transfer.async(dst={xr}, src=region({xv.buf}, {xv.at(lo * W * C * e)}, {(hi - lo) * W * C * e}), '
+               f'deps=[{", ".join(t for t in prev if t in E.live)}])')
+        tc = E.tok(f'{l.name}_p{i}')
+        E.line(f'{tc} = {l.op}.async in {xr} out {yr} {attrs(pt, pb)} deps=[{tx}]')
+        ts = E.tok(f'{l.name}_s{i}')
+        E.line(f'{ts} = store.async(dst=region({yv.buf}, {yv.at(r0 * Wo * C * e)}, {(r1 - r0) * Wo * C * e}), src={yr}, deps=[{tc}])')
+        done[i] = [tx, tc, ts]
+    return [t for v in done.values() for t in v if t in E.live]
+
+LAYER_EMITTERS.update(maxpool=_emit_pool, avgpool=_emit_pool)

@@ -185,6 +185,8 @@ def emit_linear_engines(E, l, ctx, xv, yv, t:GemmTiling, prev) -> list:
     qx, qy = (qdesc(xv.q), qdesc(yv.q)) if q8 else (None, None)
     sW = _r(K * t.tn * e)
     ar = lambda q, reg: reg.replace('region(ARENA,', f'region({arena_name(q)},', 1)
+    rd = getattr(E.device, 'resolved', None)
+    lim = rd.unit_chars.get('SEQ', {}).get('max_active_tokens') if rd is not None else None      # up to 4 tokens per tile in flight
     TB = []
     for q in range(nE):
         tb = E.tok(f'{l.name}_b{q}'); TB.append(tb)
@@ -201,6 +203,8 @@ def emit_linear_engines(E, l, ctx, xv, yv, t:GemmTiling, prev) -> list:
         mine, done = {}, []
         for j, (c0, c1) in enumerate(cols):
             n, q, s = c1 - c0, j % nE, (j // nE) % t.slots
+            while lim and mine and len(E.live) + 4 > lim:     # the sequencer's live-token limit: the oldest tile in flight ends first
+                E.retire(live(*mine.pop(min(mine))[1:]))
             old = mine.pop(j - nE * t.slots, ())
             if old:
                 E.retire(live(*old[1:]))

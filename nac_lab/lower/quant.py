@@ -14,8 +14,9 @@ from ..fxp.requant import requantize
 from .layers import LowerError
 
 # %% auto #0
-__all__ = ['SAME_Q', 'REAL_FN', 'QParam', 'act_qparam', 'calibrate', 'QLayer', 'derived_range', 'const_q', 'quantize_graph',
-           'pad_real', 'pool_attrs', 'eval_float', 'reference_int8', 'reference_bf16']
+__all__ = ['SAME_Q', 'BIAS_BOUND', 'REAL_FN', 'QParam', 'act_qparam', 'calibrate', 'QLayer', 'derived_range', 'const_q',
+           'weight_scales', 'weight_q', 'bias_ranges', 'quantize_graph', 'pad_real', 'pool_attrs', 'eval_float',
+           'reference_int8', 'reference_bf16']
 
 # %% ../../nbs/67_lower_quant.ipynb #2fec9a67
 @dataclass(frozen=True)
@@ -76,6 +77,8 @@ def derived_range(l, r) -> tuple:
     if l.op == 'add_c': return lo + l.attrs['c'], hi + l.attrs['c']
     if l.op == 'mul_c': return tuple(sorted((lo * l.attrs['c'], hi * l.attrs['c'])))
     if l.op == 'clamp': a, b = l.attrs['min_val'], l.attrs['max_val']; return min(max(lo, a), b), min(max(hi, a), b)
+    if l.op == 'mul' and len(l.inputs) == 2 and l.inputs[0] == l.inputs[1]:      # a square (x**3 = x**2 · x)
+        return (0.0 if lo <= 0 <= hi else min(lo * lo, hi * hi)), max(lo * lo, hi * hi)
     raise LowerError(f'{l.name}: no calibrated range and none derivable for {l.op}')
 
 # %% ../../nbs/67_lower_quant.ipynb #4994464e
@@ -83,9 +86,40 @@ def const_q(c:float) -> QParam:
     "The quantization of a constant scalar tensor `c`: symmetric, stored as ±127."
     return QParam(abs(c) / 127 if c else 1.0, 0)
 
+# %% ../../nbs/67_lower_quant.ipynb #98b9cb32
+BIAS_BOUND = 2**30            # |stored bias| at most this (the i32 accumulator keeps 2^30 of headroom for the products)
+
+def weight_scales(l) -> np.ndarray:
+    "Per-output-channel weight scales of conv/linear layer `l`: the file's own (INT8_CHANNEL) or symmetric max|w|/127."
+    if getattr(l, 'stored_q', None) is not None: return np.asarray(l.stored_q[1], np.float64)
+    w = l.params['w']
+    m = np.abs(w.reshape(w.shape[0], -1)).max(axis=1).astype(np.float64)
+    return np.where(m > 0, m / 127.0, 1.0)
+
+def weight_q(l) -> tuple:
+    "(int8 weights, per-output-channel scales) of conv/linear layer `l`: the file's own (INT8_CHANNEL) or rounded to `weight_scales`."
+    if getattr(l, 'stored_q', None) is not None:     # the file's own int8 weights and scales (INT8_CHANNEL), not re-derived
+        return np.asarray(l.stored_q[0], np.int8), np.asarray(l.stored_q[1], np.float64)
+    w = l.params['w'].astype(np.float64); sw = weight_scales(l)
+    return np.clip(np.rint(w / sw.reshape((-1,) + (1,) * (w.ndim - 1))), -127, 127).astype(np.int8), sw
+
+def bias_ranges(g, ranges:dict) -> dict:
+    "`ranges`, with the input range of each biased conv/linear widened (at the value its scale comes from) so its i32 bias fits."
+    rr, by = dict(ranges), {l.name: l for l in g.layers}
+    for l in g.layers:
+        if l.op not in ('conv2d', 'linear') or 'b' not in l.params: continue
+        need = float(np.max(np.abs(np.asarray(l.params['b'], np.float64)) / weight_scales(l), initial=0.0)) / BIAS_BOUND
+        n = l.inputs[0]
+        while n in by and by[n].op in SAME_Q: n = by[n].inputs[0]
+        if n not in rr or need <= 0: continue
+        lo, hi = min(rr[n][0], 0.0), max(rr[n][1], 0.0)
+        if (hi - lo) / 255.0 < need: rr[n] = (lo, lo + 255.0 * need * 1.01)
+    return rr
+
 # %% ../../nbs/67_lower_quant.ipynb #f86bcc25
 def quantize_graph(g, ranges:dict) -> tuple:
-    "(value -> QParam, layer -> QLayer) for graph `g` from calibrated `ranges`."
+    "(value -> QParam, layer -> QLayer) for graph `g` from calibrated `ranges` (first widened where a bias needs it, `bias_ranges`)."
+    ranges = bias_ranges(g, ranges)
     qp = {n: act_qparam(*ranges[n]) for n in g.inputs}
     ql, rr = {}, dict(ranges)
     for l in g.layers:
@@ -94,12 +128,7 @@ def quantize_graph(g, ranges:dict) -> tuple:
         else: qp[l.name] = act_qparam(*rr[l.name])
         if l.op in ('conv2d', 'linear'):
             w = l.params['w'].astype(np.float64)
-            if getattr(l, 'stored_q', None) is not None:     # the file's own int8 weights and scales (INT8_CHANNEL), not re-derived
-                wq, sw = np.asarray(l.stored_q[0], np.int8), np.asarray(l.stored_q[1], np.float64)
-            else:
-                m = np.abs(w.reshape(w.shape[0], -1)).max(axis=1)
-                sw = np.where(m > 0, m / 127.0, 1.0)
-                wq = np.clip(np.rint(w / sw.reshape((-1,) + (1,) * (w.ndim - 1))), -127, 127).astype(np.int8)
+            wq, sw = weight_q(l)
             b = l.params.get('b', np.zeros(w.shape[0]))
             bq = np.clip(np.rint(np.asarray(b, np.float64) / (qp[l.inputs[0]].scale * sw)), -2**31, 2**31 - 1).astype(np.int32)
             ql[l.name] = QLayer(wq, sw, bq)

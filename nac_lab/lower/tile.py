@@ -117,7 +117,9 @@ def layer_program(l, g, dev, elem, qp, tiling) -> str:
         if act > l2: raise LowerError(f'the activations need {act} bytes of L2 at their peak ({l.name}, NAC instruction {l.nac}: its '
                                       f'inputs and output); {dev.name} has {l2}')
         E.l2_budget = l2 - act
-    emit_program(sub, E, 'int8' if elem == 'i8' else elem, qp, _fake_ql(l, elem), {l.name: tiling}, probe=True)
+    from nac_lab.lower.emit import probe_constants
+    with probe_constants():                  # the constants' values are never read: no float conversion
+        emit_program(sub, E, 'int8' if elem == 'i8' else elem, qp, _fake_ql(l, elem), {l.name: tiling}, probe=True)
     return E.text('tile_probe')
 
 # %% ../../nbs/69_lower_tile.ipynb #028d52fa

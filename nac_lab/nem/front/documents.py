@@ -4,7 +4,7 @@
 
 # %% ../../../nbs/31_nem_documents.ipynb #362e435b
 from __future__ import annotations
-import os, stat
+import hashlib, os, stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from fastcore.basics import patch
@@ -14,7 +14,8 @@ from .ast import Document
 from .parser import parse
 
 # %% auto #0
-__all__ = ['SEVERITIES', 'Diagnostic', 'read_source', 'search_path', 'Workspace', 'load']
+__all__ = ['SEVERITIES', 'PARSE_STATS', 'Diagnostic', 'read_source', 'search_path', 'Workspace', 'load', 'parse_cached',
+           'clear_parse_cache']
 
 # %% ../../../nbs/31_nem_documents.ipynb #28bd898c
 SEVERITIES = ('error', 'warning', 'info')
@@ -94,7 +95,7 @@ class Workspace:
         ("Parse `text` of file `name`; a syntax error becomes a diagnostic. With `quote=False` (an included or device file), a file that "
          "does not parse is not kept in `sources` (no caret line quotes it), and unless its real path ends in `.nem` the message does not "
          "echo its tokens either.")
-        try: doc = parse(text, name)
+        try: doc = parse_cached(text, name, real)
         except NemSyntaxError as ex:
             if quote: self.sources[name] = text
             msg = (ex.msg if quote or str(real or name).endswith('.nem')
@@ -191,6 +192,34 @@ def load(path=None, text:str|None=None, name:str|None=None, base_dir=None, quote
     if doc is not None: ws._add(doc, base)
     ws._stack.clear(); ws._on_stack.clear()
     return ws
+
+# %% ../../../nbs/31_nem_documents.ipynb #95fa57e7
+PARSE_STATS = {'parses': 0, 'hits': 0}      # parser runs and cache hits of `parse_cached` in this process
+_PARSED, _PARSED_MAX = {}, 64                 # key -> Document; cleared when full (a few device files in practice)
+
+def _parse_key(text:str, name:str, real) -> tuple|None:
+    "The cache key of file `real` read as `text` and shown as `name`; None when it cannot be stat'ed."
+    try: st = os.stat(real)
+    except OSError: return None
+    digest = hashlib.blake2b(text.encode('utf-8', 'surrogatepass'), digest_size=16).digest()
+    return (str(real), name, st.st_mtime_ns, st.st_size, digest)
+
+def parse_cached(text:str, name:str, real=None) -> Document:
+    ("`parse(text, name)`; when the text was read from file `real`, the `Document` is kept and handed out again while the file's path, "
+     "mtime, size and text hash stay the same (a syntax error is raised every time, never kept).")
+    key = _parse_key(text, name, real) if real is not None else None
+    doc = _PARSED.get(key) if key is not None else None
+    if doc is not None: PARSE_STATS['hits'] += 1; return doc
+    PARSE_STATS['parses'] += 1
+    doc = parse(text, name)
+    if key is not None:
+        if len(_PARSED) >= _PARSED_MAX: _PARSED.clear()
+        _PARSED[key] = doc
+    return doc
+
+def clear_parse_cache():
+    "Forget every parsed file and zero `PARSE_STATS`."
+    _PARSED.clear(); PARSE_STATS.update(parses=0, hits=0)
 
 # %% ../../../nbs/31_nem_documents.ipynb #42265c6f
 @patch

@@ -187,6 +187,21 @@ def id_list(self:Parser):
         t = self.expect('ID', 'a token name'); refs.append(Ref(t[1], t[2], t[3]))
     return refs
 
+# %% ../../../nbs/30c_nem_grammar.ipynb #c0b436a7
+@patch
+def _number_items(self:Parser) -> list:
+    ("The items of a `[...]` list up to its `]` (not consumed): a lone number literal followed by ',' or ']' becomes its `Num` at once "
+     "(per-channel scale lists of int8 programs hold thousands), anything else goes through `value()`; the same nodes either way.")
+    toks, items = self.toks, []
+    if toks[self.i][0] == ']': return items
+    while True:
+        t = toks[self.i]; k = t[0]; n = toks[self.i + 1][0]
+        if (k == 'FLOAT' or k == 'INT') and (n == ',' or n == ']'):
+            items.append(Num(float(t[1]), t[1], t[2], t[3]) if k == 'FLOAT' else Num(t[1], None, t[2], t[3])); self.i += 1
+        else: items.append(self.value())
+        if toks[self.i][0] != ',': return items
+        self.i += 1
+
 # %% ../../../nbs/30c_nem_grammar.ipynb #e20c172a
 @patch
 def region_expr(self:Parser):
@@ -266,8 +281,7 @@ def quant_desc(self:Parser):
         self.expect('=', f"'=' after {f}")
         if f in ('scales', 'zero_points'):
             lt = self.expect('[', f"'[' starting {f}")
-            items = [] if self.at(']') else [self.value()]
-            while self.accept(','): items.append(self.value())
+            items = self._number_items()
             self.expect(']', f"',' or ']' in {f}")
             setattr(q, f, items)
         elif f in ('axis', 'group_size'):
