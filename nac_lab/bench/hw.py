@@ -20,7 +20,8 @@ def bench_model(hw: int = 16, ch: int = 16):
                          nn.Conv2d(ch, ch, 1), nn.ReLU(), nn.Flatten(), nn.Linear(ch * (hw // 2) ** 2, 10)).eval(), (1, 3, hw, hw)
 
 # %% ../../nbs/86_hw_bench.ipynb #2cb7f8bf
-def run(rows: int = 4, cols: int = 4, hw: int = 16, ch: int = 16, simulator: str = 'verilator', cost_sizes=(), workdir=None) -> dict:
+def run(rows: int = 4, cols: int = 4, hw: int = 16, ch: int = 16, simulator: str = 'verilator', cost_sizes=(), workdir=None,
+        cost_layer: str | None = None) -> dict:
     "Lower the benchmark model, generate every layer, time generation, simulate the largest layer, compare cycles; cost if asked."
     import torch
     from nac_lab.nac.compiler.compile import compile as nac_compile
@@ -51,7 +52,13 @@ def run(rows: int = 4, cols: int = 4, hw: int = 16, ch: int = 16, simulator: str
         costs = []
         if cost_sizes:
             from nac_lab.hw.cost import cost
-            small = min(layers, key=lambda lay: lay.H * lay.W * lay.C + lay.Ho * lay.Wo * lay.Co + lay.w.size)   # fewest buffer bytes
+            # the named layer, else the dense layer with the fewest buffer bytes (a depthwise layer's per-PE input read ports make
+            # yosys's memory passes slow on large arrays)
+            dense = [lay for lay in layers if lay.kind != 'dw'] or layers
+            small = ([lay for lay in layers if lay.name == cost_layer] or [None])[0] if cost_layer else \
+                min(dense, key=lambda lay: lay.H * lay.W * lay.C + lay.Ho * lay.Wo * lay.Co + lay.w.size)
+            if small is None:
+                raise SystemExit(f'--cost-layer: no layer {cost_layer!r}; the layers are {", ".join(lay.name for lay in layers)}')
             for r, c in cost_sizes:
                 cd = d / f'cost_{r}x{c}'; cd.mkdir(exist_ok=True)
                 for f, txt in generate(small, HwConfig(r, c)).items(): (cd / f).write_text(txt)
@@ -70,7 +77,7 @@ def report(r: dict) -> str:
            f'{r["cycles_per_s"]:,.0f} cycles/s', '', format_cycles(r['layers'])]
     if r['costs']:
         from nac_lab.hw.cost import format_cost
-        out += ['', 'yosys generic synthesis (the layer with the smallest buffers), with every layer\'s cycles on that array:',
+        out += ['', 'yosys generic synthesis (hierarchy and memories kept, nbs/84), with every layer\'s cycles on that array:',
                 format_cost(r['costs'])]
         out += ['  ' + f'{k["rows"]}x{k["cols"]}: ' + ', '.join(f'{n} {c}' for n, c in k['layer_cycles'].items()) +
                 f' (synthesis {k["seconds"]:.0f} s)' for k in r['costs']]
@@ -90,9 +97,11 @@ def main(argv=None) -> int:
     ap.add_argument('--size', type=int, default=16, help='input height and width (default 16)')
     ap.add_argument('--channels', type=int, default=16, help='channels of the convolutions (default 16)')
     ap.add_argument('--simulator', default='verilator', choices=['verilator', 'icarus'])
+    ap.add_argument('--cost-layer', default=None, metavar='NAME', help='the layer to synthesize (default: the dense layer with the '
+                    'fewest buffer bytes)')
     ap.add_argument('--cost', default='', metavar='RxC,...', help='also synthesize with yosys at these array sizes, e.g. 4x4,8x8,16x16')
     a = ap.parse_args(argv)
-    print(report(run(a.rows, a.cols, a.size, a.channels, a.simulator, _sizes(a.cost))))
+    print(report(run(a.rows, a.cols, a.size, a.channels, a.simulator, _sizes(a.cost), cost_layer=a.cost_layer)))
     return 0
 
 # %% ../../nbs/86_hw_bench.ipynb #8fefd3fc
