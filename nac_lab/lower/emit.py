@@ -8,94 +8,14 @@ import math
 from dataclasses import dataclass
 import numpy as np
 from .layers import LowerError
-from ..nem.execution.memory import NEM_ELEM_TYPES
-from ..dtypes import elem_type
 from .quant import pool_attrs, const_q
+from .nemtext import (fnum, qdesc, qchan, DTYPE, ESIZE, to_elem, probe_constants, from_elem, Val,  # noqa: F401
+                                    nem_shape, stored_nhwc)      # the NEM vocabulary (nbs/68a), re-exported here
 
 # %% auto #0
-__all__ = ['DTYPE', 'ESIZE', 'UNARY_OPS', 'CHUNK_OPS', 'LAYER_EMITTERS', 'CONV_SPLIT', 'fnum', 'qdesc', 'qchan', 'to_elem',
-           'probe_constants', 'from_elem', 'Val', 'nem_shape', 'stored_nhwc', 'Emitter', 'region', 'Tiling',
-           'conv_rows', 'epi_regions', 'conv_l1', 'emit_epilogue', 'arena_name', 'emit_conv', 'emit_whole',
-           'emit_chunked', 'L2Alloc', 'pick_l2', 'EmitCtx', 'emit_conv_layer', 'epilogue_ops', 'emit_program']
-
-# %% ../../nbs/68_lower_emit.ipynb #1f6065e8
-def fnum(x) -> str:
-    "A float literal NEM reads back to the same float64 (17 significant digits, always with a dot)."
-    return f'{float(x):.17e}'
-
-# %% ../../nbs/68_lower_emit.ipynb #80b2cb29
-def qdesc(q) -> str:
-    return f'quant=per_tensor(scale={fnum(q.scale)}, zero_point={q.zero_point})'
-
-# %% ../../nbs/68_lower_emit.ipynb #9814dc26
-def qchan(sw, axis) -> str:
-    return f'quant=per_channel(axis={axis}, scales=[{", ".join(fnum(s) for s in sw)}], zero_points=[{", ".join("0" for _ in sw)}])'
-
-DTYPE = {k: NEM_ELEM_TYPES[k] for k in ('i8', 'i32', 'f32', 'bf16', 'f16')}   # the NEM element types lowering emits
-ESIZE = {k: elem_type(v).size for k, v in DTYPE.items()}
-
-# %% ../../nbs/68_lower_emit.ipynb #83b30a5c
-def to_elem(x, elem) -> np.ndarray:
-    ("float values as the stored array of element type `elem` (bf16: its 16-bit patterns, rounded to nearest even); inside "
-     "`probe_constants()` zeros of that shape (see `probe_constants`).")
-    if _PROBE: return _probe_zeros(np.shape(x), elem)
-    from nac_lab.nem.execution.memory import f32_to_bf16
-    x = np.asarray(x, np.float32)
-    return {'f32': lambda: x, 'f16': lambda: x.astype(np.float16), 'bf16': lambda: f32_to_bf16(x)}[elem]()
-
-# %% ../../nbs/68_lower_emit.ipynb #fb3ab5d0
-_PROBE = []          # a dict (shape, elem) -> zeros while `probe_constants` is active
-
-def _probe_zeros(shape, elem):
-    k = (tuple(shape), elem)
-    z = _PROBE[-1].get(k)
-    if z is None: z = _PROBE[-1][k] = np.zeros(k[0], {'f32': np.float32, 'f16': np.float16, 'bf16': np.uint16}[elem])
-    return z
-
-from contextlib import contextmanager
-
-@contextmanager
-def probe_constants():
-    "While active, `to_elem` returns shared zeros of the right shape and type (timing programs, whose constants nobody reads)."
-    _PROBE.append({})
-    try: yield
-    finally: _PROBE.pop()
-
-# %% ../../nbs/68_lower_emit.ipynb #3286cb90
-def from_elem(raw, elem) -> np.ndarray:
-    "Stored bytes of `elem` values as float32 (int8 unchanged)."
-    from nac_lab.nem.execution.memory import bf16_to_f32
-    raw = np.asarray(raw)
-    if elem == 'i8': return raw.view(np.int8)
-    if elem == 'bf16': return bf16_to_f32(raw.view(np.uint16))
-    return raw.view(np.float16 if elem == 'f16' else np.float32).astype(np.float32)
-
-# %% ../../nbs/68_lower_emit.ipynb #27939b55
-@dataclass
-class Val:
-    "How a value lives in NEM: its L2 buffer, NEM shape (4-D: NHWC, or PyTorch order when `nchw`), element type and quant (None for float)."
-    buf: str
-    shape: tuple
-    elem: str
-    q: object = None
-    base: int = 0
-    nchw: bool = False
-    def at(self, off) -> str:
-        "The byte offset `off` (int or NEM expression) of this value inside its buffer."
-        return str(self.base + off) if isinstance(off, int) else (f'{self.base} + {off}' if self.base else str(off))
-    @property
-    def nbytes(self): return math.prod(self.shape) * ESIZE[self.elem]
-    @property
-    def layout(self): return {4: 'NCHW' if self.nchw else 'NHWC', 2: 'MN', 1: 'C', 3: 'NHW', 5: 'NCDHW'}.get(len(self.shape), 'C')
-
-# %% ../../nbs/68_lower_emit.ipynb #67761091
-def nem_shape(shape, nhwc=True):
-    "The stored shape of a value of PyTorch shape `shape`: NHWC for a 4-D value stored NHWC, else unchanged."
-    return (shape[0], shape[2], shape[3], shape[1]) if len(shape) == 4 and nhwc else tuple(shape)
-
-def stored_nhwc(g, name, shape) -> bool:
-    "Whether value `name` (PyTorch shape `shape`) of graph `g` is stored NHWC (see `lower.ops.plan_layouts`)."
-    return len(shape) == 4 and (getattr(g, 'nhwc', None) is None or name in g.nhwc)
+__all__ = ['UNARY_OPS', 'CHUNK_OPS', 'LAYER_EMITTERS', 'CONV_SPLIT', 'Emitter', 'region', 'Tiling', 'conv_rows', 'epi_regions',
+           'conv_l1', 'emit_epilogue', 'arena_name', 'emit_conv', 'emit_whole', 'emit_chunked', 'L2Alloc', 'pick_l2',
+           'EmitCtx', 'emit_conv_layer', 'epilogue_ops', 'emit_program']
 
 # %% ../../nbs/68_lower_emit.ipynb #ef3257a1
 class Emitter:
