@@ -41,46 +41,92 @@ def _in_type(t, name: str):
     return onnx.helper.make_tensor_value_info(name, onnx_dtype(t.dtype), dims)
 
 # %% ../../nbs/95_onnx_export.ipynb #eb2455ff
-def _lower(g: NacGraph, opset: int, runtime_params: dict):
+def _emit(b, n, inputs: list, outputs: list) -> None:
+    "Add the ONNX form of one instruction `n` (not a `<CONTROL_FLOW>` or a block's closing `<OUTPUT>`) to builder `b`."
     import onnx
-    b = _Builder(g, opset); b.runtime_params = runtime_params
-    inputs, outputs = [], []
-    for n in g:
-        b.at = n
-        if n.kind in ('state', 'state_out'): b.fail('a stateful program (<INPUT B=2> states) has no ONNX form here')
-        if n.kind == 'cond': b.fail('<CONTROL_FLOW> is not exported (no zoo model has one, so no ONNX If mapping is tested)')
-        if n.kind in ('input', 'lifted'):
-            gi = g.inputs[n.target]; t = n.type
-            if not isinstance(t, TensorType):
-                if n.kind == 'lifted' or t is None: b.fail(f'input {gi.name!r} is not a tensor with a known type ({t})')
-            name = gi.name if gi.name.isidentifier() else f'input{n.target}'
-            if gi.kind == 'lifted':
-                b.vals[n.index] = b.init(np.asarray(runtime_params.get(('lifted', n.target))), name)
-            else:
-                inputs.append(_in_type(t, name)); b.vals[n.index] = name
-            b.dtypes[n.index] = t.dtype; continue
-        if n.kind == 'param':
-            b.vals[n.index] = _param(b, g.params[n.target]); b.dtypes[n.index] = g.params[n.target].type.dtype; continue
-        if n.kind == 'output':
+    g, runtime_params = b.g, b.runtime_params
+    b.at = n
+    if n.kind in ('state', 'state_out'): b.fail('a stateful program (<INPUT B=2> states) has no ONNX form here')
+    if n.kind in ('input', 'lifted'):
+        gi = g.inputs[n.target]; t = n.type
+        if not isinstance(t, TensorType):
+            if n.kind == 'lifted' or t is None: b.fail(f'input {gi.name!r} is not a tensor with a known type ({t})')
+        name = gi.name if gi.name.isidentifier() else f'input{n.target}'
+        if gi.kind == 'lifted':
+            b.vals[n.index] = b.init(np.asarray(runtime_params.get(('lifted', n.target))), name)
+        else:
+            inputs.append(_in_type(t, name)); b.vals[n.index] = name
+        b.dtypes[n.index] = t.dtype; return
+    if n.kind == 'param':
+        b.vals[n.index] = _param(b, g.params[n.target]); b.dtypes[n.index] = g.params[n.target].type.dtype; return
+    if n.kind == 'output':
+        for k, r in enumerate(n.args.values()):
+            v = b.tensor(r); t = g.value_type(r.node) if not isinstance(r, ConstRef) else None
+            if not isinstance(t, TensorType): b.fail(f'output {k} is not a tensor ({t})')
+            name = f'output{k}'
+            b.nodes.append(onnx.helper.make_node('Identity', [v], [name], name=f'i{n.index}_output{k}'))
+            outputs.append(_in_type(t, name))
+        return
+    if n.kind == 'intermediate': return
+    fn = _MAP.get(n.name)
+    if fn is None: b.fail('no ONNX mapping for this op')
+    try: r = fn(b, n, n.args)
+    except OnnxExportError: raise
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as ex:
+        b.fail(f'cannot map its arguments ({type(ex).__name__}: {ex})')
+    b.vals[n.index] = r
+    ts = n.outputs
+    if isinstance(r, list):
+        for t in ts[:1]: b.dtypes[n.index] = t.dtype if isinstance(t, TensorType) else 'int64'
+    else: b.dtypes[n.index] = ts[0].dtype if ts and isinstance(ts[0], TensorType) else 'int64'
+
+def _walk(b, start: int, stop: int, inputs: list, outputs: list):
+    "Emit instructions `start..stop`; a `<CONTROL_FLOW>` becomes an `If` over its two blocks. The value infos a block returns, or None."
+    import onnx
+    i = start
+    while i <= stop:
+        n = b.g.nodes[i]; b.at = n
+        if n.kind == 'cond': i = _if(b, n, inputs, outputs) + 1; continue
+        if n.kind == 'block_out':
+            outs = []
             for k, r in enumerate(n.args.values()):
-                v = b.tensor(r); t = g.value_type(r.node) if not isinstance(r, ConstRef) else None
-                if not isinstance(t, TensorType): b.fail(f'output {k} is not a tensor ({t})')
-                name = f'output{k}'
-                b.nodes.append(onnx.helper.make_node('Identity', [v], [name], name=f'i{n.index}_output{k}'))
-                outputs.append(_in_type(t, name))
-            continue
-        if n.kind == 'intermediate': continue
-        fn = _MAP.get(n.name)
-        if fn is None: b.fail('no ONNX mapping for this op')
-        try: r = fn(b, n, n.args)
-        except OnnxExportError: raise
-        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as ex:
-            b.fail(f'cannot map its arguments ({type(ex).__name__}: {ex})')
-        b.vals[n.index] = r
-        ts = n.outputs
-        if isinstance(r, list):
-            for t in ts[:1]: b.dtypes[n.index] = t.dtype if isinstance(t, TensorType) else 'int64'
-        else: b.dtypes[n.index] = ts[0].dtype if ts and isinstance(ts[0], TensorType) else 'int64'
+                t = b.g.value_type(r.node) if not isinstance(r, ConstRef) else None
+                if not isinstance(t, TensorType): b.fail(f'block result {k} is not a tensor ({t})')
+                name = b.fresh(f'i{n.index}_result{k}')
+                b.nodes.append(onnx.helper.make_node('Identity', [b.tensor(r)], [name], name=name))
+                outs.append(_in_type(t, name))
+            return outs, [b.dtype(r) for r in n.args.values()]
+        _emit(b, n, inputs, outputs); i += 1
+    return None, None
+
+def _if(b, n, inputs: list, outputs: list) -> int:
+    ("`<CONTROL_FLOW>` `n` as an ONNX `If`: each block becomes a subgraph that reads outer values by name; the results are the `If`'s "
+     "outputs, read by the `nac.getitem`s after it. Returns the index of the false block's closing `<OUTPUT>`.")
+    import onnx
+    k = b.cm.constructs[n.index]
+    pred = b.tensor(n.args['pred'])
+    if b.dtype(n.args['pred']) != 'bool': pred = b.op('Cast', [pred], to=onnx.TensorProto.BOOL)
+    outer, branches = b.nodes, []
+    for blk, tag in ((k.true_block, 'then'), (k.false_block, 'else')):
+        b.nodes = []
+        outs, dts = _walk(b, blk.start, blk.stop - 1, inputs, outputs)
+        branches.append(onnx.helper.make_graph(b.nodes, f'i{n.index}_{tag}', [], outs))
+    b.nodes, b.at = outer, n
+    if [o.type.tensor_type.elem_type for o in branches[0].output] != [o.type.tensor_type.elem_type for o in branches[1].output]:
+        b.fail('the two blocks return values of different dtypes (ONNX If needs one type per output)')
+    names = [b.fresh(f'i{n.index}_if') for _ in range(k.n_results)]
+    b.nodes.append(onnx.helper.make_node('If', [pred], names, name=f'i{n.index}_if', then_branch=branches[0], else_branch=branches[1],
+                                         doc_string=f'NAC instruction {n.index}: <CONTROL_FLOW>, blocks {k.true_block.start}..{k.end}'))
+    b.vals[n.index] = names
+    b.dtypes[n.index] = dts[0]
+    return k.end
+
+def _lower(g: NacGraph, opset: int, runtime_params: dict):
+    from nac_lab.nac.control import control_map
+    b = _Builder(g, opset); b.runtime_params = runtime_params; b.cm = control_map(g.nac)
+    inputs, outputs = [], []
+    if any(n.index != i for i, n in enumerate(g.nodes)): raise OnnxExportError('graph nodes are not numbered by instruction index')
+    _walk(b, 0, len(g.nodes) - 1, inputs, outputs)
     return b, inputs, outputs
 
 # %% ../../nbs/95_onnx_export.ipynb #bf20bc0d

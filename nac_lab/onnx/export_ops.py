@@ -192,15 +192,24 @@ def _pool(b, n, a):
 def _adaptive_avg(b, n, a):
     x = b.tensor(a['self']); out = [int(v) for v in n.attrs['output_size']]
     t = b.g.value_type(a['self'].node)
-    if all(v == 1 for v in out): return b.op('GlobalAveragePool', [x])
+    mx = 'max' in n.name
+    if all(v == 1 for v in out): return b.op('GlobalMaxPool' if mx else 'GlobalAveragePool', [x])
     ins = t.shape[-len(out):]
-    if all(type(i) is int and o % i == 0 for i, o in zip(ins, out)):      # every window is one input element: nearest upsampling
+    if not all(type(i) is int for i in ins): b.fail(f'adaptive pooling over the symbolic size {ins} (ONNX has no adaptive pooling)')
+    if all(o % i == 0 for i, o in zip(ins, out)):      # every window is one input element: nearest upsampling
         return b.op('Resize', [x, '', b.const([1.0] * (t.rank - len(out)) + [o / i for i, o in zip(ins, out)], 'float32')],
                     mode='nearest', coordinate_transformation_mode='asymmetric', nearest_mode='floor')
-    if not all(type(i) is int and i % o == 0 for i, o in zip(ins, out)):
-        b.fail(f'adaptive average pooling from {ins} to {out} is not a fixed window (ONNX has no adaptive pooling)')
-    k = [i // o for i, o in zip(ins, out)]
-    return b.op('AveragePool', [x], kernel_shape=k, strides=k)
+    if all(i % o == 0 for i, o in zip(ins, out)):
+        k = [i // o for i, o in zip(ins, out)]
+        return b.op('MaxPool' if mx else 'AveragePool', [x], kernel_shape=k, strides=k)
+    for d, (i, o) in enumerate(zip(ins, out)):         # windows of unequal size: one pass per pooled axis (rectangles separate)
+        if i == o: continue
+        ax = t.rank - len(out) + d
+        win = [(j * i // o, -(-(j + 1) * i // o)) for j in range(o)]        # floor(j*i/o) .. ceil((j+1)*i/o), as torch
+        cut = lambda s, e: b.op('Slice', [x, b.const([s], 'int64'), b.const([e], 'int64'), b.const([ax], 'int64')])  # noqa: E731
+        parts = [b.reduce('ReduceMax' if mx else 'ReduceMean', cut(s, e), [ax], True) for s, e in win]
+        x = b.op('Concat', parts, axis=ax) if len(parts) > 1 else parts[0]
+    return x
 
 def _norm_weight(b, a, key):
     v = a.get(key)
@@ -387,12 +396,35 @@ def _unsqueeze(b, n, a):
 
 def _getitem(b, n, a):
     v = b.value(a['self']); i = int(n.attrs['idx'])
-    if not isinstance(v, list): b.fail('getitem on a value that is not a tuple')
+    if not isinstance(v, list):
+        if i == 0: return v                 # ops mapped to their first result only (batch_norm's saved statistics, max pool's indices)
+        b.fail(f'getitem {i} of an op whose ONNX mapping gives only its first result')
     return v[i]
 
 def _size(b, n, a):
     d = int(n.attrs['dim'])
     return b.op('Squeeze', [b.op('Shape', [b.tensor(a['self'])], start=d, end=d + 1 if d != -1 else None)], )
+
+def _roll(b, n, a):
+    "`torch.roll` as two slices and a `Concat` per rolled axis; with no dims, over the flattened tensor, reshaped back."
+    at = n.attrs; x = b.tensor(a['self']); t = b.g.value_type(a['self'].node)
+    shifts, dims = [int(s) for s in at['shifts']], [int(d) for d in (at.get('dims') or ())]
+    flat = not dims
+    if flat:
+        y, dims = b.op('Reshape', [x, b.const([-1], 'int64')]), [0]
+        shape = [math.prod(t.shape) if all(type(v) is int for v in t.shape) else None]
+    else: y, shape = x, list(t.shape)
+    if len(shifts) != len(dims): b.fail(f'roll with {len(shifts)} shifts for {len(dims)} dims')
+    for s, d in zip(shifts, dims):
+        size = shape[d]
+        if type(size) is int: s = s % size if size else 0
+        elif not -1 <= s <= 1: b.fail(f'roll by {s} along the symbolic dim {size}: the shift must be taken modulo a known size')
+        if s == 0: continue
+        ax = b.const([d], 'int64')
+        tail = b.op('Slice', [y, b.const([-s], 'int64'), b.const([_BIG], 'int64'), ax])
+        head = b.op('Slice', [y, b.const([0], 'int64'), b.const([-s], 'int64'), ax])
+        y = b.op('Concat', [tail, head], axis=d)
+    return b.op('Reshape', [y, b.op('Shape', [x])]) if flat else y
 
 def _embedding(b, n, a):
     return b.op('Gather', [b.tensor(a['weight']), b.tensor(a['indices'])], axis=0)
@@ -477,7 +509,8 @@ _MAP = {**{k: lambda b, n, a: b.op(_UNARY[n.name], [b.tensor(a['self'])]) for k 
         'nac.linear': _linear, 'nac.matmul': lambda b, n, a: b.op('MatMul', [b.tensor(a['self']), b.tensor(a['other'])]),
         **{k: _conv for k in ('nac.conv1d', 'nac.conv2d', 'nac.conv3d', 'nac.convolution', 'nac.conv_transpose2d')},
         **{k: _pool for k in ('nac.max_pool2d', 'nac.max_pool1d', 'nac.avg_pool2d', 'nac.avg_pool1d')},
-        'nac.adaptive_avg_pool2d': _adaptive_avg, 'nac.adaptive_avg_pool1d': _adaptive_avg,
+        'nac.adaptive_avg_pool2d': _adaptive_avg, 'nac.adaptive_avg_pool1d': _adaptive_avg, 'nac.adaptive_max_pool2d': _adaptive_avg,
+        'nac.roll': _roll,
         'nac.layer_norm': _layer_norm, 'nac.group_norm': _group_norm, 'nac.rms_norm': _rms_norm,
         'nac.batch_norm': _batch_norm, 'nac.batch_norm_infer': _batch_norm, 'nac.gelu': _gelu,
         **{k: _act for k in ('nac.silu', 'nac.hardsigmoid', 'nac.mish', 'nac.leaky_relu', 'nac.elu', 'nac.hardtanh', 'nac.clamp',
