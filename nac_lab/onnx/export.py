@@ -10,6 +10,7 @@ from ..nac.graph import NacGraph, TensorType, ConstRef
 from ..nac.guard import escape
 from .export_ops import (OnnxExportError, MIN_OPSET, MAX_OPSET, DEFAULT_OPSET, check_opset, onnx_dtype,  # noqa: F401
                                      exportable_ops, _Builder, _MAP)
+from . import export_more  # noqa: F401 (registers more op mappings in _MAP)
 
 # %% auto #0
 __all__ = ['externalize', 'export_onnx', 'check']
