@@ -51,6 +51,15 @@ def _index(b, n, a):
     if b.dtype(items[ks[0]]) == 'bool': b.fail('aten.index with a boolean mask (data-dependent shape)')
     return b.op('Gather', [b.tensor(a['self']), b.tensor(items[ks[0]])], axis=ks[0])
 
+def _slice_scatter(b, n, a):
+    "`slice_scatter` with step 1 as `Concat(self[:start], src, self[end:])` along its axis (Slice clamps the bounds as torch does)."
+    at = n.attrs; d = int(at.get('dim', 0)); x = b.tensor(a['self']); ax = b.const([d], 'int64')
+    if int(at.get('step', 1)) != 1: b.fail(f'slice_scatter with step {at["step"]}')
+    st = 0 if at.get('start') is None else int(at['start']); en = _BIG if at.get('end') is None else min(int(at['end']), _BIG)
+    head = b.op('Slice', [x, b.const([0], 'int64'), b.const([st], 'int64'), ax])
+    tail = b.op('Slice', [x, b.const([en], 'int64'), b.const([_BIG], 'int64'), ax])
+    return b.op('Concat', [head, b.tensor(a['src']), tail], axis=d)
+
 def _gather(b, n, a):
     return b.op('GatherElements', [b.tensor(a['self']), b.tensor(a['index'])], axis=int(n.attrs['dim']))
 
@@ -89,6 +98,7 @@ def _expand_as(b, n, a):
     return b.op('Expand', [b.tensor(a['self']), b.op('Shape', [b.tensor(a['other'])])])
 
 _MAP.update({'nac.index_select': _index_select, 'nac.index': _index, 'nac.gather': _gather, 'nac.flip': _flip,
+             'aten.slice_scatter.default': _slice_scatter,
              'nac.argmax': _arg, 'nac.argmin': _arg, 'nac.max_dim': _extreme_dim, 'nac.min_dim': _extreme_dim,
              'nac.stack': _stack, 'nac.repeat': _repeat, 'nac.expand_as': _expand_as})
 
