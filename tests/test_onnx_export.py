@@ -78,13 +78,14 @@ def test_round_trip(name):
     same = stream(NacGraph.from_model(back)) == stream(g)
     assert same == (name in ONE_TO_ONE), (name, stream(NacGraph.from_model(back))[:10], stream(g)[:10])
 
-def test_round_trip_gru_is_refused_by_the_importer():
-    "The export of aten.gru is an ONNX GRU, which the importer does not read yet: a clear error naming the node."
+def test_round_trip_gru():
+    "The export of aten.gru is an ONNX GRU (linear_before_reset=1, batch first by transposes); the importer reads it back unrolled."
     from nac_lab.onnx.importer import import_onnx
-    from nac_lab.onnx.read import OnnxImportError
+    nm = zoo_model('gru')
     x = example_inputs('gru', 2)
-    with pytest.raises(OnnxImportError, match=r"\(GRU\): the ONNX operator GRU is not imported yet"):
-        import_onnx(NacGraph.from_model(zoo_model('gru')).to_onnx(), example=list(x))
+    back = import_onnx(NacGraph.from_model(nm).to_onnx(), example=list(x))
+    assert rel_err(back.run(*x)[0].numpy(), nm.run(*x)[0].numpy()) < TOL
+    assert 'aten.gru.input' not in {n.name for n in NacGraph.from_model(back).ops}       # unrolled: matmuls, sigmoid, tanh
 
 # --- torchvision: one model per family at a small input ---------------------------------------------------------------------
 

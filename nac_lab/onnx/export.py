@@ -4,502 +4,16 @@
 
 # %% ../../nbs/95_onnx_export.ipynb #98d3def6
 from __future__ import annotations
-import json, math
 import numpy as np
 from fastcore.basics import patch
-from ..errors import NacLabError
-from ..nac.format.graph import NacGraph, TensorType, ConstRef, ListRef, ParamRef, InputRef, StateRef, ValueRef
+from ..nac.format.graph import NacGraph, TensorType, ConstRef
 from ..guard import escape
+from .export_ops import (OnnxExportError, MIN_OPSET, MAX_OPSET, DEFAULT_OPSET, check_opset, onnx_dtype,  # noqa: F401
+                                     exportable_ops, _Builder, _MAP)
+from . import export_more  # noqa: F401 (registers more op mappings in _MAP)
 
 # %% auto #0
-__all__ = ['MIN_OPSET', 'MAX_OPSET', 'DEFAULT_OPSET', 'OnnxExportError', 'check_opset', 'onnx_dtype', 'exportable_ops',
-           'externalize', 'export_onnx', 'check']
-
-# %% ../../nbs/95_onnx_export.ipynb #16b92791
-class OnnxExportError(NacLabError, ValueError):
-    "A NAC program, or one instruction of it, that ONNX (at the chosen opset) cannot express; the message names the instruction."
-
-MIN_OPSET, MAX_OPSET, DEFAULT_OPSET = 17, 22, 18
-
-def check_opset(opset: int) -> int:
-    "`opset` when this exporter supports it (17..22: LayerNormalization needs 17), else an `OnnxExportError`."
-    if not isinstance(opset, int) or not MIN_OPSET <= opset <= MAX_OPSET:
-        raise OnnxExportError(f'opset {opset!r}: expected an integer from {MIN_OPSET} to {MAX_OPSET}')
-    return opset
-
-_NP = {'float32': np.float32, 'float64': np.float64, 'float16': np.float16, 'int64': np.int64, 'int32': np.int32, 'int8': np.int8,
-       'uint8': np.uint8, 'bool': np.bool_, 'int16': np.int16, 'bfloat16': np.float32}
-
-def onnx_dtype(name: str, where: str = '') -> int:
-    "The ONNX element type of a NAC/torch dtype name (`'float32'` -> `TensorProto.FLOAT`)."
-    import onnx
-    if name == 'bfloat16': return onnx.TensorProto.BFLOAT16
-    if name not in _NP: raise OnnxExportError(f'{where}dtype {escape(name)!r} has no ONNX element type here')
-    return onnx.helper.np_dtype_to_tensor_dtype(np.dtype(_NP[name]))
-
-# %% ../../nbs/95_onnx_export.ipynb #9ae8c406
-_BIG = 1 << 62
-
-class _Builder:
-    def __init__(self, g: NacGraph, opset: int):
-        self.g, self.opset = g, opset
-        self.nodes, self.inits, self.vals, self.dtypes = [], [], {}, {}
-        self._n, self._consts, self.at = 0, {}, None
-    def fresh(self, hint: str) -> str:
-        self._n += 1; return f'{hint}_{self._n}'
-    def fail(self, what: str):
-        n = self.at
-        raise OnnxExportError(escape(f'instruction {n.index} ({n.name}): {what}' if n is not None else what))
-    def init(self, arr: np.ndarray, hint: str = 'c') -> str:
-        import onnx
-        name = self.fresh(hint)
-        self.inits.append(onnx.numpy_helper.from_array(np.array(arr, order="C", copy=True), name)); return name
-    def const(self, value, dtype: str) -> str:
-        "A (cached) initializer holding `value` (scalar or list) as `dtype`."
-        arr = np.asarray(value, dtype=_NP[dtype])
-        key = (dtype, arr.shape, arr.tobytes())
-        if key not in self._consts: self._consts[key] = self.init(arr, 'const')
-        return self._consts[key]
-    def op(self, op_type: str, inputs: list, n_out: int = 1, **attrs):
-        "Add one node of the current instruction; its output name (or list of names when `n_out` > 1)."
-        import onnx
-        n = self.at
-        base = f'i{n.index}_{n.name.split(".")[-1]}' if n is not None else op_type
-        outs = [self.fresh(base) for _ in range(n_out)]
-        nm = base if not any(x.name == base for x in self.nodes[-8:]) and base not in self._used() else self.fresh(base)
-        node = onnx.helper.make_node(op_type, list(inputs), outs, name=nm, **{k: v for k, v in attrs.items() if v is not None})
-        if n is not None and n.kind == 'op':
-            node.doc_string = f'NAC instruction {n.index}: {n.name} ' + json.dumps({k: repr(v) for k, v in n.attrs.items()})
-        self.nodes.append(node)
-        return outs[0] if n_out == 1 else outs
-    def _used(self):
-        if not hasattr(self, '_names'): self._names = set()
-        s = self._names
-        if len(s) != len(self.nodes): s.clear(); s.update(x.name for x in self.nodes)
-        return s
-    # --- values ------------------------------------------------------------------------------------------------------
-    def dtype(self, ref) -> str:
-        "The dtype name of a tensor ref's value ('int64' for a Python int)."
-        if isinstance(ref, ConstRef):
-            return 'float32' if isinstance(ref.value, float) else 'bool' if isinstance(ref.value, bool) else 'int64'
-        return self.dtypes[self._key(ref)]
-    def _key(self, ref):
-        if isinstance(ref, (ValueRef, ParamRef, InputRef, StateRef)): return ref.node
-        self.fail(f'a {type(ref).__name__} where a value was expected')
-    def value(self, ref):
-        "The ONNX name (or list of names) of a ref; a constant's Python value."
-        if isinstance(ref, ConstRef): return ref.value
-        if isinstance(ref, ListRef): return [self.value(x) for x in ref.items]
-        k = self._key(ref)
-        if k not in self.vals: self.fail(f'reads instruction {k}, which has no ONNX value')
-        return self.vals[k]
-    def tensor(self, ref, like: str = 'float32') -> str:
-        "The ONNX tensor name of `ref`; a constant becomes an initializer of dtype `like`."
-        if isinstance(ref, ConstRef):
-            v = ref.value
-            if v is None: return ''
-            if isinstance(v, float) and not like.startswith(('float', 'bfloat')): like = 'float32'
-            return self.const(v, like)
-        v = self.value(ref)
-        if isinstance(v, list): self.fail('a tuple value where one tensor was expected')
-        return v
-    def cast(self, name: str, src: str, dst: str) -> str:
-        return name if src == dst else self.op('Cast', [name], to=onnx_dtype(dst))
-    def shape(self, ref) -> str:
-        "A 1-D int64 tensor for a shape list: a constant, or a `Concat` of constants and int scalars."
-        items = ref.items if isinstance(ref, ListRef) else [ConstRef(x) for x in (ref.value if isinstance(ref, ConstRef) else ref)]
-        if all(isinstance(x, ConstRef) for x in items): return self.const([int(x.value) for x in items], 'int64')
-        parts = [self.const([int(x.value)], 'int64') if isinstance(x, ConstRef) else
-                 self.op('Unsqueeze', [self.cast(self.tensor(x), self.dtype(x), 'int64'), self.const([0], 'int64')]) for x in items]
-        return self.op('Concat', parts, axis=0)
-    def dims(self, x: str, start: int, end: int | None = None) -> str:
-        "`Shape(x)[start:end]` as a 1-D int64 tensor."
-        return self.op('Shape', [x], start=start, end=end)
-    def reduce(self, op_type: str, x: str, axes, keepdims: bool) -> str:
-        "A Reduce* node: axes as an input from opset 18 (ReduceSum from 13), as an attribute before."
-        ax = None if axes is None else [int(a) for a in axes]
-        if op_type == 'ReduceSum' or self.opset >= 18:
-            return self.op(op_type, [x] + ([self.const(ax, 'int64')] if ax else []), keepdims=int(keepdims))
-        return self.op(op_type, [x], axes=ax, keepdims=int(keepdims))
-    def out_type(self, k: int = 0):
-        o = self.at.outputs
-        return o[k] if k < len(o) else None
-    def rank(self, ref) -> int:
-        t = self.g.value_type(ref.node) if not isinstance(ref, ConstRef) else None
-        if not isinstance(t, TensorType): self.fail('the rank of an operand is unknown (no input signature?)')
-        return t.rank
-
-# %% ../../nbs/95_onnx_export.ipynb #c2f4e033
-_UNARY = {'nac.relu': 'Relu', 'nac.sigmoid': 'Sigmoid', 'nac.tanh': 'Tanh', 'nac.exp': 'Exp', 'nac.log': 'Log', 'nac.sqrt': 'Sqrt',
-          'nac.abs': 'Abs', 'nac.neg': 'Neg', 'nac.erf': 'Erf', 'nac.sin': 'Sin', 'nac.cos': 'Cos', 'nac.reciprocal': 'Reciprocal',
-          'nac.logical_not': 'Not', 'nac.bitwise_not': 'Not', 'nac.hardswish': 'HardSwish'}
-_IDENTITY = ('nac.pass', 'nac.clone', 'nac.contiguous', 'nac.dropout', 'nac.alias', 'nac.detach')
-_BINARY = {'nac.add': 'Add', 'nac.sub': 'Sub', 'nac.mul': 'Mul', 'nac.div': 'Div', 'nac.maximum': 'Max', 'nac.minimum': 'Min',
-           'nac.sym_add': 'Add', 'nac.sym_sub': 'Sub', 'nac.sym_mul': 'Mul', 'nac.logical_and': 'And', 'nac.logical_or': 'Or'}
-_COMPARE = {'nac.gt': 'Greater', 'nac.lt': 'Less', 'nac.ge': 'GreaterOrEqual', 'nac.le': 'LessOrEqual', 'nac.eq': 'Equal',
-            'nac.ne': 'Equal'}
-
-def _pair(b, a, x='self', y='other'):
-    "Both operands of a binary op as tensors of one dtype: the result's (arithmetic) or the tensor operand's (comparison)."
-    t = b.out_type()
-    dt = t.dtype if isinstance(t, TensorType) and b.at.name not in _COMPARE else None
-    if dt is None:
-        ds = [b.dtype(a[k]) for k in (x, y) if not isinstance(a[k], ConstRef)]
-        dt = next((d for d in ds if d.startswith('float')), ds[0] if ds else 'float32')
-    return [b.cast(b.tensor(a[k], dt), b.dtype(a[k]) if not isinstance(a[k], ConstRef) else dt, dt) for k in (x, y)]
-
-def _binary(b, n, a):
-    x, y = _pair(b, a)
-    if a.get('alpha', ConstRef(1)).value not in (1, None):
-        y = b.op('Mul', [y, b.const(a['alpha'].value, b.dtype(a['self']) if not isinstance(a['self'], ConstRef) else 'float32')])
-    return b.op(_BINARY[n.name], [x, y])
-
-def _compare(b, n, a):
-    r = b.op(_COMPARE[n.name], _pair(b, a))
-    return b.op('Not', [r]) if n.name == 'nac.ne' else r
-
-def _linear(b, n, a):
-    x, w = b.tensor(a['input']), b.tensor(a['weight'])
-    bias = b.tensor(a['bias']) if not (isinstance(a['bias'], ConstRef) and a['bias'].value is None) else ''
-    if b.rank(a['input']) == 2: return b.op('Gemm', [x, w] + ([bias] if bias else []), transB=1)
-    y = b.op('MatMul', [x, b.op('Transpose', [w], perm=[1, 0])])
-    return b.op('Add', [y, bias]) if bias else y
-
-def _conv(b, n, a):
-    at = n.attrs
-    transposed = bool(at.get('transposed', n.name == 'nac.conv_transpose2d'))
-    r = b.rank(a['input']) - 2
-    def ints(v, d): return [int(v[0])] * r if len(v) == 1 else [int(x) for x in v] if v else [d] * r
-    pads = ints(at['padding'], 0)
-    if isinstance(at['padding'], str): b.fail(f'string padding {at["padding"]!r}')
-    bias = a['bias'] if not (isinstance(a['bias'], ConstRef) and a['bias'].value is None) else None
-    ins = [b.tensor(a['input']), b.tensor(a['weight'])] + ([b.tensor(bias)] if bias is not None else [])
-    kw = dict(strides=ints(at.get('stride', ()), 1), pads=pads + pads, dilations=ints(at.get('dilation', ()), 1), group=int(at['groups']))
-    if transposed:
-        op_ = ints(at.get('output_padding', ()), 0)
-        return b.op('ConvTranspose', ins, output_padding=op_ if any(op_) else None, **kw)
-    return b.op('Conv', ins, **kw)
-
-def _pool(b, n, a):
-    at = n.attrs; r = b.rank(a['self']) - 2
-    def ints(v, d): return [int(v[0])] * r if len(v) == 1 else [int(x) for x in v] if v else None
-    k = ints(at['kernel_size'], 1); s = ints(at.get('stride', ()), 1) or k; p = ints(at.get('padding', ()), 0) or [0] * r
-    if n.name.startswith('nac.max_pool'):
-        return b.op('MaxPool', [b.tensor(a['self'])], kernel_shape=k, strides=s, pads=p + p, dilations=ints(at.get('dilation', ()), 1),
-                    ceil_mode=int(at.get('ceil_mode', False)))
-    if at.get('divisor_override') is not None: b.fail('avg_pool with divisor_override has no ONNX AveragePool form')
-    return b.op('AveragePool', [b.tensor(a['self'])], kernel_shape=k, strides=s, pads=p + p, ceil_mode=int(at.get('ceil_mode', False)),
-                count_include_pad=int(at.get('count_include_pad', True)))
-
-def _adaptive_avg(b, n, a):
-    x = b.tensor(a['self']); out = [int(v) for v in n.attrs['output_size']]
-    t = b.g.value_type(a['self'].node)
-    if all(v == 1 for v in out): return b.op('GlobalAveragePool', [x])
-    ins = t.shape[-len(out):]
-    if all(type(i) is int and o % i == 0 for i, o in zip(ins, out)):      # every window is one input element: nearest upsampling
-        return b.op('Resize', [x, '', b.const([1.0] * (t.rank - len(out)) + [o / i for i, o in zip(ins, out)], 'float32')],
-                    mode='nearest', coordinate_transformation_mode='asymmetric', nearest_mode='floor')
-    if not all(type(i) is int and i % o == 0 for i, o in zip(ins, out)):
-        b.fail(f'adaptive average pooling from {ins} to {out} is not a fixed window (ONNX has no adaptive pooling)')
-    k = [i // o for i, o in zip(ins, out)]
-    return b.op('AveragePool', [x], kernel_shape=k, strides=k)
-
-def _norm_weight(b, a, key):
-    v = a.get(key)
-    return None if v is None or (isinstance(v, ConstRef) and v.value is None) else b.tensor(v)
-
-def _layer_norm(b, n, a):
-    x = b.tensor(a['input']); k = len(n.attrs['normalized_shape'])
-    w, bias = _norm_weight(b, a, 'weight'), _norm_weight(b, a, 'bias')
-    if w is None: w = b.op('ConstantOfShape', [b.const(list(n.attrs['normalized_shape']), 'int64')],
-                           value=_tp(1.0, b.dtype(a['input'])))
-    return b.op('LayerNormalization', [x, w] + ([bias] if bias else []), axis=-k, epsilon=float(n.attrs['eps']))
-
-def _tp(v, dtype):
-    import onnx
-    return onnx.numpy_helper.from_array(np.asarray([v], dtype=_NP[dtype]))
-
-def _group_norm(b, n, a):
-    "GroupNorm as reshape to (N, G, -1), mean/variance over the last axis, reshape back, per-channel affine."
-    x = b.tensor(a['input']); G = int(n.attrs['num_groups']); eps = float(n.attrs['eps']); r = b.rank(a['input'])
-    dt = b.dtype(a['input'])
-    y = b.op('Reshape', [x, b.const([0, G, -1], 'int64')])
-    mu = b.reduce('ReduceMean', y, [-1], True)
-    d = b.op('Sub', [y, mu])
-    var = b.reduce('ReduceMean', b.op('Mul', [d, d]), [-1], True)
-    y = b.op('Div', [d, b.op('Sqrt', [b.op('Add', [var, b.const(eps, dt)])])])
-    y = b.op('Reshape', [y, b.op('Shape', [x])])
-    cshape = b.const([-1] + [1] * (r - 2), 'int64')
-    w, bias = _norm_weight(b, a, 'weight'), _norm_weight(b, a, 'bias')
-    if w: y = b.op('Mul', [y, b.op('Reshape', [w, cshape])])
-    if bias: y = b.op('Add', [y, b.op('Reshape', [bias, cshape])])
-    return y
-
-def _rms_norm(b, n, a):
-    x = b.tensor(a['input']); k = len(n.attrs['normalized_shape']); dt = b.dtype(a['input'])
-    eps = n.attrs.get('eps')
-    eps = float(np.finfo(_NP[dt]).eps) if eps is None else float(eps)
-    ms = b.reduce('ReduceMean', b.op('Mul', [x, x]), list(range(-k, 0)), True)
-    y = b.op('Mul', [x, b.op('Reciprocal', [b.op('Sqrt', [b.op('Add', [ms, b.const(eps, dt)])])])])
-    w = _norm_weight(b, a, 'weight')
-    return b.op('Mul', [y, w]) if w else y
-
-def _batch_norm(b, n, a):
-    x = b.tensor(a['input']); dt = b.dtype(a['input'])
-    c = b.g.value_type(a['running_mean'].node).shape[0] if not isinstance(a['running_mean'], ConstRef) else None
-    w = _norm_weight(b, a, 'weight') or b.const([1.0] * c, dt)
-    bias = _norm_weight(b, a, 'bias') or b.const([0.0] * c, dt)
-    if n.name == 'nac.batch_norm' and n.attrs.get('training'): b.fail('batch_norm in training mode')
-    return b.op('BatchNormalization', [x, w, bias, b.tensor(a['running_mean']), b.tensor(a['running_var'])], epsilon=float(n.attrs['eps']))
-
-# %% ../../nbs/95_onnx_export.ipynb #5acf531b
-def _gelu(b, n, a):
-    x = b.tensor(a['self']); dt = b.dtype(a['self']); c = lambda v: b.const(v, dt)  # noqa: E731
-    if n.attrs['approximate'] == 'tanh':
-        if b.opset >= 20: return b.op('Gelu', [x], approximate='tanh')
-        cube = b.op('Mul', [x, b.op('Mul', [x, x])])
-        inner = b.op('Mul', [c(math.sqrt(2 / math.pi)), b.op('Add', [x, b.op('Mul', [c(0.044715), cube])])])
-        return b.op('Mul', [b.op('Mul', [c(0.5), x]), b.op('Add', [c(1.0), b.op('Tanh', [inner])])])
-    if b.opset >= 20: return b.op('Gelu', [x])
-    return b.op('Mul', [b.op('Mul', [c(0.5), x]), b.op('Add', [c(1.0), b.op('Erf', [b.op('Div', [x, c(math.sqrt(2.0))])])])])
-
-def _act(b, n, a):
-    x = b.tensor(a['self']); dt = b.dtype(a['self']); at = n.attrs
-    if n.name == 'nac.silu': return b.op('Mul', [x, b.op('Sigmoid', [x])])
-    if n.name == 'nac.hardsigmoid': return b.op('HardSigmoid', [x], alpha=1 / 6, beta=0.5)
-    if n.name == 'nac.mish': return b.op('Mul', [x, b.op('Tanh', [b.op('Softplus', [x])])])
-    if n.name == 'nac.leaky_relu': return b.op('LeakyRelu', [x], alpha=float(at['negative_slope']))
-    if n.name == 'nac.elu':
-        if at['scale'] != 1 or at['input_scale'] != 1: b.fail('elu with scale/input_scale other than 1')
-        return b.op('Elu', [x], alpha=float(at['alpha']))
-    if n.name == 'nac.hardtanh': return b.op('Clip', [x, b.const(at['min_val'], dt), b.const(at['max_val'], dt)])
-    if n.name == 'nac.clamp':
-        lo, hi = a['min'], a['max']
-        return b.op('Clip', [x, '' if isinstance(lo, ConstRef) and lo.value is None else b.tensor(lo, dt),
-                             '' if isinstance(hi, ConstRef) and hi.value is None else b.tensor(hi, dt)])
-    if n.name == 'nac.rsqrt': return b.op('Reciprocal', [b.op('Sqrt', [x])])
-    if n.name == 'nac.pow':
-        e = a['exponent']
-        if isinstance(e, ConstRef) and e.value == 2: return b.op('Mul', [x, x])
-        return b.op('Pow', [x, b.tensor(e, dt)])
-    b.fail('no ONNX mapping')
-
-def _softmax(b, n, a):
-    x = b.tensor(a['self'])
-    if n.attrs.get('dtype') is not None: x = b.cast(x, b.dtype(a['self']), str(n.attrs['dtype']).removeprefix('torch.'))
-    return b.op('Softmax' if n.name == 'nac.softmax' else 'LogSoftmax', [x], axis=int(n.attrs['dim']))
-
-def _reduce(b, n, a):
-    ops = {'nac.mean': 'ReduceMean', 'nac.sum': 'ReduceSum', 'nac.amax': 'ReduceMax', 'nac.amin': 'ReduceMin',
-           'nac.mean_all': 'ReduceMean', 'nac.sum_all': 'ReduceSum', 'nac.max_all': 'ReduceMax', 'nac.prod': 'ReduceProd'}
-    at = n.attrs; x = b.tensor(a['self'])
-    if at.get('dtype') is not None: x = b.cast(x, b.dtype(a['self']), str(at['dtype']).removeprefix('torch.'))
-    dim = at.get('dim')
-    axes = None if dim is None or dim == () else [dim] if isinstance(dim, int) else list(dim)
-    return b.reduce(ops[n.name], x, axes, bool(at.get('keepdim', False)) if axes is not None else False)
-
-def _sdpa(b, n, a):
-    "softmax(Q Kᵀ · scale + mask) V with the causal mask built from the score's own shape (works for dynamic lengths)."
-    at = n.attrs; dt = b.dtype(a['query'])
-    if at.get('enable_gqa'): b.fail('scaled_dot_product_attention with enable_gqa=True')
-    if at.get('dropout_p'): b.fail('scaled_dot_product_attention with dropout')
-    q, k, v = b.tensor(a['query']), b.tensor(a['key']), b.tensor(a['value'])
-    r = b.rank(a['key'])
-    E = b.g.value_type(a['query'].node).shape[-1]
-    scale = at.get('scale')
-    if scale is None:
-        if type(E) is not int: b.fail('the head size is not a constant')
-        scale = 1.0 / math.sqrt(E)
-    perm = list(range(r - 2)) + [r - 1, r - 2]
-    s = b.op('Mul', [b.op('MatMul', [q, b.op('Transpose', [k], perm=perm)]), b.const(scale, dt)])
-    m = a.get('attn_mask')
-    if m is not None and not (isinstance(m, ConstRef) and m.value is None):
-        mm = b.tensor(m)
-        s = b.op('Where', [mm, s, b.const(float('-inf'), dt)]) if b.dtype(m) == 'bool' else b.op('Add', [s, mm])
-    if at.get('is_causal'):
-        ones = b.op('ConstantOfShape', [b.dims(s, -2)], value=_tp(1.0, dt))
-        keep = b.op('Cast', [b.op('Trilu', [ones], upper=0)], to=onnx_dtype('bool'))
-        s = b.op('Where', [keep, s, b.const(float('-inf'), dt)])
-    return b.op('MatMul', [b.op('Softmax', [s], axis=-1), v])
-
-# %% ../../nbs/95_onnx_export.ipynb #d3b87448
-def _view(b, n, a):
-    return b.op('Reshape', [b.tensor(a['self']), b.shape(a['size'])])
-
-def _flatten(b, n, a):
-    x = b.tensor(a['self']); r = b.rank(a['self']); s, e = int(n.attrs['start_dim']) % max(r, 1), int(n.attrs['end_dim']) % max(r, 1)
-    parts = ([b.dims(x, 0, s)] if s else []) + [b.const([-1], 'int64')] + ([b.dims(x, e + 1)] if e + 1 < r else [])
-    return b.op('Reshape', [x, b.op('Concat', parts, axis=0) if len(parts) > 1 else parts[0]])
-
-def _expand(b, n, a):
-    size = a['size']
-    items = size.items if isinstance(size, ListRef) else [ConstRef(v) for v in size.value]
-    items = [ConstRef(1) if isinstance(x, ConstRef) and x.value == -1 else x for x in items]   # -1 keeps the dim: broadcast with 1
-    return b.op('Expand', [b.tensor(a['self']), b.shape(ListRef(tuple(items)))])
-
-def _permute(b, n, a):
-    r = b.rank(a['self'])
-    if n.name == 'nac.transpose':
-        p = list(range(r)); d0, d1 = int(n.attrs['dim0']) % r, int(n.attrs['dim1']) % r; p[d0], p[d1] = p[d1], p[d0]
-    else: p = [int(d) % r for d in n.attrs['dims']]
-    return b.op('Transpose', [b.tensor(a['self'])], perm=p)
-
-def _squeeze(b, n, a):
-    x = b.tensor(a['self'])
-    if n.name == 'nac.squeeze_all': return b.op('Squeeze', [x])
-    d = n.attrs['dim']; d = [d] if isinstance(d, int) else list(d)
-    t = b.g.value_type(a['self'].node)
-    d = [k for k in d if t.shape[k] == 1]               # torch leaves a dim that is not 1 alone; ONNX would fail
-    return b.op('Squeeze', [x, b.const(d, 'int64')]) if d else b.op('Identity', [x])
-
-def _cat(b, n, a):
-    ts = a['tensors'].items
-    dt = b.out_type().dtype
-    return b.op('Concat', [b.cast(b.tensor(t, dt), b.dtype(t), dt) for t in ts], axis=int(n.attrs['dim']))
-
-def _split_sizes(b, n, dim):
-    sizes = [t.shape[dim] for t in n.outputs]
-    if not all(type(s) is int for s in sizes): b.fail(f'split along dim {dim}, whose size is not a constant')
-    return sizes
-
-def _split(b, n, a):
-    r = b.rank(a['self']); dim = int(n.attrs['dim']) % r
-    sizes = [1] * len(n.outputs) if n.name == 'nac.unbind' else _split_sizes(b, n, dim)
-    outs = b.op('Split', [b.tensor(a['self']), b.const(sizes, 'int64')], n_out=len(sizes), axis=dim)
-    outs = outs if isinstance(outs, list) else [outs]
-    if n.name == 'nac.unbind': outs = [b.op('Squeeze', [o, b.const([dim], 'int64')]) for o in outs]
-    return outs
-
-def _select(b, n, a):
-    return b.op('Gather', [b.tensor(a['self']), b.const(int(n.attrs['index']), 'int64')], axis=int(n.attrs['dim']))
-
-def _slice(b, n, a):
-    at = n.attrs
-    st = 0 if at['start'] is None else int(at['start']); en = _BIG if at['end'] is None else min(int(at['end']), _BIG)
-    return b.op('Slice', [b.tensor(a['self']), b.const([st], 'int64'), b.const([en], 'int64'), b.const([int(at['dim'])], 'int64'),
-                          b.const([int(at['step'])], 'int64')])
-
-def _narrow(b, n, a):
-    at = n.attrs; st = int(at['start'])
-    return b.op('Slice', [b.tensor(a['self']), b.const([st], 'int64'), b.const([st + int(at['length'])], 'int64'),
-                          b.const([int(at['dim'])], 'int64')])
-
-def _unsqueeze(b, n, a):
-    return b.op('Unsqueeze', [b.tensor(a['self']), b.const([int(n.attrs['dim'])], 'int64')])
-
-def _getitem(b, n, a):
-    v = b.value(a['self']); i = int(n.attrs['idx'])
-    if not isinstance(v, list): b.fail('getitem on a value that is not a tuple')
-    return v[i]
-
-def _size(b, n, a):
-    d = int(n.attrs['dim'])
-    return b.op('Squeeze', [b.op('Shape', [b.tensor(a['self'])], start=d, end=d + 1 if d != -1 else None)], )
-
-def _embedding(b, n, a):
-    return b.op('Gather', [b.tensor(a['weight']), b.tensor(a['indices'])], axis=0)
-
-def _repeat_interleave(b, n, a):
-    at = n.attrs; x = b.tensor(a['self']); r = b.rank(a['self'])
-    if at['dim'] is None: b.fail('repeat_interleave without dim')
-    d = int(at['dim']) % r; k = int(at['repeats'])
-    u = b.op('Unsqueeze', [x, b.const([d + 1], 'int64')])
-    e = b.op('Expand', [u, b.const([1] * (d + 1) + [k] + [1] * (r - d - 1), 'int64')])
-    parts = ([b.dims(x, 0, d)] if d else []) + [b.const([-1], 'int64')] + ([b.dims(x, d + 1)] if d + 1 < r else [])
-    return b.op('Reshape', [e, b.op('Concat', parts, axis=0) if len(parts) > 1 else parts[0]])
-
-def _where(b, n, a):
-    dt = b.out_type().dtype
-    x, y = (b.cast(b.tensor(a[k], dt), b.dtype(a[k]) if not isinstance(a[k], ConstRef) else dt, dt) for k in ('self', 'other'))
-    return b.op('Where', [b.tensor(a['condition']), x, y])
-
-def _masked_fill(b, n, a):
-    dt = b.dtype(a['self'])
-    return b.op('Where', [b.tensor(a['mask']), b.tensor(a['value'], dt), b.tensor(a['self'])])
-
-def _fill(b, n, a):
-    at = n.attrs
-    dt = b.out_type().dtype
-    v = {'nac.zeros': 0, 'nac.ones': 1, 'nac.zeros_like': 0, 'nac.ones_like': 1}.get(n.name, at.get('fill_value'))
-    shp = b.shape(a['size']) if 'size' in a else b.op('Shape', [b.tensor(a['self'])])
-    return b.op('ConstantOfShape', [shp], value=_tp(v, dt))
-
-def _arange(b, n, a):
-    dt = b.out_type().dtype
-    return b.op('Range', [b.tensor(a[k], dt) if isinstance(a[k], ConstRef) else b.cast(b.tensor(a[k]), b.dtype(a[k]), dt)
-                          for k in ('start', 'end', 'step')])
-
-def _pad(b, n, a):
-    p = [int(v) for v in n.attrs['pad']]; r = b.rank(a['self']); k = len(p) // 2
-    begin, end = [0] * r, [0] * r
-    for j in range(k): begin[r - 1 - j], end[r - 1 - j] = p[2 * j], p[2 * j + 1]
-    mode = {'constant': 'constant', 'reflect': 'reflect', 'replicate': 'edge', 'circular': 'wrap'}.get(n.attrs.get('mode', 'constant'))
-    if mode is None: b.fail(f'pad mode {n.attrs["mode"]!r}')
-    v = n.attrs.get('value'); v = 0 if v is None else v
-    ins = [b.tensor(a['self']), b.const(begin + end, 'int64')] + ([b.const(v, b.dtype(a['self']))] if mode == 'constant' else [])
-    if mode == 'wrap' and b.opset < 19: b.fail('circular padding needs opset 19')
-    return b.op('Pad', ins, mode=mode)
-
-def _resize(b, n, a):
-    at = n.attrs; x = b.tensor(a['input']); r = b.rank(a['input'])
-    bilinear = 'bilinear' in n.name
-    kw = dict(mode='linear' if bilinear else 'nearest')
-    if bilinear: kw['coordinate_transformation_mode'] = 'align_corners' if at['align_corners'] else 'pytorch_half_pixel'
-    else: kw.update(coordinate_transformation_mode='asymmetric', nearest_mode='floor')
-    if at.get('scale_factors') is not None:
-        return b.op('Resize', [x, '', b.const([1.0, 1.0] + [float(s) for s in at['scale_factors']], 'float32')], **kw)
-    sizes = b.op('Concat', [b.dims(x, 0, r - len(at['output_size'])), b.const(list(at['output_size']), 'int64')], axis=0)
-    return b.op('Resize', [x, '', '', sizes], **kw)
-
-def _gru(b, n, a):
-    "aten.gru (one layer, one direction) as ONNX GRU: gates reordered r,z,n -> z,r,h, `linear_before_reset=1`, batch-first handled."
-    at = n.attrs
-    if at['num_layers'] != 1 or at['bidirectional']: b.fail('GRU with several layers or both directions (only one of each is mapped)')
-    ps = [b.tensor(p) for p in a['params'].items]
-    if len(ps) != (4 if at['has_biases'] else 2): b.fail(f'{len(ps)} GRU parameters')
-    H = b.g.value_type(a['hx'].node).shape[-1]
-    def zrh(w, axis):
-        r_, z, h = b.op('Split', [w, b.const([H] * 3, 'int64')], n_out=3, axis=axis)
-        return b.op('Concat', [z, r_, h], axis=axis)
-    W = b.op('Unsqueeze', [zrh(ps[0], 0), b.const([0], 'int64')])
-    R = b.op('Unsqueeze', [zrh(ps[1], 0), b.const([0], 'int64')])
-    ins = [b.tensor(a['input']), W, R]
-    if at['has_biases']: ins.append(b.op('Unsqueeze', [b.op('Concat', [zrh(ps[2], 0), zrh(ps[3], 0)], axis=0), b.const([0], 'int64')]))
-    else: ins.append('')
-    if at['batch_first']: ins[0] = b.op('Transpose', [ins[0]], perm=[1, 0, 2])
-    y, yh = b.op('GRU', ins + ['', b.tensor(a['hx'])], n_out=2, hidden_size=int(H), linear_before_reset=1)
-    y = b.op('Squeeze', [y, b.const([1], 'int64')])                      # [seq, 1, batch, H] -> [seq, batch, H]
-    if at['batch_first']: y = b.op('Transpose', [y], perm=[1, 0, 2])
-    return [y, yh]
-
-# %% ../../nbs/95_onnx_export.ipynb #68bfc138
-_MAP = {**{k: lambda b, n, a: b.op(_UNARY[n.name], [b.tensor(a['self'])]) for k in _UNARY},
-        **{k: lambda b, n, a: b.op('Identity', [b.tensor(a['self'])]) for k in _IDENTITY},
-        **{k: _binary for k in _BINARY}, **{k: _compare for k in _COMPARE},
-        'nac.linear': _linear, 'nac.matmul': lambda b, n, a: b.op('MatMul', [b.tensor(a['self']), b.tensor(a['other'])]),
-        **{k: _conv for k in ('nac.conv1d', 'nac.conv2d', 'nac.conv3d', 'nac.convolution', 'nac.conv_transpose2d')},
-        **{k: _pool for k in ('nac.max_pool2d', 'nac.max_pool1d', 'nac.avg_pool2d', 'nac.avg_pool1d')},
-        'nac.adaptive_avg_pool2d': _adaptive_avg, 'nac.adaptive_avg_pool1d': _adaptive_avg,
-        'nac.layer_norm': _layer_norm, 'nac.group_norm': _group_norm, 'nac.rms_norm': _rms_norm,
-        'nac.batch_norm': _batch_norm, 'nac.batch_norm_infer': _batch_norm, 'nac.gelu': _gelu,
-        **{k: _act for k in ('nac.silu', 'nac.hardsigmoid', 'nac.mish', 'nac.leaky_relu', 'nac.elu', 'nac.hardtanh', 'nac.clamp',
-                             'nac.rsqrt', 'nac.pow')},
-        'nac.softmax': _softmax, 'nac.log_softmax': _softmax,
-        **{k: _reduce for k in ('nac.mean', 'nac.sum', 'nac.amax', 'nac.amin', 'nac.mean_all', 'nac.sum_all', 'nac.max_all')},
-        'nac.sdpa': _sdpa, 'nac.view': _view, 'nac.flatten': _flatten, 'nac.expand': _expand, 'nac.permute': _permute,
-        'nac.transpose': _permute, 'nac.squeeze': _squeeze, 'nac.squeeze_dim': _squeeze, 'nac.squeeze_all': _squeeze,
-        'nac.unsqueeze': _unsqueeze, 'nac.cat': _cat, 'nac.split': _split, 'nac.chunk': _split, 'nac.split_with_sizes': _split,
-        'nac.unbind': _split, 'nac.select': _select, 'nac.slice': _slice, 'nac.narrow': _narrow, 'nac.getitem': _getitem,
-        'nac.size': _size, 'nac.embedding': _embedding, 'nac.repeat_interleave': _repeat_interleave, 'nac.where': _where,
-        'nac.masked_fill': _masked_fill, **{k: _fill for k in ('nac.zeros', 'nac.ones', 'nac.full', 'nac.zeros_like', 'nac.ones_like',
-                                                                'nac.full_like')},
-        'nac.arange': _arange, 'nac.constant_pad_nd': _pad, 'nac.pad': _pad,
-        'nac.upsample_nearest2d': _resize, 'nac.upsample_bilinear2d': _resize,
-        'aten.gru.input': _gru}
-
-def exportable_ops() -> list:
-    "The canonical op names this exporter maps to ONNX, sorted."
-    return sorted(_MAP)
+__all__ = ['externalize', 'export_onnx', 'check']
 
 # %% ../../nbs/95_onnx_export.ipynb #e7671a3e
 def _param(b, p) -> str:
@@ -528,46 +42,92 @@ def _in_type(t, name: str):
     return onnx.helper.make_tensor_value_info(name, onnx_dtype(t.dtype), dims)
 
 # %% ../../nbs/95_onnx_export.ipynb #eb2455ff
-def _lower(g: NacGraph, opset: int, runtime_params: dict):
+def _emit(b, n, inputs: list, outputs: list) -> None:
+    "Add the ONNX form of one instruction `n` (not a `<CONTROL_FLOW>` or a block's closing `<OUTPUT>`) to builder `b`."
     import onnx
-    b = _Builder(g, opset); b.runtime_params = runtime_params
-    inputs, outputs = [], []
-    for n in g:
-        b.at = n
-        if n.kind in ('state', 'state_out'): b.fail('a stateful program (<INPUT B=2> states) has no ONNX form here')
-        if n.kind == 'cond': b.fail('<CONTROL_FLOW> is not exported (no zoo model has one, so no ONNX If mapping is tested)')
-        if n.kind in ('input', 'lifted'):
-            gi = g.inputs[n.target]; t = n.type
-            if not isinstance(t, TensorType):
-                if n.kind == 'lifted' or t is None: b.fail(f'input {gi.name!r} is not a tensor with a known type ({t})')
-            name = gi.name if gi.name.isidentifier() else f'input{n.target}'
-            if gi.kind == 'lifted':
-                b.vals[n.index] = b.init(np.asarray(runtime_params.get(('lifted', n.target))), name)
-            else:
-                inputs.append(_in_type(t, name)); b.vals[n.index] = name
-            b.dtypes[n.index] = t.dtype; continue
-        if n.kind == 'param':
-            b.vals[n.index] = _param(b, g.params[n.target]); b.dtypes[n.index] = g.params[n.target].type.dtype; continue
-        if n.kind == 'output':
+    g, runtime_params = b.g, b.runtime_params
+    b.at = n
+    if n.kind in ('state', 'state_out'): b.fail('a stateful program (<INPUT B=2> states) has no ONNX form here')
+    if n.kind in ('input', 'lifted'):
+        gi = g.inputs[n.target]; t = n.type
+        if not isinstance(t, TensorType):
+            if n.kind == 'lifted' or t is None: b.fail(f'input {gi.name!r} is not a tensor with a known type ({t})')
+        name = gi.name if gi.name.isidentifier() else f'input{n.target}'
+        if gi.kind == 'lifted':
+            b.vals[n.index] = b.init(np.asarray(runtime_params.get(('lifted', n.target))), name)
+        else:
+            inputs.append(_in_type(t, name)); b.vals[n.index] = name
+        b.dtypes[n.index] = t.dtype; return
+    if n.kind == 'param':
+        b.vals[n.index] = _param(b, g.params[n.target]); b.dtypes[n.index] = g.params[n.target].type.dtype; return
+    if n.kind == 'output':
+        for k, r in enumerate(n.args.values()):
+            v = b.tensor(r); t = g.value_type(r.node) if not isinstance(r, ConstRef) else None
+            if not isinstance(t, TensorType): b.fail(f'output {k} is not a tensor ({t})')
+            name = f'output{k}'
+            b.nodes.append(onnx.helper.make_node('Identity', [v], [name], name=f'i{n.index}_output{k}'))
+            outputs.append(_in_type(t, name))
+        return
+    if n.kind == 'intermediate': return
+    fn = _MAP.get(n.name)
+    if fn is None: b.fail('no ONNX mapping for this op')
+    try: r = fn(b, n, n.args)
+    except OnnxExportError: raise
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as ex:
+        b.fail(f'cannot map its arguments ({type(ex).__name__}: {ex})')
+    b.vals[n.index] = r
+    ts = n.outputs
+    if isinstance(r, list):
+        for t in ts[:1]: b.dtypes[n.index] = t.dtype if isinstance(t, TensorType) else 'int64'
+    else: b.dtypes[n.index] = ts[0].dtype if ts and isinstance(ts[0], TensorType) else 'int64'
+
+def _walk(b, start: int, stop: int, inputs: list, outputs: list):
+    "Emit instructions `start..stop`; a `<CONTROL_FLOW>` becomes an `If` over its two blocks. The value infos a block returns, or None."
+    import onnx
+    i = start
+    while i <= stop:
+        n = b.g.nodes[i]; b.at = n
+        if n.kind == 'cond': i = _if(b, n, inputs, outputs) + 1; continue
+        if n.kind == 'block_out':
+            outs = []
             for k, r in enumerate(n.args.values()):
-                v = b.tensor(r); t = g.value_type(r.node) if not isinstance(r, ConstRef) else None
-                if not isinstance(t, TensorType): b.fail(f'output {k} is not a tensor ({t})')
-                name = f'output{k}'
-                b.nodes.append(onnx.helper.make_node('Identity', [v], [name], name=f'i{n.index}_output{k}'))
-                outputs.append(_in_type(t, name))
-            continue
-        if n.kind == 'intermediate': continue
-        fn = _MAP.get(n.name)
-        if fn is None: b.fail('no ONNX mapping for this op')
-        try: r = fn(b, n, n.args)
-        except OnnxExportError: raise
-        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as ex:
-            b.fail(f'cannot map its arguments ({type(ex).__name__}: {ex})')
-        b.vals[n.index] = r
-        ts = n.outputs
-        if isinstance(r, list):
-            for t in ts[:1]: b.dtypes[n.index] = t.dtype if isinstance(t, TensorType) else 'int64'
-        else: b.dtypes[n.index] = ts[0].dtype if ts and isinstance(ts[0], TensorType) else 'int64'
+                t = b.g.value_type(r.node) if not isinstance(r, ConstRef) else None
+                if not isinstance(t, TensorType): b.fail(f'block result {k} is not a tensor ({t})')
+                name = b.fresh(f'i{n.index}_result{k}')
+                b.nodes.append(onnx.helper.make_node('Identity', [b.tensor(r)], [name], name=name))
+                outs.append(_in_type(t, name))
+            return outs, [b.dtype(r) for r in n.args.values()]
+        _emit(b, n, inputs, outputs); i += 1
+    return None, None
+
+def _if(b, n, inputs: list, outputs: list) -> int:
+    ("`<CONTROL_FLOW>` `n` as an ONNX `If`: each block becomes a subgraph that reads outer values by name; the results are the `If`'s "
+     "outputs, read by the `nac.getitem`s after it. Returns the index of the false block's closing `<OUTPUT>`.")
+    import onnx
+    k = b.cm.constructs[n.index]
+    pred = b.tensor(n.args['pred'])
+    if b.dtype(n.args['pred']) != 'bool': pred = b.op('Cast', [pred], to=onnx.TensorProto.BOOL)
+    outer, branches = b.nodes, []
+    for blk, tag in ((k.true_block, 'then'), (k.false_block, 'else')):
+        b.nodes = []
+        outs, dts = _walk(b, blk.start, blk.stop - 1, inputs, outputs)
+        branches.append(onnx.helper.make_graph(b.nodes, f'i{n.index}_{tag}', [], outs))
+    b.nodes, b.at = outer, n
+    if [o.type.tensor_type.elem_type for o in branches[0].output] != [o.type.tensor_type.elem_type for o in branches[1].output]:
+        b.fail('the two blocks return values of different dtypes (ONNX If needs one type per output)')
+    names = [b.fresh(f'i{n.index}_if') for _ in range(k.n_results)]
+    b.nodes.append(onnx.helper.make_node('If', [pred], names, name=f'i{n.index}_if', then_branch=branches[0], else_branch=branches[1],
+                                         doc_string=f'NAC instruction {n.index}: <CONTROL_FLOW>, blocks {k.true_block.start}..{k.end}'))
+    b.vals[n.index] = names
+    b.dtypes[n.index] = dts[0]
+    return k.end
+
+def _lower(g: NacGraph, opset: int, runtime_params: dict):
+    from nac_lab.nac.compiler.control import control_map
+    b = _Builder(g, opset); b.runtime_params = runtime_params; b.cm = control_map(g.nac)
+    inputs, outputs = [], []
+    if any(n.index != i for i, n in enumerate(g.nodes)): raise OnnxExportError('graph nodes are not numbered by instruction index')
+    _walk(b, 0, len(g.nodes) - 1, inputs, outputs)
     return b, inputs, outputs
 
 # %% ../../nbs/95_onnx_export.ipynb #bf20bc0d

@@ -11,6 +11,7 @@ import torch
 from .read import Args, OnnxImportError, NeedsConstant, read_onnx, where, decode_attrs, tensor_value, torch_dtype
 from .ops import op_fn
 from . import nn as _nn  # noqa: F401 (importing it registers the network operators)
+from . import rnn as _rnn  # noqa: F401 (and the recurrent ones)
 
 # %% auto #0
 __all__ = ['SHAPE_OPS', 'GraphInput', 'graph_inputs', 'example_inputs', 'Folded', 'concrete', 'run_node', 'fold', 'OnnxModule',
