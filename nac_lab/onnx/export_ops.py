@@ -6,7 +6,7 @@
 from __future__ import annotations
 import json, math
 import numpy as np
-from ..binio import NacLabError
+from ..errors import NacLabError
 from ..nac.format.graph import NacGraph, TensorType, ConstRef, ListRef, ParamRef, InputRef, StateRef, ValueRef
 from ..guard import escape
 
