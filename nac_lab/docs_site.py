@@ -6,7 +6,7 @@
 from __future__ import annotations
 import html, json, re
 from pathlib import Path
-from .binio import NacLabError
+from .errors import NacLabError
 
 # %% auto #0
 __all__ = ['AREAS', 'VIEWPORT', 'SEARCH_INDEX', 'SEARCH_JS', 'API_PAGE', 'SEARCH_SCRIPT', 'area_of', 'md_inline', 'page_order',
