@@ -10,7 +10,7 @@ import importlib, importlib.abc, importlib.machinery, sys
 __all__ = ['MOVED', 'install']
 
 # %% ../nbs/05a_layout.ipynb #lay00005
-_NAC = dict(format=['container', 'optable', 'reader', 'writer', 'weights', 'signature', 'check', 'disasm', 'graph'],
+_NAC = dict(format=['container', 'optable', 'reader', 'writer', 'weights', 'check', 'disasm', 'graph'],
             compiler=['ops', 'optimize', 'compile', 'control', 'zoo'], runtime=['run'], schedule=['mmap', 'mmap_sim'],
             orch=['mep', 'mep_vm'], tokenizer=['tisa', 'tisa_program', 'tisa_vm'],
             commands=['cli', 'cli_check', 'cli_mep', 'cli_run', 'cli_schedule', 'cli_zoo'])
@@ -22,7 +22,8 @@ def _moves(area:str, stages:dict) -> dict:
     "`{old module path: new module path}` for one area's `{stage: [module, …]}` table."
     return {f'nac_lab.{area}.{m}': f'nac_lab.{area}.{stage}.{m}' for stage, mods in stages.items() for m in mods}
 
-MOVED = {**_moves('nac', _NAC), **_moves('nem', _NEM), 'nac_lab.nem.cli_lower': 'nac_lab.lower.cli', 'nac_lab.nac.guard': 'nac_lab.guard'}
+MOVED = {**_moves('nac', _NAC), **_moves('nem', _NEM), 'nac_lab.nem.cli_lower': 'nac_lab.lower.cli', 'nac_lab.nac.guard': 'nac_lab.guard',
+         'nac_lab.nac.signature': 'nac_lab.nac.format.input_signature'}
 
 # %% ../nbs/05a_layout.ipynb #lay00008
 class _AliasLoader(importlib.abc.Loader):

@@ -10,7 +10,7 @@ from nac_lab.nac.format.check import check
 from nac_lab.nac.format import NacFile, Instruction, MmapAction, write_nac, DataTensor, DType
 from nac_lab.nac.schedule.mmap import commands_of, to_records, Command
 from nac_lab.nac.schedule.mmap_sim import demo_nac
-from nac_lab.nac.format.signature import Signature, InputSpec, attach_signature
+from nac_lab.nac.format.input_signature import Signature, InputSpec, attach_signature
 
 
 def _reference_style_frees():

@@ -7,7 +7,7 @@ import torch
 import nac_lab
 from nac_lab.cli import run_cli
 from nac_lab.nac.format import read_nac, write_nac
-from nac_lab.nac.format.signature import signature_of, InputSignatureError, SIGNATURE_NAME
+from nac_lab.nac.format.input_signature import signature_of, InputSignatureError, SIGNATURE_NAME
 
 class Two(torch.nn.Module):
     "Two inputs sharing the dynamic batch; the second one's length is twice the first one's feature size."

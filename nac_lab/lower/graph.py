@@ -115,7 +115,7 @@ def signature_example(model, batch:int|None=None) -> tuple:
      "becomes `batch` (default 1); a file without a signature, or with another dim left open, is a `LowerError` asking for an example.")
     from nac_lab.nac.runtime.run import NacModel, load
     from nac_lab.nac.format import NacFile
-    from nac_lab.nac.format.signature import eval_dim, _parse_expr
+    from nac_lab.nac.format.input_signature import eval_dim, _parse_expr
     from nac_lab.guard import escape
     m = NacModel(model) if isinstance(model, NacFile) else model if isinstance(model, NacModel) else load(model)
     sig = m.interpreter.input_signature

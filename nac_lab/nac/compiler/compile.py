@@ -255,8 +255,8 @@ def compile_module(module: torch.nn.Module,      # the model to compile (put it 
     stage('schedule')
     nac.d_model = guess_d_model(w)
     if intermediate: add_intermediate_outputs(g, nac, index, intermediate)   # <OUTPUT B=1> (§7.2.2)
-    if signature:                                  # RSRC signature.json (nac_lab.nac.format.signature)
-        from nac_lab.nac.format.signature import signature_from_graph, attach_signature
+    if signature:                                  # RSRC signature.json (nac_lab.nac.format.input_signature)
+        from nac_lab.nac.format.input_signature import signature_from_graph, attach_signature
         attach_signature(nac, signature_from_graph(g.graph, nac, getattr(g, 'range_constraints', None)))
     if tokenizer is not None:                      # PROC + RSRC (nac_lab.nac.tokenizer.tisa)
         from nac_lab.nac.tokenizer.tisa import attach_tokenizer

@@ -206,7 +206,7 @@ def _example_inputs(nac: NacFile, rep: CheckReport, name: str) -> dict | None:
      "note saying why; `MemoryLimitError` when an input alone is over the memory budget.")
     import torch
     from nac_lab.guard import check_bytes
-    from nac_lab.nac.format.signature import signature_of, eval_dim, _parse_expr, _NAME
+    from nac_lab.nac.format.input_signature import signature_of, eval_dim, _parse_expr, _NAME
     sig = signature_of(nac)
     users = {i for i, ins in enumerate(nac.ops) if ins.A == SysOp.INPUT and ins.B == 0}
     if sig is None: rep.notes.append(f'{name}: not run (no signature.json to make inputs from)'); return None
@@ -253,7 +253,7 @@ def _signature_run(nac: NacFile, rep: CheckReport):
 
 def _resources(nac: NacFile, rep: CheckReport, bad: set):
     if 'RSRC' not in bad and nac.rsrc and 'signature.json' in nac.rsrc:
-        from nac_lab.nac.format.signature import parse_signature
+        from nac_lab.nac.format.input_signature import parse_signature
         rep.checks.append('signature')
         try: parse_signature(nac.rsrc['signature.json'], nac)
         except NacLabError as ex: rep.add_error(ex, 'RSRC signature.json')

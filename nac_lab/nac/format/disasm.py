@@ -107,7 +107,7 @@ def make_example(method:QuantMethod=QuantMethod.INT8_CHANNEL, internal:bool=True
 # %% ../../../nbs/12_nac_disasm.ipynb #0dad3eee
 def _signature_info(nac:NacFile) -> dict|None:
     "The recorded input signature, JSON-ready (None without one; `{'error': ...}` when it is damaged)."
-    from nac_lab.nac.format.signature import signature_of
+    from nac_lab.nac.format.input_signature import signature_of
     try: sig = signature_of(nac)
     except NacLabError as ex: return {'error': str(ex)}
     if sig is None: return None
@@ -117,7 +117,7 @@ def _signature_info(nac:NacFile) -> dict|None:
 def _signature_lines(info) -> list:
     if info is None: return []
     if 'error' in info: return [f"signature: damaged ({escape(info['error'])})"]
-    from nac_lab.nac.format.signature import format_shape
+    from nac_lab.nac.format.input_signature import format_shape
     out = [f"signature: input {escape(e['name'])} (v{e['at']}): {e['dtype']} {format_shape(e['shape'])}" for e in info['inputs']]
     if info['dims']: out.append('dimensions: ' + ', '.join(f"{k} in {lo}..{'' if hi is None else hi}" for k,
                                                            (lo, hi) in info['dims'].items()))
@@ -127,7 +127,7 @@ def input_shapes(nac:NacFile) -> dict:
     "`{instruction index: 'float32 [batch, 3]'}` for the user inputs of the file's signature (empty without a valid one)."
     info = _signature_info(nac)
     if not info or 'error' in info: return {}
-    from nac_lab.nac.format.signature import format_shape
+    from nac_lab.nac.format.input_signature import format_shape
     return {e['at']: f"{e['dtype']} {format_shape(e['shape'])}" for e in info['inputs']}
 
 # %% ../../../nbs/12_nac_disasm.ipynb #01fa88ca

@@ -12,7 +12,7 @@ import torch
 from ...errors import NacRunError
 from ...errors import NacLabError
 from . import NacFile, QuantMethod, DTYPE_NAMES, read_nac
-from .signature import eval_dim, _parse_expr, format_shape
+from .input_signature import eval_dim, _parse_expr, format_shape
 from ...guard import escape
 
 # %% auto #0

@@ -332,7 +332,7 @@ def check_sizes(self, vals: list, limit: int | None = None) -> bool:
 Interpreter._signature, Interpreter.meta_values, Interpreter.check_sizes = _signature, meta_values, check_sizes
 
 # %% ../../../nbs/19_nac_run.ipynb #83401054
-from ..format.signature import signature_of, check_inputs
+from ..format.input_signature import signature_of, check_inputs
 
 def _input_signature(self):
     "The input signature recorded in the file, or None; parsed once (a damaged one is a `NacRunError`)."
