@@ -55,7 +55,8 @@ def fix_anchors(pages:dict) -> dict:
 def broken_links(site) -> list:
     "`[(page, link, why), ...]` for every internal link of the site in folder `site` that leads nowhere (`why`: 'no file' or 'no anchor')."
     site = Path(site)
-    pages = {p.relative_to(site).as_posix(): p.read_text(encoding='utf-8', errors='replace') for p in sorted(site.rglob('*.html'))}
+    pages = {p.relative_to(site).as_posix(): p.read_text(encoding='utf-8', errors='replace') for p in sorted(site.rglob('*.html'))
+             if not any(part.startswith('.') for part in p.relative_to(site).parts)}     # not the build cache (.nl-build)
     ids = {f: page_ids(t) for f, t in pages.items()}
     bad = []
     for f, t in pages.items():

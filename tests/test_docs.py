@@ -144,7 +144,8 @@ def test_prev_next_links_and_narrow_layout(site):
     assert 'rel="next" href="errors.html"' in binio and 'rel="prev" href="api_index.html"' in binio   # 00_binio, then 00a_errors
     for page in site.glob('*.html'):
         text = page.read_text()
-        assert text.count('class="nl-pager"') == 1 and 'name="viewport"' in text, page.name
+        pager = text.count('<nav class="nl-pager" aria-label=')          # the element, not code quoting it
+        assert pager == 1 and 'name="viewport"' in text, page.name
         narrow = text[text.index('@media (max-width: 40rem)'):]
         assert re.match(r'@media \(max-width: 40rem\) \{\s*\.nl-side \{ position: static;', narrow), page.name
 

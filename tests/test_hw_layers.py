@@ -21,7 +21,7 @@ def _lowered(tmp, name, seed=0):
     torch.manual_seed(seed)
     net = nac_compile(mod().eval(), (torch.zeros(S),))
     rng = np.random.default_rng(seed)
-    low = lower(net, 'npm_lite', mode='int8', calib=[rng.standard_normal(S).astype(np.float32) for _ in range(2)], tiling=2)
+    low = lower(net, 'npm_lite', mode='int8', calib=[rng.standard_normal(S).astype(np.float32) for _ in range(2)], tiling=2, fuse=False)
     d = tmp / f'{name}_low'; low.save(d)
     xq = next(iter(low.quantize_inputs(rng.standard_normal(S).astype(np.float32)).values()))
     return low, d, xq, next(iter(low.run_raw(xq).values()))

@@ -14,7 +14,7 @@ def test_small_cnn_equals_lowered_run(tmp_path):
                       nn.Conv2d(8, 6, 1), nn.ReLU(), nn.Flatten(), nn.Linear(6 * 4 * 4, 5)).eval()
     rng = np.random.default_rng(0)
     cal = [rng.standard_normal(S).astype(np.float32) for _ in range(2)]
-    low = lower(nac_compile(m, (torch.zeros(S),)), 'npm_lite', mode='int8', calib=cal)
+    low = lower(nac_compile(m, (torch.zeros(S),)), 'npm_lite', mode='int8', calib=cal, fuse=False)   # one NEM layer per RTL layer
     low.save(tmp_path / 'low')
     x = rng.standard_normal(S).astype(np.float32)
     y, cyc = run_model(tmp_path / 'low', next(iter(low.quantize_inputs(x).values())), HwConfig(4, 4))
@@ -38,7 +38,7 @@ def test_cycles_match_the_calibrated_nem_simulator(tmp_path):
     rng = np.random.default_rng(0)
     cfg = HwConfig(4, 4)
     low = lower(nac_compile(m, (torch.zeros(S),)), str(calibrated_device(tmp_path / 'dev', cfg)), mode='int8',
-                calib=[rng.standard_normal(S).astype(np.float32)])
+                calib=[rng.standard_normal(S).astype(np.float32)], fuse=False)
     low.save(tmp_path / 'low')
     hw = [(lay.name, cycles(lay, cfg)) for lay in load_layers(tmp_path / 'low') if not isinstance(lay, str)]
     ratio = {r['layer']: r['ratio'] for r in cycle_report(low, hw, cfg)}
