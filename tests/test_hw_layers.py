@@ -75,3 +75,12 @@ def test_other_kinds_bit_exact_under_verilator(tmp_path, name):
     y, cyc, _ = simulate(_rtl(tmp_path, layer, HwConfig(4, 4)), xq, 'verilator')
     np.testing.assert_array_equal(y.reshape(-1), ref.reshape(-1))
     assert cyc == STEPS[name] + 2
+
+def test_fused_program_is_refused_by_name(tmp_path):
+    "A program lowered with fused epilogues (the default) is refused with an error that names the fix, not generated wrongly."
+    mod, S = CASES['conv3x3']
+    torch.manual_seed(0); rng = np.random.default_rng(0)
+    low = lower(nac_compile(mod().eval(), (torch.zeros(S),)), 'npm_lite', mode='int8',
+                calib=[rng.standard_normal(S).astype(np.float32) for _ in range(2)], tiling=2)
+    d = tmp_path / 'fused'; low.save(d)
+    with pytest.raises(HwError, match='fuse=False'): load_layers(d)

@@ -65,7 +65,8 @@ def _layer_of(rname: str) -> str:
     "The layer name in an emitted region name: `L3_conv2d_W`, `L3_conv2d_W1`, `L7_linear_w4`, `L4_relu_in0` -> the part before."
     import re
     m = re.fullmatch(r'(.+?)_(?:[Ww]\d*|in\d+)', rname)
-    if m is None: raise HwError(f'region {rname!r}: not a name the lowering emits (<layer>_W, <layer>_w<n> or <layer>_in<n>)')
+    if m is None: raise HwError(f'region {rname!r}: not a name the lowering emits (<layer>_W, <layer>_w<n> or <layer>_in<n>); '
+                                'a fused epilogue (lower.fuse) has no RTL yet: lower with fuse=False')
     return m.group(1)
 
 def _scales(rv):
