@@ -3,7 +3,7 @@ independent integer reference, f32 within 1e-4 of the interpreter, on a 64 KiB-L
 import numpy as np, pytest, torch, torch.nn as nn
 from nac_lab.nac.compiler.compile import compile as nac_compile
 from nac_lab.lower.api import lower
-from int_reference import reference_int8
+from lower_checks import assert_int8_bit_exact
 from test_lower_tiling import small_device
 
 class Pools(nn.Module):
@@ -28,11 +28,7 @@ def test_pool_bands_int8_bit_exact(model, tmp_path):
     pool = next(l.name for l in low.graph.layers if l.op == 'maxpool')
     assert f'{pool}_x1 = region(' in low.program, 'the max pool is banded'
     assert not low.check().errors
-    for seed in (3, 4):
-        x = np.random.default_rng(seed).standard_normal(SHAPE).astype(np.float32)
-        raw = low.run_raw(*low.quantize_inputs(x).values())
-        ref = reference_int8(low.graph, low.qp, low.ql, low.qp['x'].quantize(x))
-        for o in low.graph.outputs: np.testing.assert_array_equal(np.transpose(raw[o], (0, 3, 1, 2)), ref[o])
+    assert_int8_bit_exact(low, SHAPE, (3, 4))
 
 def test_pool_bands_f32_matches_interpreter(model, tmp_path):
     dev = small_device(tmp_path, 262144)
