@@ -60,11 +60,11 @@ def requantize(acc, multiplier, zero_point=0, out=None, rounding: str = 'double'
 
 @contextmanager
 def independent_requantization():
-    "Within the block, lowering's reference (`nac_lab.lower.quant.reference_int8`) requantizes with this module, not `nac_lab.fxp`."
-    import nac_lab.lower.quant as q
+    "Within the block, lowering's reference (`nac_lab.lower.reference.reference_int8`) requantizes with this module, not `nac_lab.fxp`."
+    import nac_lab.lower.reference as q
     with mock.patch.object(q, 'requantize', requantize): yield
 
 def reference_int8(*args, **kw) -> dict:
-    "`nac_lab.lower.quant.reference_int8` (whole-tensor layer walk) with the requantization of this module."
-    from nac_lab.lower.quant import reference_int8 as walk
+    "`nac_lab.lower.reference.reference_int8` (whole-tensor layer walk) with the requantization of this module."
+    from nac_lab.lower.reference import reference_int8 as walk
     with independent_requantization(): return walk(*args, **kw)

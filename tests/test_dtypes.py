@@ -111,7 +111,7 @@ def test_bf16_widening_exact_on_every_pattern():
 def test_every_bf16_user_shares_the_pair():
     "The formats that convert bf16 call the one pair (their old names are aliases of it)."
     import nac_lab.nem.execution.memory as nem, nac_lab.ark.exec as ark, nac_lab.trillim.files as tri, nac_lab.irv2.quant as irq
-    import nac_lab.lower.quant as lq
+    import nac_lab.lower.reference as lq
     for m in (nem, ark, tri, irq):
         assert m.f32_to_bf16 is f32_to_bf16_bits and m.bf16_to_f32 is bf16_bits_to_f32, m.__name__
     assert lq.bf16_rne is bf16_round

@@ -5,7 +5,7 @@ import numpy as np, pytest
 from nac_lab.nac.compiler.zoo import build_model, example_inputs
 from nac_lab.nac.compiler.compile import compile as nac_compile
 from nac_lab.lower.api import lower
-from nac_lab.lower.quant import reference_bf16
+from nac_lab.lower.reference import reference_bf16
 
 @pytest.mark.parametrize('name,batch,tiling', [('mlp', 8, 'search'), ('cnn', 2, 'naive'), ('cnn', 2, 'search')])
 def test_bf16_bit_exact(name, batch, tiling):

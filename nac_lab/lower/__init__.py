@@ -7,7 +7,7 @@ __all__ = []
 
 # %% ../../nbs/69e_lower_pkg.ipynb #9e02a888
 _LAZY = dict(lower='nac_lab.lower.api', Lowered='nac_lab.lower.api', LowerError='nac_lab.lower.layers',
-             import_nac='nac_lab.lower.graph', reference_int8='nac_lab.lower.quant', sweep='nac_lab.lower.dse')
+             import_nac='nac_lab.lower.graph', reference_int8='nac_lab.lower.reference', sweep='nac_lab.lower.dse')
 
 def __getattr__(name):
     "Resolve the lowering API lazily."

@@ -8,7 +8,7 @@ import json, re
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
-from .layers import LowerError
+from .layers import LowerError, check_layers
 from .graph import import_nac, signature_example
 from .quant import calibrate, quantize_graph
 from .emit import Emitter, emit_program, DTYPE, to_elem, from_elem, pick_l2
@@ -178,7 +178,7 @@ def lower(model, device, *, mode=None, calib=None, example=None, tiling='search'
     ex = example if example is not None else (samples[0] if samples else None)
     if ex is None: ex = signature_example(m, batch)       # a LowerError asking for an example when the signature leaves a dim open
     ex = tuple(ex) if isinstance(ex, (tuple, list)) else (ex,)
-    g = import_nac(m, *ex)
+    g = check_layers(import_nac(m, *ex))        # the validity check before anything reads the graph (lower.layers)
     stage('calibrate')
     qp = ql = None
     if mode == 'int8':

@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 import numpy as np
 from .layers import Layer, LowerError
-from .emit import LAYER_EMITTERS, Val, emit_whole, to_elem
+from .emit import register_emitters, Val, emit_whole, to_elem
 
 # %% auto #0
 __all__ = ['MORE', 'Parts', 'ImportCtx', 'import_more']
@@ -282,4 +282,4 @@ def _emit_slice(E, l, ctx, xv, yv, prev):
 def _emit_eltwise(E, l, ctx, xv, yv, prev):
     return emit_whole(E, l, l.op, [ctx.vals[n] for n in l.inputs], [], yv, '', prev, ctx.elem)[0]
 
-LAYER_EMITTERS.update(const=_emit_const, gather=_emit_gather, slice=_emit_slice, sqrt=_emit_eltwise, div=_emit_eltwise)
+register_emitters(const=_emit_const, gather=_emit_gather, slice=_emit_slice, sqrt=_emit_eltwise, div=_emit_eltwise)

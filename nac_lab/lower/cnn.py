@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 from .layers import Layer, LowerError
 from .attn import MORE, _L, _getitem as _parts_getitem, _mean as _last_axis_mean
-from .emit import LAYER_EMITTERS, Val, emit_whole, fnum
+from .emit import register_emitters, Val, emit_whole, fnum
 
 # %% auto #0
 __all__ = ['MAX_ADAPTIVE_REPEAT', 'CNN_OPS', 'pool_pads', 'torch_pads', 'BNOut', 'affine_layer', 'fold_affines', 'nearest_index',
@@ -287,7 +287,7 @@ def _emit_take(E, l, ctx, xv, yv, prev):
 
 def _emit_unary(E, l, ctx, xv, yv, prev): return emit_whole(E, l, l.op, [xv], [], yv, '', prev, ctx.elem)[0]
 
-LAYER_EMITTERS.update(pad=_emit_pad, take=_emit_take, exp=_emit_unary, log=_emit_unary)
+register_emitters(pad=_emit_pad, take=_emit_take, exp=_emit_unary, log=_emit_unary)
 
 # %% ../../nbs/69i_lower_cnn.ipynb #37d97f80
 def pool_bands(kh:int, s:int, pt:int, H:int, Ho:int, th:int) -> list:
@@ -303,7 +303,7 @@ def _r64(n): return -(-n // 64) * 64
 
 def _emit_pool(E, l, ctx, xv, yv, prev):
     "A max/avg pool: whole when it fits L1 (or cannot be banded), else in row bands over two L1 slots (see above)."
-    from nac_lab.lower.quant import pool_attrs
+    from nac_lab.lower.reference import pool_attrs
     from nac_lab.lower.emit import ESIZE, qdesc, _arena_region
     src = ctx.g.inputs.get(l.inputs[0]) or ctx.g.layer(l.inputs[0]).shape
     a = pool_attrs(l, src); k, st, p = a['kernel_shape'], a['strides'], a['pads']
@@ -336,4 +336,4 @@ def _emit_pool(E, l, ctx, xv, yv, prev):
         done[i] = [tx, tc, ts]
     return [t for v in done.values() for t in v if t in E.live]
 
-LAYER_EMITTERS.update(maxpool=_emit_pool, avgpool=_emit_pool)
+register_emitters(maxpool=_emit_pool, avgpool=_emit_pool)

@@ -7,15 +7,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 import numpy as np
-from .layers import LowerError
-from .quant import pool_attrs, const_q
+from .layers import LowerError, LayerOp, OP_FACTS, const_q
 from .nemtext import (fnum, qdesc, qchan, DTYPE, ESIZE, to_elem, probe_constants, from_elem, Val,  # noqa: F401
                                     nem_shape, stored_nhwc)      # the NEM vocabulary (nbs/68a), re-exported here
 
 # %% auto #0
-__all__ = ['UNARY_OPS', 'CHUNK_OPS', 'LAYER_EMITTERS', 'CONV_SPLIT', 'Emitter', 'region', 'Tiling', 'conv_rows', 'epi_regions',
+__all__ = ['UNARY_OPS', 'CHUNK_OPS', 'LAYER_EMITTERS', 'VIEW_OPS', 'Emitter', 'region', 'Tiling', 'conv_rows', 'epi_regions',
            'conv_l1', 'emit_epilogue', 'arena_name', 'emit_conv', 'emit_whole', 'emit_chunked', 'L2Alloc', 'pick_l2',
-           'EmitCtx', 'emit_conv_layer', 'epilogue_ops', 'emit_program']
+           'EmitCtx', 'register_emitters', 'emit_conv_layer', 'epilogue_ops', 'emit_program']
 
 # %% ../../nbs/68_lower_emit.ipynb #ef3257a1
 class Emitter:
@@ -405,14 +404,24 @@ class EmitCtx:
     qp: dict = None
     ql: dict = None
 
-LAYER_EMITTERS = {}      # layer op -> fn(E, layer, EmitCtx, input Val, output Val, live tokens) -> live tokens
+LAYER_EMITTERS = {}      # LayerOp -> fn(E, layer, EmitCtx, input Val, output Val, live tokens) -> live tokens
+VIEW_OPS = (LayerOp.reshape,)      # no NEM operation: `emit_program` gives the output a view of the input's buffer
+
+def register_emitters(**fns):
+    ("Register the emitter of each named layer op; an op that is not a graph-stage `LayerOp`, or that has another emitter already, "
+     "is an error.")
+    for op, fn in fns.items():
+        o = LayerOp(op)
+        if OP_FACTS[o].stage != 'graph' or o in VIEW_OPS: raise LowerError(f'{op}: not an op that emission sees')
+        if o in LAYER_EMITTERS and LAYER_EMITTERS[o].__qualname__ != fn.__qualname__:       # re-running a definition replaces it
+            raise LowerError(f'{op}: a second emitter ({fn.__qualname__}; {LAYER_EMITTERS[o].__qualname__} is registered)')
+        LAYER_EMITTERS[o] = fn
 
 # %% ../../nbs/68_lower_emit.ipynb #c8ef5049
 def emit_conv_layer(E, l, ctx, xv, yv, prev) -> list:
-    ("Emit conv2d layer `l` with its tiling: weights resident (`emit_conv`), or streamed in output-channel tiles when the tiling has "
-     "`tco` (`lower.gemm.emit_conv_split`, registered in `CONV_SPLIT`); returns the live tokens.")
+    ("Emit conv2d layer `l` with its tiling: weights resident (`emit_conv`); a tiling with "
+     "`tco` (`lower.gemm` registers the conv2d emitter that chooses); returns the live tokens.")
     t, elem = ctx.tilings[l.name], ctx.elem
-    if getattr(t, 'tco', 0): return CONV_SPLIT[0](E, l, ctx, xv, yv, t, prev)
     w = l.params['w']; O = w.shape[0]
     if elem == 'i8':
         q = ctx.ql[l.name]
@@ -436,7 +445,31 @@ def epilogue_ops(l, ctx) -> list:
         out.append((e['op'], at, ctx.vals[e['other']] if e['other'] else None, qdesc(q) if q else None, e['first']))
     return out
 
-CONV_SPLIT = [None]      # the emitter of output-channel-split convolutions (set by `lower.gemm`, which imports this module)
+def _emit_const_op(E, l, ctx, xv, yv, prev):
+    "add_c / mul_c: the NEM add/mul with a constant tensor (one per value and shape, shared by the layers; int8: ±127, `const_q`)."
+    c = l.attrs['c']; elem = ctx.elem
+    kn = f'K_{"add" if l.op == "add_c" else "mul"}{len([k for k in E.data if k.startswith("K_")])}'
+    kn = E.kname.setdefault((l.op, c, yv.shape), kn)
+    if elem == 'i8': kc = E.const(kn, np.full(yv.shape, 127 if c > 0 else -127, np.int8)); kq = qdesc(const_q(c))
+    else: kc = E.const(kn, to_elem(np.full(yv.shape, c, np.float32), elem)); kq = None
+    return emit_whole(E, l, l.op[:3], [xv], [(kc[0], kc[1], yv.shape, elem, kq, yv.layout)], yv, '', prev, elem)[0]
+
+def _emit_clamp(E, l, ctx, xv, yv, prev):
+    at = f'min_val={fnum(l.attrs["min_val"])} max_val={fnum(l.attrs["max_val"])}'
+    return emit_whole(E, l, 'clamp', [xv], [], yv, at, prev, ctx.elem)[0]
+
+def _emit_bmul(E, l, ctx, xv, yv, prev):
+    "x · s[c]: a depthwise 1x1 convolution whose weights are the scale tensor."
+    sv = ctx.vals[l.inputs[1]]; C_ = yv.shape[-1]; acc = 'i32' if ctx.elem == 'i8' else 'f32'
+    return emit_whole(E, l, 'conv2d', [xv, (Val(sv.buf, (1, 1, 1, C_), ctx.elem, sv.q, sv.base), 'HWIO')], [], yv,
+                      f'pads=[0, 0, 0, 0] strides=[1, 1] dilations=[1, 1] groups={C_} accum_type={acc}', prev, ctx.elem)[0]
+
+def _emit_same(E, l, ctx, xv, yv, prev):
+    "A layer op that is the NEM elementwise opcode of the same name."
+    return emit_whole(E, l, l.op, [ctx.vals[n] for n in l.inputs], [], yv, '', prev, ctx.elem)[0]
+
+register_emitters(add_c=_emit_const_op, mul_c=_emit_const_op, clamp=_emit_clamp, bmul=_emit_bmul,
+                  **{o: _emit_same for o in (*UNARY_OPS, 'add', 'mul', 'sub')})
 
 # %% ../../nbs/68_lower_emit.ipynb #da725f4c
 def emit_program(g, E, mode, qp=None, ql=None, tilings=None, probe=False, prefetch=True) -> dict:
@@ -477,7 +510,7 @@ def emit_program(g, E, mode, qp=None, ql=None, tilings=None, probe=False, prefet
         start = len(E.body); E.loads = []
         E.line(f'# {l.name}: NAC instruction {l.nac} -> {l.op} {list(l.shape)}')
         xv = vals[l.inputs[0]] if l.inputs else None
-        if l.op == 'reshape':
+        if l.op in VIEW_OPS:
             src = g.inputs.get(l.inputs[0]) or g.layer(l.inputs[0]).shape
             h = stored_nhwc(g, l.name, l.shape)
             v = Val(xv.buf, nem_shape(l.shape, h), elem, xv.q, xv.base, len(l.shape) == 4 and not h)
@@ -488,35 +521,9 @@ def emit_program(g, E, mode, qp=None, ql=None, tilings=None, probe=False, prefet
             vals[l.name] = v; chunks.append(([], E.body[start:])); del E.body[start:]; continue
         fin = l.epi[-1]['name'] if getattr(l, 'epi', None) else l.name       # a fused conv stores its epilogue's result
         yv = _l2(E, fin, l.shape, elem, Q(fin)); vals[fin] = yv
-        if l.op in LAYER_EMITTERS:
-            prev = LAYER_EMITTERS[l.op](E, l, ctx, xv, yv, prev)
-        elif l.op == 'conv2d': prev = emit_conv_layer(E, l, ctx, xv, yv, prev)
-        elif l.op in ('add_c', 'mul_c'):
-            c = l.attrs['c']
-            kn = f'K_{"add" if l.op == "add_c" else "mul"}{len([k for k in E.data if k.startswith("K_")])}'
-            key = (l.op, c, yv.shape)                        # one constant tensor per value and shape, shared by the layers
-            kn = E.kname.setdefault(key, kn)
-            if mode == 'int8': kc = E.const(kn, np.full(yv.shape, 127 if c > 0 else -127, np.int8)); kq = qdesc(const_q(c))
-            else: kc = E.const(kn, to_elem(np.full(yv.shape, c, np.float32), elem)); kq = None
-            prev, _, _ = emit_whole(E, l, l.op[:3], [xv], [(kc[0], kc[1], yv.shape, elem, kq, yv.layout)], yv, '', prev, elem)
-        elif l.op == 'clamp':
-            prev, _, _ = emit_whole(E, l, 'clamp', [xv], [], yv, f'min_val={fnum(l.attrs["min_val"])} max_val={fnum(l.attrs["max_val"])}',
-                                    prev, elem)
-        elif l.op == 'bmul':                 # x · s[c]: a depthwise 1x1 convolution whose weights are the scale tensor
-            sv = vals[l.inputs[1]]; C_ = yv.shape[-1]
-            wv = Val(sv.buf, (1, 1, 1, C_), elem, sv.q, sv.base)
-            acc = 'i32' if mode == 'int8' else 'f32'
-            prev, _, _ = emit_whole(E, l, 'conv2d', [xv, (wv, 'HWIO')], [], yv,
-                                    f'pads=[0, 0, 0, 0] strides=[1, 1] dilations=[1, 1] groups={C_} accum_type={acc}', prev, elem)
-        elif l.op in UNARY_OPS or l.op in ('add', 'mul', 'sub'):
-            prev, _, _ = emit_whole(E, l, l.op, [vals[n] for n in l.inputs], [], yv, '', prev, elem)
-        elif l.op in ('maxpool', 'avgpool'):
-            src = g.inputs.get(l.inputs[0]) or g.layer(l.inputs[0]).shape
-            a = pool_attrs(l, src)
-            at = (f'kernel_shape=[{", ".join(map(str, a["kernel_shape"]))}] pads=[{", ".join(map(str, a["pads"]))}] '
-                  f'strides=[{", ".join(map(str, a["strides"]))}]')
-            prev, _, _ = emit_whole(E, l, l.op, [xv], [], yv, at, prev, elem)
-        else: raise LowerError(f'{l.name} (NAC instruction {l.nac}): {l.op} on {list(l.shape)} has no NEM emission yet')
+        fn = LAYER_EMITTERS.get(l.op)
+        if fn is None: raise LowerError(f'{l.name} (NAC instruction {l.nac}): {l.op} on {list(l.shape)} has no NEM emission')
+        prev = fn(E, l, ctx, xv, yv, prev)
         E.retire(); prev = []
         E.line('')
         chunks.append((E.loads, E.body[start:])); del E.body[start:]

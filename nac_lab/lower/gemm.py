@@ -8,7 +8,8 @@ import math
 from dataclasses import dataclass
 import numpy as np
 from .layers import LowerError
-from .emit import ESIZE, LAYER_EMITTERS, CONV_SPLIT, qdesc, qchan, to_elem, arena_name, epi_regions, epilogue_ops, emit_epilogue
+from .emit import (ESIZE, register_emitters, emit_conv_layer, qdesc, qchan, to_elem, arena_name, epi_regions, epilogue_ops,
+                                emit_epilogue)
 
 # %% auto #0
 __all__ = ['GemmTiling', 'gemm_dims', 'gemm_layout', 'tile_sizes', 'gemm_candidates', 'naive_gemm', 'emit_linear',
@@ -241,7 +242,7 @@ def _emit_linear(E, l, ctx, xv, yv, prev):
         t = naive_gemm(M, K, N, ctx.elem, E.l1, f'{l.name} (NAC instruction {l.nac})')
     return (emit_linear_engines if t.engines > 1 else emit_linear)(E, l, ctx, xv, yv, t, prev)
 
-LAYER_EMITTERS['linear'] = _emit_linear
+register_emitters(linear=_emit_linear)
 
 # %% ../../nbs/69f_lower_gemm.ipynb #2a8951c3
 def conv_split_l1(l, xs, ys, th, slots, tco, elem) -> int:
@@ -357,4 +358,9 @@ def emit_conv_split(E, l, ctx, xv, yv, t, prev) -> list:
         band[k] = mine + [ts]
     return live(*[x for b in band.values() for x in b])
 
-CONV_SPLIT[0] = emit_conv_split
+def _emit_conv(E, l, ctx, xv, yv, prev):
+    "conv2d: weights streamed in output-channel tiles when the tiling has `tco` (`emit_conv_split`), else resident (`emit_conv_layer`)."
+    t = ctx.tilings[l.name]
+    return emit_conv_split(E, l, ctx, xv, yv, t, prev) if getattr(t, 'tco', 0) else emit_conv_layer(E, l, ctx, xv, yv, prev)
+
+register_emitters(conv2d=_emit_conv)

@@ -6,14 +6,62 @@
 from __future__ import annotations
 import re
 from dataclasses import dataclass, field
+from enum import StrEnum
+import numpy as np
 from ..errors import NacLabError
 
 # %% auto #0
-__all__ = ['UNARY', 'BINARY', 'PASS', 'LowerError', 'Layer', 'LayerGraph', 'nem_input_name']
+__all__ = ['OP_FACTS', 'UNARY', 'BINARY', 'PASS', 'LowerError', 'LayerOp', 'OpFacts', 'Layer', 'LayerGraph', 'QParam', 'const_q',
+           'layer_problems', 'check_layers', 'nem_input_name']
 
 # %% ../../nbs/66a_lower_layers.ipynb #46ee63bf
 class LowerError(NacLabError, ValueError):
     "A model cannot be lowered to NEM: names the NAC instruction, the op and what is missing."
+
+# %% ../../nbs/66a_lower_layers.ipynb #a1f0c002
+class LayerOp(StrEnum):
+    "Every layer op of the lowering; a `LayerOp` is its own name as a string (and prints as one)."
+    def __repr__(self): return repr(self.value)
+    conv2d = 'conv2d'; linear = 'linear'; matmul = 'matmul'; bmul = 'bmul'
+    relu = 'relu'; gelu = 'gelu'; silu = 'silu'; sigmoid = 'sigmoid'; tanh = 'tanh'; sqrt = 'sqrt'; exp = 'exp'; log = 'log'
+    add = 'add'; mul = 'mul'; sub = 'sub'; div = 'div'; add_c = 'add_c'; mul_c = 'mul_c'; clamp = 'clamp'
+    maxpool = 'maxpool'; avgpool = 'avgpool'; pad = 'pad'
+    reshape = 'reshape'; relayout = 'relayout'; transpose = 'transpose'; concat = 'concat'; slice = 'slice'; take = 'take'
+    const = 'const'; gather = 'gather'; softmax = 'softmax'; layernorm = 'layernorm'; rmsnorm = 'rmsnorm'
+    pass_ = 'pass'; hardswish = 'hardswish'; hardsigmoid = 'hardsigmoid'      # import stage only (rewritten by lower.graph)
+
+# %% ../../nbs/66a_lower_layers.ipynb #a1f0c003
+@dataclass(frozen=True)
+class OpFacts:
+    "What every stage of the lowering needs to know about one `LayerOp` (see the list above)."
+    arity: int | None = 1
+    params: tuple = ()
+    attrs: tuple = ()
+    same_q: bool = False
+    int8: str = 'real'
+    bf16: bool = False
+    stage: str = 'graph'
+
+def _facts() -> dict:
+    F, O = OpFacts, LayerOp
+    conv = ('pads', 'strides', 'dilations', 'groups')
+    t = {O.conv2d: F(params=('w',), attrs=conv, int8='requant', bf16=True), O.linear: F(params=('w',), int8='requant', bf16=True),
+         O.matmul: F(2, int8='requant'), O.bmul: F(2, int8='requant'),
+         O.relu: F(same_q=True, bf16=True), O.gelu: F(bf16=True),
+         O.add: F(2, bf16=True), O.mul: F(2, bf16=True), O.sub: F(2, bf16=True), O.div: F(2),
+         O.add_c: F(attrs=('c',)), O.mul_c: F(attrs=('c',)), O.clamp: F(attrs=('min_val', 'max_val')),
+         O.maxpool: F(same_q=True, int8='exact', bf16=True), O.pad: F(attrs=('begins', 'ends', 'mode')),
+         O.reshape: F(same_q=True, int8='exact', bf16=True), O.relayout: F(same_q=True, int8='exact', bf16=True),
+         O.transpose: F(attrs=('perm',), same_q=True, int8='exact'), O.concat: F(None, attrs=('axis',)),
+         O.slice: F(attrs=('start', 'end', 'axis'), same_q=True, int8='exact'),
+         O.take: F(attrs=('index', 'axis'), same_q=True, int8='exact'),
+         O.const: F(0, params=('v',), int8='exact'), O.gather: F(params=('table',), int8='exact'),
+         O.softmax: F(attrs=('axis',), int8='island'), O.layernorm: F(attrs=('axis', 'epsilon'), int8='island'),
+         O.rmsnorm: F(attrs=('axis', 'epsilon'), int8='island'),
+         O.pass_: F(stage='import'), O.hardswish: F(stage='import'), O.hardsigmoid: F(stage='import')}
+    return {o: t.get(o, F()) for o in O}        # the rest: one input, no constants, computed on real values in int8
+
+OP_FACTS = _facts()
 
 # %% ../../nbs/66a_lower_layers.ipynb #1a4e04c4
 @dataclass
@@ -27,6 +75,12 @@ class Layer:
     shape: tuple = ()
     nac: int = -1                # the NAC instruction it implements
     stored_q: tuple | None = field(default=None, repr=False, compare=False)   # (int8 w, scales) as the .nac stores them (INT8_CHANNEL)
+    def __setattr__(self, k, v):
+        if k == 'op':
+            try: v = LayerOp(v)
+            except ValueError:
+                raise LowerError(f'layer {self.name}: {v!r} is not a layer op of the lowering (lower.layers.LayerOp)') from None
+        object.__setattr__(self, k, v)
 
 # %% ../../nbs/66a_lower_layers.ipynb #7e99afc1
 @dataclass
@@ -44,6 +98,71 @@ class LayerGraph:
 UNARY = {'nac.relu': 'relu', 'nac.gelu': 'gelu', 'nac.silu': 'silu', 'nac.sigmoid': 'sigmoid', 'nac.tanh': 'tanh'}
 BINARY = {'nac.add': 'add', 'nac.mul': 'mul', 'nac.sub': 'sub'}
 PASS = ('nac.dropout', 'nac.clone', 'nac.contiguous', 'nac.pass')
+
+# %% ../../nbs/66a_lower_layers.ipynb #a1f0c006
+@dataclass(frozen=True)
+class QParam:
+    "Per-tensor asymmetric int8 quantization: real = (q - zero_point) * scale."
+    scale: float
+    zero_point: int
+    def quantize(self, x) -> np.ndarray: return np.clip(np.rint(np.asarray(x, np.float64) / self.scale) + self.zero_point, -128,
+                                                        127).astype(np.int8)
+    def dequantize(self, q) -> np.ndarray: return (np.asarray(q, np.int64) - self.zero_point) * self.scale
+
+def const_q(c:float) -> QParam:
+    "The quantization of a constant scalar tensor `c`: symmetric, stored as ±127."
+    return QParam(abs(c) / 127 if c else 1.0, 0)
+
+# %% ../../nbs/66a_lower_layers.ipynb #a1f0c009
+_SAME_SHAPE = ('relu', 'gelu', 'silu', 'sigmoid', 'tanh', 'sqrt', 'exp', 'log', 'add_c', 'mul_c', 'clamp')
+
+def _where(l) -> str: return f'{l.name} ({l.op}, NAC instruction {l.nac})'
+
+def _shape_problems(l, shp) -> list:
+    "Shape rules of conv2d, linear and the elementwise layers; `shp`: the input shapes."
+    w = l.params.get('w'); out = []
+    if l.op == 'conv2d' and w is not None and len(shp[0]) == 4:
+        if w.ndim != 4 or shp[0][1] != w.shape[1] * l.attrs.get('groups', 1) or w.shape[0] != l.shape[1]:
+            out.append(f'{_where(l)}: weights {list(w.shape)} (groups={l.attrs.get("groups")}) do not map input {list(shp[0])} '
+                       f'to {list(l.shape)}')
+    elif l.op == 'linear' and w is not None:
+        if w.ndim != 2 or shp[0][-1] != w.shape[1] or l.shape[-1] != w.shape[0]:
+            out.append(f'{_where(l)}: weights {list(w.shape)} do not map input {list(shp[0])} to {list(l.shape)}')
+    elif l.op in ('add', 'mul', 'sub', 'div', 'bmul'):
+        try: ok = tuple(np.broadcast_shapes(*shp)) == tuple(l.shape)
+        except ValueError: ok = False
+        if not ok: out.append(f'{_where(l)}: inputs {[list(s) for s in shp]} do not broadcast to the output {list(l.shape)}')
+    elif l.op in _SAME_SHAPE and tuple(shp[0]) != tuple(l.shape):
+        out.append(f'{_where(l)}: elementwise output {list(l.shape)} differs from its input {list(shp[0])}')
+    return out
+
+# %% ../../nbs/66a_lower_layers.ipynb #a1f0c00a
+def layer_problems(g) -> list:
+    "Every problem of layer graph `g` that would stop or mislead emission (empty: the graph may be emitted)."
+    shapes, out = dict(g.inputs), []
+    for l in g.layers:
+        f = OP_FACTS[l.op]
+        if f.stage != 'graph': out.append(f'{_where(l)}: an import-stage op left in the graph')
+        if f.arity is not None and len(l.inputs) != f.arity: out.append(f'{_where(l)}: {len(l.inputs)} input(s), expected {f.arity}')
+        if l.name in shapes: out.append(f'{_where(l)}: the name {l.name} is defined twice')
+        undef = [n for n in l.inputs if n not in shapes]
+        if undef: out.append(f'{_where(l)}: reads {undef} before any layer or input defines it')
+        out += [f'{_where(l)}: missing constant {k!r}' for k in f.params if k not in l.params]
+        out += [f'{_where(l)}: missing attribute {k!r}' for k in f.attrs if k not in l.attrs]
+        if l.op in ('maxpool', 'avgpool') and not ({'kernel_shape', 'adaptive'} & set(l.attrs)):
+            out.append(f'{_where(l)}: missing attribute kernel_shape (or adaptive)')
+        if not all(isinstance(d, (int, np.integer)) and d >= 0 for d in l.shape):
+            out.append(f'{_where(l)}: output shape {list(l.shape)} is not concrete (fix the batch with batch=N)')
+        elif not undef: out += _shape_problems(l, [shapes[n] for n in l.inputs])
+        shapes[l.name] = tuple(l.shape)
+    out += [f'graph output {n}: no layer or input defines it' for n in g.outputs if n not in shapes]
+    return out
+
+def check_layers(g):
+    "Raise one `LowerError` listing every problem of `layer_problems(g)`; returns `g` when there are none."
+    p = layer_problems(g)
+    if p: raise LowerError(f'the layer graph cannot be emitted ({len(p)} problem(s)):\n  ' + '\n  '.join(p))
+    return g
 
 # %% ../../nbs/66a_lower_layers.ipynb #89e2c5ca
 _NEM_NAME = re.compile(r'[A-Za-z_][A-Za-z0-9_]{0,62}')

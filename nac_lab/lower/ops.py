@@ -6,7 +6,7 @@
 from __future__ import annotations
 import numpy as np
 from .layers import Layer, LowerError
-from .emit import LAYER_EMITTERS, ESIZE, emit_whole, fnum, qdesc, to_elem, _arena_region
+from .emit import register_emitters, ESIZE, emit_whole, fnum, qdesc, to_elem, _arena_region
 
 # %% auto #0
 __all__ = ['IMAGE_OPS', 'TORCH_OPS', 'POS4', 'plan_layouts', 'nem_axis', 'nem_perm', 'fuse_masks']
@@ -166,5 +166,5 @@ def _emit_matmul(E, l, ctx, xv, yv, prev):
                                                       f'{len(b.shape)} (broadcast batch) is not lowered')
     return emit_whole(E, l, 'matmul', [a, b], [], yv, f'accum_type={"i32" if ctx.elem == "i8" else "f32"}', prev, ctx.elem)[0]
 
-LAYER_EMITTERS.update(transpose=_emit_view, relayout=_emit_view, concat=_emit_view, layernorm=_emit_norm, rmsnorm=_emit_norm,
+register_emitters(transpose=_emit_view, relayout=_emit_view, concat=_emit_view, layernorm=_emit_norm, rmsnorm=_emit_norm,
                       softmax=_emit_softmax, matmul=_emit_matmul)

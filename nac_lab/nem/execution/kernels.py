@@ -9,8 +9,8 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 # %% auto #0
-__all__ = ['UNARY', 'BINARY', 'KERNELS', 'f64_to_f32_odd', 'round_float', 'Op', 'attr_value', 'k_eltwise', 'k_view', 'k_pool',
-           'k_reduce', 'k_norm', 'k_convert', 'conv_nd', 'k_linear']
+__all__ = ['UNARY', 'BINARY', 'KERNELS', 'f64_to_f32_odd', 'round_float', 'Op', 'attr_value', 'k_eltwise', 'k_view', 'pool_nhwc',
+           'k_pool', 'k_reduce', 'k_norm', 'k_convert', 'conv_nd', 'k_linear']
 
 # %% ../../../nbs/38c_nem_kernels.ipynb #7a49e14d
 # The NEM front end and the memory model, imported in one place (public names only).
@@ -171,7 +171,8 @@ def k_view(op:Op):
     xs = [op.real(k) for k in range(n)] + list(op.x[n:])
     return [op.store_real(k, v) for k, v in enumerate(_view_fn(op, xs))]
 
-def _pool(x, a, kind, neg):
+def pool_nhwc(x, a, kind, neg):
+    "max/avg pooling of NHWC `x` (padding with `neg` for max; avg over the valid positions only)."
     k, p, s = a['kernel_shape'], a['pads'], a['strides']
     xp = np.pad(x, [(0, 0), (p[0], p[2]), (p[1], p[3]), (0, 0)], constant_values=neg if kind == 'max' else 0)
     w = sliding_window_view(xp, k, axis=(1, 2))[:, ::s[0], ::s[1]]
@@ -184,10 +185,10 @@ def k_pool(op:Op):
     "maxpool / avgpool on NHWC (K5)."
     kind = op.opcode[:3]
     rv = op.ins[0]
-    if op.kind(rv) == 'float': return [_pool(op.f32(0), op.attrs, kind, -np.inf).astype(np.float32)]
-    if kind == 'max' and _same_q(rv, op.outs[0]): return [_pool(op.x[0], op.attrs, 'max', int_range(rv.elem)[0])]
-    if op.kind(rv) == 'int' and kind == 'max': return [_pool(op.x[0], op.attrs, 'max', int_range(rv.elem)[0])]
-    return [op.store_real(0, _pool(op.real(0), op.attrs, kind, -np.inf))]
+    if op.kind(rv) == 'float': return [pool_nhwc(op.f32(0), op.attrs, kind, -np.inf).astype(np.float32)]
+    if kind == 'max' and _same_q(rv, op.outs[0]): return [pool_nhwc(op.x[0], op.attrs, 'max', int_range(rv.elem)[0])]
+    if op.kind(rv) == 'int' and kind == 'max': return [pool_nhwc(op.x[0], op.attrs, 'max', int_range(rv.elem)[0])]
+    return [op.store_real(0, pool_nhwc(op.real(0), op.attrs, kind, -np.inf))]
 
 def k_reduce(op:Op):
     "reduce_sum/max/min (integers without descriptors: exact, wrapped into the output type) and argmax/argmin (first index)."
