@@ -107,6 +107,22 @@ def _repeat_interleave(c):
     parts = [_slice_layer(c, x, sh, ax, i, i + 1, f'_s{i}') for i in range(sh[ax])]
     return parts + [_L(c, '', 'concat', [p.name for p in parts for _ in range(r)], c.shape, attrs=dict(axis=ax))], c.lname
 
+def _expand(c):
+    "expand: each axis of size 1 broadcast to k becomes a concat of k copies (grouped-query attention's repeat of keys and values)."
+    x, sh, out = c.A('self'), list(c.S('self')), list(c.shape)
+    if len(out) < len(sh): raise c.err(f'expand of {sh} to fewer dims {out}')
+    layers, cur = [], x
+    if len(out) > len(sh):                                             # new leading axes of size 1 first
+        sh = [1] * (len(out) - len(sh)) + sh; layers.append(_L(c, '_r', 'reshape', [x], sh)); cur = layers[-1].name
+    for ax, (a, b) in enumerate(zip(sh, out)):
+        if a == b: continue
+        if a != 1: raise c.err(f'expand of axis {ax} from {a} to {b} (only size-1 axes broadcast)')
+        sh = sh[:ax] + [b] + sh[ax + 1:]
+        layers.append(_L(c, f'_e{ax}', 'concat', [cur] * b, sh, attrs=dict(axis=ax))); cur = layers[-1].name
+    if not layers: return [], x                                        # expand to its own shape: no layer
+    layers[-1].name = c.lname
+    return layers, c.lname
+
 # %% ../../nbs/69h_lower_attn.ipynb #371b17e3
 def _embedding(c):
     if c.kind('indices') != 'ref': raise c.err('embedding indices must be a model input or a computed tensor')
@@ -247,7 +263,7 @@ MORE = {'nac.split': _split, 'nac.split_with_sizes': _split, 'nac.unbind': _spli
         'nac.select': _select, 'nac.slice': _select, 'nac.repeat_interleave': _repeat_interleave, 'nac.embedding': _embedding,
         'nac.sdpa': _sdpa, 'nac.masked_fill': _masked_fill, 'nac.gelu': _gelu, 'nac.add': _binary, 'nac.sub': _binary,
         'nac.mul': _binary, 'nac.matmul': _matmul, 'nac.pow': _pow, 'nac.mean': _mean, 'nac.rsqrt': _rsqrt, 'nac.neg': _neg,
-        'nac.cat': _cat}
+        'nac.cat': _cat, 'nac.expand': _expand}
 
 def import_more(step, a, names, vals, it, consts):
     "Layers and the value (a name or `Parts`) for NAC instruction `step` when it is one of `MORE`'s, else None (`lower.graph` maps it)."
