@@ -147,3 +147,29 @@ def test_expand_float_and_int8_bit_exact(f32dev):
     raw = low.run_raw(*low.quantize_inputs(x).values())
     ref = reference_int8(low.graph, low.qp, low.ql, low.qp[next(iter(low.graph.inputs))].quantize(x))
     np.testing.assert_array_equal(raw[low.graph.outputs[0]], ref[low.graph.outputs[0]])
+
+class WhereBaddbmm(nn.Module):
+    "GPT-Neo's causal where (a constant mask, a scalar fill) and BLOOM's alibi baddbmm (a parameter bias plus scaled products)."
+    def __init__(s):
+        super().__init__()
+        s.register_buffer('causal', torch.tril(torch.ones(1, 1, 6, 6, dtype=torch.bool)))
+        s.register_buffer('fill', torch.tensor(-5.0)); s.alibi = nn.Parameter(torch.randn(2, 1, 6))
+    def forward(s, x):                                                  # x: [1, 2, 6, 4]
+        a = torch.where(s.causal, x @ x.transpose(2, 3), s.fill)        # [1, 2, 6, 6]
+        b = torch.baddbmm(s.alibi, x[0], x[0].transpose(1, 2), beta=1.0, alpha=0.5)     # [2, 6, 6]
+        return torch.relu(a + b[None])
+
+def test_where_and_baddbmm_float_and_int8_bit_exact(f32dev):
+    torch.manual_seed(0)
+    m = nac_compile(WhereBaddbmm().eval(), (torch.zeros(1, 2, 6, 4),))
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((1, 2, 6, 4)).astype(np.float32)
+    low = lower(m, f32dev, mode='float', example=(x,))
+    ops = [l.op for l in low.graph.layers]
+    assert low.elem == 'f32' and ops.count('matmul') == 2 and 'mul_c' in ops and not low.check().errors
+    np.testing.assert_allclose(low.run(x)[0], m.run(torch.from_numpy(x))[0].numpy(), atol=1e-5, rtol=1e-5)
+    low = lower(m, 'npm_lite', mode='int8', calib=[rng.standard_normal((1, 2, 6, 4)).astype(np.float32) for _ in range(3)])
+    assert not low.check().errors
+    raw = low.run_raw(*low.quantize_inputs(x).values())
+    ref = reference_int8(low.graph, low.qp, low.ql, low.qp[next(iter(low.graph.inputs))].quantize(x))
+    np.testing.assert_array_equal(raw[low.graph.outputs[0]], ref[low.graph.outputs[0]])

@@ -158,13 +158,47 @@ def _masked_fill(c):
     x, v = c.A('self'), c.C('value')
     if c.kind('mask') != 'param': raise c.err('masked_fill with a computed mask is not lowered')
     if not isinstance(v, (int, float)): raise c.err('masked_fill with a tensor value is not lowered')
-    m = c.P('mask').astype(bool)
+    return _fill(c, x, c.P('mask').astype(bool), float(v))
+
+def _scalar(c, k):
+    "Argument `k` as a Python float when it is a number or a one-element parameter, else None."
+    if c.kind(k) == 'const': v = c.C(k); return float(v) if isinstance(v, (int, float)) else None
+    if c.kind(k) == 'param' and c.P(k).size == 1: return float(c.P(k).reshape(()))
+    return None
+
+def _where(c):
+    "where(cond, x, v) with a constant condition and a scalar on one side: x where kept, v elsewhere (a masked fill)."
+    if c.kind('condition') != 'param': raise c.err('where with a computed condition is not lowered (NEM has no select instruction)')
+    m = np.broadcast_to(c.P('condition').astype(bool), c.shape)
+    for k, o, fill_where in (('self', 'other', ~m), ('other', 'self', m)):
+        v = _scalar(c, o)
+        if c.kind(k) == 'ref' and v is not None and tuple(c.S(k)) == tuple(c.shape): return _fill(c, c.A(k), fill_where, v)
+    raise c.err('where is lowered only with one computed tensor of the output shape and a scalar on the other side')
+
+def _fill(c, x, m, v):
+    "Layers giving `x` where `m` is False and `v` where it is True (`m` constant): one add when `v` is infinite, else a mul and an add."
     if math.isinf(v):
         ls, kn = c.const(('fill', c.step.index), np.where(m, v, 0.0), c.shape)
         return ls + [_L(c, '', 'add', [x, kn], c.shape)], c.lname
     l1, k1 = c.const(('keep', c.step.index), np.where(m, 0.0, 1.0), c.shape)
     l2, k2 = c.const(('fill', c.step.index), np.where(m, v, 0.0), c.shape)
     return l1 + l2 + [_L(c, '_keep', 'mul', [x, k1], c.shape), _L(c, '', 'add', [c.lname + '_keep', k2], c.shape)], c.lname
+
+# %% ../../nbs/69h_lower_attn.ipynb #c3e0d001
+def _baddbmm(c):
+    "baddbmm(self, b1, b2, beta, alpha) = beta·self + alpha·(b1 @ b2): a matmul, a scale, an add (a parameter `self` as a constant)."
+    beta, alpha = c.C('beta'), c.C('alpha')
+    beta, alpha = 1.0 if beta is None else float(beta), 1.0 if alpha is None else float(alpha)
+    out = [_L(c, '_mm', 'matmul', [c.A('batch1'), c.A('batch2')], c.shape)]; y = out[-1].name
+    if alpha != 1: out.append(_L(c, '_al', 'mul_c', [y], c.shape, attrs=dict(c=alpha))); y = out[-1].name
+    if beta == 0: out[-1].name = c.lname; return out, c.lname
+    if c.kind('self') == 'param':
+        ls, kn = c.const(('param', c.a['self'][1], beta), beta * c.P('self'), c.shape); out = ls + out
+    else:
+        if tuple(c.S('self')) != tuple(c.shape): raise c.err('baddbmm with a computed input that broadcasts is not lowered')
+        kn = c.A('self')
+        if beta != 1: out.append(_L(c, '_be', 'mul_c', [kn], c.shape, attrs=dict(c=beta))); kn = out[-1].name
+    return out + [_L(c, '', 'add', [y, kn], c.shape)], c.lname
 
 # %% ../../nbs/69h_lower_attn.ipynb #ba36fc07
 def _gelu(c):
@@ -263,7 +297,7 @@ MORE = {'nac.split': _split, 'nac.split_with_sizes': _split, 'nac.unbind': _spli
         'nac.select': _select, 'nac.slice': _select, 'nac.repeat_interleave': _repeat_interleave, 'nac.embedding': _embedding,
         'nac.sdpa': _sdpa, 'nac.masked_fill': _masked_fill, 'nac.gelu': _gelu, 'nac.add': _binary, 'nac.sub': _binary,
         'nac.mul': _binary, 'nac.matmul': _matmul, 'nac.pow': _pow, 'nac.mean': _mean, 'nac.rsqrt': _rsqrt, 'nac.neg': _neg,
-        'nac.cat': _cat, 'nac.expand': _expand}
+        'nac.cat': _cat, 'nac.expand': _expand, 'nac.where': _where, 'aten.baddbmm.default': _baddbmm}
 
 def import_more(step, a, names, vals, it, consts):
     "Layers and the value (a name or `Parts`) for NAC instruction `step` when it is one of `MORE`'s, else None (`lower.graph` maps it)."

@@ -101,6 +101,12 @@ def bias_ranges(g, ranges:dict) -> dict:
 # %% ../../nbs/67_lower_quant.ipynb #f86bcc25
 def quantize_graph(g, ranges:dict) -> tuple:
     "(value -> QParam, layer -> QLayer) for graph `g` from calibrated `ranges` (first widened where a bias needs it, `bias_ranges`)."
+    nac = {l.name: l.nac for l in g.layers}
+    for n, (lo, hi) in ranges.items():
+        if not (np.isfinite(lo) and np.isfinite(hi)):
+            where = f'layer {n} (NAC instruction {nac[n]})' if n in nac else f'input {n}'
+            raise LowerError(f'{where}: calibrated range [{lo}, {hi}] is not finite; int8 cannot represent it (a fill or mask of '
+                             f'the lowest float that overflowed?): lower this model in float')
     ranges = bias_ranges(g, ranges)
     qp = {n: act_qparam(*ranges[n]) for n in g.inputs}
     ql, rr = {}, dict(ranges)
