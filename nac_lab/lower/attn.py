@@ -320,7 +320,8 @@ def _emit_gather(E, l, ctx, xv, yv, prev):
     if xv.elem != 'i32': raise LowerError(f'{l.name} (NAC instruction {l.nac}): gather indices must be an integer model input')
     q = ctx.qp[l.name] if ctx.elem == 'i8' else None                 # int8: the table quantized as the output is (the gather copies bytes)
     c = E.const(f'{l.name}_table', q.quantize(T) if q else to_elem(T, ctx.elem))
-    return emit_whole(E, l, 'gather', [Val(c[0], T.shape, ctx.elem, q), xv], [], yv, 'axis=0', prev + [c[1]], ctx.elem)[0]
+    return emit_whole(E, l, 'gather', [Val(c[0], T.shape, ctx.elem, q), xv], [], yv, 'axis=0',
+                      prev + [c[1]] * (c[1] is not None), ctx.elem)[0]      # a table left in DDR has no load token
 
 def _emit_slice(E, l, ctx, xv, yv, prev):
     from nac_lab.lower.ops import nem_axis

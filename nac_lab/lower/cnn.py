@@ -283,7 +283,8 @@ def _emit_take(E, l, ctx, xv, yv, prev):
     idx = np.asarray(l.attrs['index'], np.int32)
     c = E.const(f'{l.name}_idx', idx)
     return emit_whole(E, l, 'gather', [xv, Val(c[0], idx.shape, 'i32')], [], yv,
-                      f'axis={nem_axis(l.attrs["axis"], len(l.shape), xv.layout == "NHWC")}', prev + [c[1]], ctx.elem)[0]
+                      f'axis={nem_axis(l.attrs["axis"], len(l.shape), xv.layout == "NHWC")}',
+                      prev + [c[1]] * (c[1] is not None), ctx.elem)[0]      # indices left in DDR have no load token
 
 def _emit_unary(E, l, ctx, xv, yv, prev): return emit_whole(E, l, l.op, [xv], [], yv, '', prev, ctx.elem)[0]
 

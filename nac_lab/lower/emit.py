@@ -298,7 +298,8 @@ def emit_whole(E, l, opcode, ins, consts, yv, attrs, prev, elem):
     for k, (cbuf, ctok, shape, celem, cq, clay) in enumerate(consts):
         r = f'{l.name}_k{k}'; E.line(f'{r} = {_arena_region(E, off, shape, celem, cq, clay)}')
         n = math.prod(shape) * ESIZE[celem]
-        t = E.tok(f'{l.name}_k{k}'); E.line(f'{t} = transfer.async(dst={r}, src=region({cbuf}, 0, {n}), deps=[{", ".join(prev + [ctok])}])')
+        dp = ', '.join(prev + [ctok] * (ctok is not None))          # a constant left in DDR has no load token
+        t = E.tok(f'{l.name}_k{k}'); E.line(f'{t} = transfer.async(dst={r}, src=region({cbuf}, 0, {n}), deps=[{dp}])')
         off += -(-n // 64) * 64; regs.append(r + ' @readonly'); toks.append(t)
     yr = f'{l.name}_out'
     E.line(f'{yr} = {_arena_region(E, off, yv.shape, yv.elem, qdesc(yv.q) if yv.q else None, yv.layout)}'); off += -(-yv.nbytes // 64) * 64

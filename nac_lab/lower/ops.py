@@ -101,13 +101,13 @@ def _emit_island(E, l, xv, yv, prev, attrs) -> list:
         a = np.asarray(p[k], np.float32); c = E.const(f'{l.name}_{k}', to_elem(a, 'f16'))
         r = f'{l.name}_r{k}'; E.line(f'{r} = {reg(a.shape, "f16", None, "C" if a.ndim == 1 else "MN" if a.ndim == 2 else "NHW")}')
         t = E.tok(f'{l.name}_{k}'); E.line(f'{t} = transfer.async(dst={r}, src=region({c[0]}, 0, {a.size * 2}), '
-                                           f'deps=[{", ".join(prev + [c[1]])}])')
+                                           f'deps=[{", ".join(prev + [c[1]] * (c[1] is not None))}])')
         ks.append(r + ' @readonly'); kt.append(t)
     if 'mask' in l.params:                       # an attention mask added in f16 (fuse_masks): -inf exists there
         m = np.asarray(l.params['mask'], np.float32); c = E.const(f'{l.name}_mask', to_elem(m, 'f16'))
         mr = f'{l.name}_rm'; E.line(f'{mr} = {reg(xv.shape, "f16", None, xv.layout)}')
         tm = E.tok(f'{l.name}_mask'); E.line(f'{tm} = transfer.async(dst={mr}, src=region({c[0]}, 0, {m.size * 2}), '
-                                             f'deps=[{", ".join(prev + [c[1]])}])')
+                                             f'deps=[{", ".join(prev + [c[1]] * (c[1] is not None))}])')
         xm = f'{l.name}_xm'; E.line(f'{xm} = {reg(xv.shape, "f16", None, xv.layout)}')
         t1b = E.tok(f'{l.name}_addm'); E.line(f'{t1b} = add.async in {xf}, {mr} @readonly out {xm} deps=[{t1}, {tm}]')
         xf, t1 = xm, t1b
