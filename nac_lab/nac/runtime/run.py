@@ -16,9 +16,9 @@ from ..compiler.ops import op_by_name, decode_value, NacOpError
 from ...guard import escape
 
 # %% auto #0
-__all__ = ['TUPLE_FIRST_OPS', 'Step', 'regroup', 'is_lost_constant', 'first_of_tuples', 'control_step', 'Interpreter',
-           'meta_size_check', 'meta_values', 'check_sizes', 'run_with_intermediate', 'InputSlot', 'input_slots',
-           'prepare_inputs', 'run_values', 'NacModel', 'load']
+__all__ = ['TUPLE_FIRST_OPS', 'FAST_KERNELS', 'Step', 'regroup', 'is_lost_constant', 'first_of_tuples', 'control_step',
+           'Interpreter', 'max_pool2d_cl', 'fast_kernel', 'meta_size_check', 'meta_values', 'check_sizes',
+           'run_with_intermediate', 'InputSlot', 'input_slots', 'prepare_inputs', 'run_values', 'NacModel', 'load']
 
 # %% ../../../nbs/19_nac_run.ipynb #f47921ed
 from ...errors import NacRunError  # noqa: F401 (defined with the other shared errors)
@@ -200,6 +200,18 @@ def _check_refs(self:Interpreter, i: int, where: str, refs: list):
         if self.nac.ops[j].A == SysOp.OUTPUT:
             raise NacRunError(f'{where}: reads instruction {j}, an <OUTPUT>, which produces no value')
 
+# %% ../../../nbs/19_nac_run.ipynb #c1a5f002
+def max_pool2d_cl(x, *a, **kw):
+    "`torch.max_pool2d` through the channels-last CPU kernel for a 4-D float tensor (identical values), returned NCHW-contiguous."
+    if x.dim() != 4 or x.device.type != 'cpu' or not x.is_floating_point(): return torch.max_pool2d(x, *a, **kw)
+    return torch.max_pool2d(x.contiguous(memory_format=torch.channels_last), *a, **kw).contiguous()
+
+FAST_KERNELS = {torch.max_pool2d: max_pool2d_cl}   # kernel -> a faster call with identical results
+
+def fast_kernel(s: Step):
+    "The function the generated program calls for op step `s`: its `FAST_KERNELS` replacement if it has one, else `s.fn`."
+    return FAST_KERNELS.get(s.fn, s.fn)
+
 # %% ../../../nbs/19_nac_run.ipynb #260db269
 def _refs(items):
     "The instruction indices an argument list reads (`('ref', j)`, also inside `('list', [...])`)."
@@ -229,7 +241,7 @@ def _codegen(self:Interpreter):
         elif s.kind == 'state': lines.append(f'    v{i} = _st[{s.target}]')
         elif s.kind in ('input', 'lifted'): lines.append(f'    v{i} = _in[{s.target}]')
         elif s.kind == 'op':
-            env[f'k{i}'] = s.fn
+            env[f'k{i}'] = fast_kernel(s)
             a = [expr(x, i, m) for m, x in enumerate(s.args)] + [f'{k}={expr(x, i, k)}' for k, x in s.kwargs.items()]
             lines.append(f'    v{i} = k{i}({", ".join(a)})')
         elif s.kind == 'state_out':
