@@ -38,3 +38,15 @@ def test_weight_parts_exact_and_faster(net, tiling, parts, monkeypatch):
     slow = lower(net, 'npm_pro', mode='int8', calib=_cal(), tiling={'L3_conv2d': tiling}, fuse=False)
     assert len(_to_l1(slow)) * parts == len(w)
     assert fast < slow.simulate().total_cycles
+
+def test_timing_probe_without_channel_scales(net, monkeypatch):
+    "The tile search's one-layer programs carry one per-tensor weight scale, not 256 per-channel ones, and time the same."
+    import re
+    import nac_lab.lower.tile as tl
+    low = lower(net, 'npm_pro', mode='int8', calib=_cal(), tiling={'L3_conv2d': Tiling(6, 1, tco=64)}, fuse=False)
+    l = low.graph.layer('L3_conv2d'); t = low.tilings['L3_conv2d']
+    short = tl.layer_program(l, low.graph, low.device, 'i8', low.qp, t)
+    monkeypatch.setattr(tl, '_PER_CHANNEL', re.compile('(?!)'))
+    full = tl.layer_program(l, low.graph, low.device, 'i8', low.qp, t)
+    assert 'per_channel' in full and 'per_channel' not in short and len(short) < len(full)
+    assert tl.simulate_text(short, low.device).total_cycles == tl.simulate_text(full, low.device).total_cycles
