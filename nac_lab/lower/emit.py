@@ -12,9 +12,18 @@ from .nemtext import (fnum, qdesc, qchan, DTYPE, ESIZE, to_elem, probe_constants
                                     nem_shape, stored_nhwc)      # the NEM vocabulary (nbs/68a), re-exported here
 
 # %% auto #0
-__all__ = ['UNARY_OPS', 'CHUNK_OPS', 'LAYER_EMITTERS', 'VIEW_OPS', 'Emitter', 'region', 'Tiling', 'conv_rows', 'epi_regions',
-           'conv_l1', 'emit_epilogue', 'arena_name', 'emit_conv', 'emit_whole', 'emit_chunked', 'L2Alloc', 'pick_l2',
-           'EmitCtx', 'register_emitters', 'emit_conv_layer', 'epilogue_ops', 'emit_program']
+__all__ = ['UNARY_OPS', 'CHUNK_OPS', 'LAYER_EMITTERS', 'VIEW_OPS', 'chunks', 'Emitter', 'region', 'Tiling', 'conv_rows',
+           'epi_regions', 'conv_l1', 'emit_epilogue', 'arena_name', 'emit_conv', 'emit_whole', 'emit_chunked',
+           'L2Alloc', 'pick_l2', 'EmitCtx', 'register_emitters', 'emit_conv_layer', 'epilogue_ops', 'emit_program']
+
+# %% ../../nbs/68_lower_emit.ipynb #4ca9acaf
+def chunks(n:int, parts:int=4, least:int=65536) -> list:
+    ("(offset, bytes) of the concurrent parts one transfer of `n` bytes is split into: up to `parts`, none under `least` bytes, "
+     "boundaries on 64 bytes.")
+    k = max(1, min(parts, n // least))
+    cut = [min(n, -(-n * j // k // 64) * 64) for j in range(k + 1)]
+    return [(a, b - a) for a, b in zip(cut, cut[1:]) if b > a]
+
 
 # %% ../../nbs/68_lower_emit.ipynb #ef3257a1
 class Emitter:
@@ -28,9 +37,10 @@ class Emitter:
         self.l2_pick = None         # the constants that get an L2 copy (None: first come while the budget lasts; see `pick_l2`)
     def buffer(self, name, level, size):
         self.bufs.append(f'buffer {name} : {level} (size={max(int(size), 1)}, align=64)'); return name
-    def const(self, name, arr, l2=True):
+    def const(self, name, arr, l2=True, split=False):
         ("A constant: a DDR buffer with its data, copied once into L2 (returns the L2 buffer and its token); a name seen before is "
-         "reused. `l2=False`: DDR only (returns the DDR buffer, no token).")
+         "reused. `l2=False`: DDR only (returns the DDR buffer, no token). `split`: the copy is several concurrent transfers "
+         "(`chunks`; one sDMA alone moves less than the DDR port does), and the token is their comma-joined list.")
         if name in self.data: return (name + '_L2', self.ctok[name]) if name in self.ctok else (name, None)
         arr = np.ascontiguousarray(arr); self.data[name] = arr
         self.buffer(name, 'DDR', arr.nbytes)
@@ -40,9 +50,12 @@ class Emitter:
             else: self.l2_budget -= -(-arr.nbytes // 64) * 64
         if not l2: return name, None
         self.buffer(name + '_L2', 'L2', arr.nbytes)
-        t = self.ctok[name] = self.tok(name + '_load')
-        self.loads.append(f'{t} = transfer.async(dst=region({name}_L2, 0, {arr.nbytes}), src=region({name}, 0, {arr.nbytes}))')
-        return name + '_L2', t
+        ts = []
+        for k, (o, m) in enumerate(chunks(arr.nbytes) if split else [(0, arr.nbytes)]):
+            t = self.tok(name + '_load' + (str(k) if k else '')); ts.append(t)
+            self.loads.append(f'{t} = transfer.async(dst=region({name}_L2, {o}, {m}), src=region({name}, {o}, {m}))')
+        self.ctok[name] = ', '.join(ts)
+        return name + '_L2', self.ctok[name]
     def tok(self, base):
         self.n += 1; t = f't{self.n}_{base}'; self.live.append(t); return t
     def retire(self, toks=None):
@@ -174,8 +187,12 @@ def emit_conv(E, l, xv, yv, wc, bc, wq_desc, tiling, prev, elem, qx, qy, epi=Non
         off = 0; ar = arena_name(q)
         Wn = f'{l.name}_W{sfx(q)}'
         E.line(f'{Wn} = {_arena_region(E, off, (KH, KW, I, O), elem, wq_desc, "HWIO", ar)}'); off += -(-KH * KW * I * O * e // 64) * 64
-        tw = E.tok(l.name + '_w' + sfx(q)); E.line(f'{tw} = transfer.async(dst={Wn}, src=region({wc[0]}, 0, {KH * KW * I * O * e}), '
-                                                   f'deps=[{", ".join(prev + [wc[1]] if wc[1] else prev)}])')
+        tws = []                           # the weights in concurrent parts: one DMA alone moves less than the L2 port does
+        for j, (o, m) in enumerate(chunks(KH * KW * I * O * e)):
+            t = E.tok(l.name + '_w' + sfx(q) + (f'_{j}' if j else '')); tws.append(t)
+            E.line(f'{t} = transfer.async(dst={_arena_region(E, o, (m,), "i8", ar=ar) if j or m < KH * KW * I * O * e else Wn}, '
+                   f'src=region({wc[0]}, {o}, {m}), deps=[{", ".join(prev + [wc[1]] if wc[1] else prev)}])')
+        tw = ', '.join(tws)
         Bn = f'{l.name}_B{sfx(q)}'; ob = off
         if elem == 'i8': E.line(f'{Bn} = {_arena_region(E, off, (O,), "i32", ar=ar)}'); off += -(-O * 4 // 64) * 64
         else: E.line(f'{Bn} = {_arena_region(E, off, (N, th, Wo, Co), elem, ar=ar)}'); off += SY
@@ -426,10 +443,10 @@ def emit_conv_layer(E, l, ctx, xv, yv, prev) -> list:
     w = l.params['w']; O = w.shape[0]
     if elem == 'i8':
         q = ctx.ql[l.name]
-        wc = E.const(f'{l.name}_w', np.transpose(q.wq, (2, 3, 1, 0))); bc = E.const(f'{l.name}_b', q.bq)
+        wc = E.const(f'{l.name}_w', np.transpose(q.wq, (2, 3, 1, 0)), split=True); bc = E.const(f'{l.name}_b', q.bq)
         wd = qchan(q.sw, 3)
     else:
-        wc = E.const(f'{l.name}_w', to_elem(np.transpose(w, (2, 3, 1, 0)), elem)); wd = None
+        wc = E.const(f'{l.name}_w', to_elem(np.transpose(w, (2, 3, 1, 0)), elem), split=True); wd = None
         bc = E.const(f'{l.name}_b', to_elem(np.broadcast_to(l.params.get('b', np.zeros(O, np.float32)), (yv.shape[0], t.th,
                                                                                                          yv.shape[2], O)), elem))
     wc = (wc[0], wc[1], np.transpose(w, (2, 3, 1, 0)).shape)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 from .layers import LowerError
 from .emit import (ESIZE, register_emitters, emit_conv_layer, qdesc, qchan, to_elem, arena_name, epi_regions, epilogue_ops,
-                                emit_epilogue)
+                                emit_epilogue, chunks)
 
 # %% auto #0
 __all__ = ['GemmTiling', 'gemm_dims', 'gemm_layout', 'tile_sizes', 'gemm_candidates', 'naive_gemm', 'emit_linear',
@@ -327,9 +327,11 @@ def emit_conv_split(E, l, ctx, xv, yv, t, prev) -> list:
                 E.retire(live(*wt[q].pop(g - ws, ())))            # the tile that used this weight slot is done
                 Wr = f'{l.name}_w{k}_{j}'
                 E.line(f'{Wr} = {_reg4(ar, s * SW, (KH, KW, I, n), elem, qchan(sw[c0:c1], 3) if q8 else None, layout="HWIO")}')
-                tw = E.tok(f'{l.name}_w{k}_{j}')
-                E.line(f'{tw} = transfer.async(dst={Wr}, src=region({wc[0]}, {KH * KW * I * c0 * e}, {KH * KW * I * n * e}), '
-                       f'deps=[{", ".join(live(*prev, wc[1]))}])')
+                tw, w0 = [], KH * KW * I * c0 * e                   # the tile in concurrent parts (`chunks`): one DMA moves less
+                for p, (o, m) in enumerate(chunks(KH * KW * I * n * e)):      # than the memory port does
+                    t_ = E.tok(f'{l.name}_w{k}_{j}' + (f'_{p}' if p else '')); tw.append(t_)
+                    E.line(f'{t_} = transfer.async(dst={Wr if m == KH * KW * I * n * e else f"region({ar}, {s * SW + o}, {m})"}, '
+                           f'src=region({wc[0]}, {w0 + o}, {m}), deps=[{", ".join(live(*prev, *(wc[1] or "").split(", ")))}])')
                 if len(cols) == 1: resident[q] = (Wr, tw)          # one tile: loaded once per engine, resident
             else: Wr, tw = resident[q]
             Yr = _reg4(ar, (oy if q8 else oc) + sl * SY + c0 * e, (N, r1 - r0, Wo, n), elem, qy, pitch=Co)
@@ -337,8 +339,8 @@ def emit_conv_split(E, l, ctx, xv, yv, t, prev) -> list:
                                              if q8 else '')
             tc = E.tok(f'{l.name}_conv{k}_{j}')
             E.line(f'{tc} = conv2d.async in {ins} out {Yr} {attrs(pt, pb)} accum_type={"i32" if q8 else "f32"} '
-                   f'deps=[{", ".join(live(tx, tw, mine[-1] if j else None))}]')      # the slices interleave: one after the other
-            wt[q][g] = (tw, tc) if resident[q] is None else (tc,); mine.append(tc)
+                   f'deps=[{", ".join(live(tx, *tw, mine[-1] if j else None))}]')      # the slices interleave: one after the other
+            wt[q][g] = (*tw, tc) if resident[q] is None else (tc,); mine.append(tc)
         yr = f'{l.name}_y{k}'; E.line(f'{yr} = {_reg4(ar, oy + sl * SY, ys, elem, qy)}')
         last = live(*mine[1:])
         if not q8:

@@ -120,7 +120,11 @@ def layer_program(l, g, dev, elem, qp, tiling) -> str:
     from nac_lab.lower.emit import probe_constants
     with probe_constants():                  # the constants' values are never read: no float conversion
         emit_program(sub, E, 'int8' if elem == 'i8' else elem, qp, _fake_ql(l, elem), {l.name: tiling}, probe=True)
-    return E.text('tile_probe')
+    return _PER_CHANNEL.sub('per_tensor(scale=1.0, zero_point=0)', E.text('tile_probe'))
+
+# the fake weights' per-channel scales (all 1, see `_fake_ql`) as one per-tensor scale: the same timing, and a text that parses
+# in a fraction of the time (a 2048-channel layer wrote ~60 KB of scales per weight region)
+_PER_CHANNEL = re.compile(r'per_channel\(axis=\d+, scales=\[[^\]]*\], zero_points=\[[^\]]*\]\)')
 
 # %% ../../nbs/69_lower_tile.ipynb #028d52fa
 def _fake_ql(l, elem):
