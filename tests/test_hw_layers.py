@@ -76,11 +76,28 @@ def test_other_kinds_bit_exact_under_verilator(tmp_path, name):
     np.testing.assert_array_equal(y.reshape(-1), ref.reshape(-1))
     assert cyc == STEPS[name] + 2
 
-def test_fused_program_is_refused_by_name(tmp_path):
-    "A program lowered with fused epilogues (the default) is refused with an error that names the fix, not generated wrongly."
-    mod, S = CASES['conv3x3']
+@needs_iverilog
+@pytest.mark.parametrize('name', ['conv3x3', 'depthwise'])
+def test_fused_relu_bit_exact(tmp_path, name):
+    "Lowered with the default fuse=True (the ReLU in the conv's epilogue, bands interleaved with it): same RTL, bit for bit."
+    mod, S = CASES[name]
     torch.manual_seed(0); rng = np.random.default_rng(0)
     low = lower(nac_compile(mod().eval(), (torch.zeros(S),)), 'npm_lite', mode='int8',
                 calib=[rng.standard_normal(S).astype(np.float32) for _ in range(2)], tiling=2)
     d = tmp_path / 'fused'; low.save(d)
-    with pytest.raises(HwError, match='fuse=False'): load_layers(d)
+    (layer,) = load_layers(d)
+    assert layer.relu is not None and layer.act_min == layer.y_zero and len(layer.bands) > 1
+    xq = next(iter(low.quantize_inputs(rng.standard_normal(S).astype(np.float32)).values()))
+    ref = next(iter(low.run_raw(xq).values()))
+    y, cyc, _ = simulate(_rtl(tmp_path, layer, HwConfig(4, 4)), xq, 'icarus')
+    np.testing.assert_array_equal(y.reshape(-1), ref.reshape(-1))
+    assert cyc == STEPS[name] + 2
+
+def test_fused_clamp_is_refused_by_name(tmp_path):
+    "A fused epilogue the RTL does not have (ReLU6: a clamp that requantizes) is refused with an error that names the fix."
+    torch.manual_seed(0); rng = np.random.default_rng(0)
+    S = (1, 4, 6, 6)
+    low = lower(nac_compile(nn.Sequential(nn.Conv2d(4, 8, 3, padding=1), nn.ReLU6()).eval(), (torch.zeros(S),)), 'npm_lite',
+                mode='int8', calib=[rng.standard_normal(S).astype(np.float32) for _ in range(2)], tiling=2)
+    d = tmp_path / 'fused'; low.save(d)
+    with pytest.raises(HwError, match='clamp step.*fuse=False'): load_layers(d)

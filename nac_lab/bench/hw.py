@@ -37,7 +37,7 @@ def run(rows: int = 4, cols: int = 4, hw: int = 16, ch: int = 16, simulator: str
     with tempfile.TemporaryDirectory(prefix='nac_bench_hw_') as tmp:
         d = Path(workdir or tmp)
         low = lower(nac_compile(m, (torch.zeros(S),)), str(calibrated_device(d / 'dev', cfg)), mode='int8',
-                    calib=[rng.standard_normal(S).astype(np.float32)])
+                    calib=[rng.standard_normal(S).astype(np.float32)], fuse=False)   # one NEM layer per RTL layer
         low.save(d / 'low')
         layers = [lay for lay in load_layers(d / 'low') if not isinstance(lay, str)]
         gen = {}

@@ -63,6 +63,12 @@ def memories(dump: str) -> list:
     return res
 
 # %% ../../nbs/84_hw_cost.ipynb #f8adc52b
+# synth's coarse stage (yosys 0.23 `help synth`) with its `memory -nomap` spelled out less the two passes that compare every pair
+# of write ports (opt_mem_priority, memory_share): the output buffer has rows x cols write ports, and at 16 x 16 (32,640 pairs)
+# yosys stayed in opt_mem_priority; the memories stay $mem_v2 cells either way (4 x 4: the same counts as `memory -nomap`)
+_MEMORY = 'opt_mem; opt_mem_feedback; memory_bmux2rom; memory_dff; opt_clean; opt_mem_widen; opt_clean; memory_collect'
+_COARSE = ('proc; opt_expr; opt_clean; check; opt -nodffe -nosdff; fsm; opt; wreduce; peepopt; opt_clean; alumacc; share; opt; '
+           f'{_MEMORY}; opt_clean')
 _FINE = 'opt -fast -full; opt -full; techmap; opt -fast; abc -fast; opt -fast'   # synth's fine stage less memory_map
 
 def cost(rtl_dir, timeout: float = 600) -> dict:
@@ -72,7 +78,7 @@ def cost(rtl_dir, timeout: float = 600) -> dict:
     d = Path(rtl_dir)
     v = [f for f in m['files'] if f.endswith('.v')]
     tmp = ('_coarse.json', '_mems.txt', '_fine.json')
-    script = (f'read_verilog {" ".join(v)}; synth -top {m["top"]} -run :fine; tee -q -o _coarse.json stat -json; '
+    script = (f'read_verilog {" ".join(v)}; synth -top {m["top"]} -run :coarse; {_COARSE}; tee -q -o _coarse.json stat -json; '
               f'tee -q -o _mems.txt dump t:$mem_v2; {_FINE}; tee -q -o _fine.json stat -json')
     try:
         run_tool(['yosys', '-q', '-p', script], d, timeout, 'yosys synth')

@@ -45,7 +45,7 @@ class HwLayer:
     act_max: int = 127
     rounding: str = 'double'
     bands: list = field(default_factory=list)   # [(first output row, rows)] in the NEM program's order
-    relu: str | None = None                     # the fused ReLU layer's name
+    relu: str | None = None                     # the fused ReLU layer's name, or '<layer> (epilogue)' (lower.fuse)
     @property
     def K(self) -> int: return self.KH * self.KW * (1 if self.kind == 'dw' else self.C)
     @property
@@ -62,12 +62,18 @@ def _num(v):
     return int(getattr(v, 'value', v))
 
 def _layer_of(rname: str) -> str:
-    "The layer name in an emitted region name: `L3_conv2d_W`, `L3_conv2d_W1`, `L7_linear_w4`, `L4_relu_in0` -> the part before."
+    ("The layer name in an emitted region name: `L3_conv2d_W`, `L3_conv2d_W1`, `L7_linear_w4`, `L4_relu_in0`, and a fused epilogue's "
+     "input `L3_conv2d_y0`, `L3_conv2d_y0_e1` -> the part before.")
     import re
-    m = re.fullmatch(r'(.+?)_(?:[Ww]\d*|in\d+)', rname)
-    if m is None: raise HwError(f'region {rname!r}: not a name the lowering emits (<layer>_W, <layer>_w<n> or <layer>_in<n>); '
-                                'a fused epilogue (lower.fuse) has no RTL yet: lower with fuse=False')
+    m = re.fullmatch(r'(.+?)_(?:[Ww]\d*|in\d+|y\d+(?:_e\d+)*)', rname)
+    if m is None: raise HwError(f'region {rname!r}: not a name the lowering emits (<layer>_W, <layer>_w<n>, <layer>_in<n> or '
+                                '<layer>_y<n>)')
     return m.group(1)
+
+def _fused(i) -> bool:
+    "Whether compute instance `i` is a step of its layer's fused epilogue (`lower.fuse`): it reads the layer's output `<layer>_y<n>`."
+    import re
+    return bool(i.reads) and re.fullmatch(r'.+?_y\d+(?:_e\d+)*', i.reads[0].name) is not None
 
 def _scales(rv):
     from nac_lab.nem.execution.memory import quant_params
@@ -96,9 +102,12 @@ def _group(insts):
         if i.kind != 'compute': continue
         op = i.node.opcode
         if op in ('conv2d', 'gemm'): ln = _layer_of(i.reads[1].name)
-        elif op == 'relu': ln = _layer_of(i.reads[0].name)
+        elif op == 'relu' or _fused(i): ln = _layer_of(i.reads[0].name)
         else: ln = f'{op}@{getattr(i.node, "line", 0)}'
-        if out and out[-1][0] == ln: out[-1][2].append(i)
+        # a layer's bands interleave with their fused epilogue steps (conv band 0, relu band 0, conv band 1, ...): while the layer
+        # goes on, an instance joins the entry of its layer and opcode
+        same = [e for e in out if e[0] == ln and e[1] == op] if out and out[-1][0] == ln else []
+        if same: same[-1][2].append(i)
         else: out.append((ln, op, [i]))
     return out
 
@@ -152,7 +161,8 @@ def _gemm_layer(d, name, insts, single) -> HwLayer:
 # %% ../../nbs/80_hw_layer.ipynb #10ccae99
 def load_layers(lowered_dir) -> list:
     """The int8 conv2d / depthwise / gemm layers of a `nem lower` folder (model.nem + constants), in program order, each with the
-    ReLU that directly follows it fused. Any other compute op is refused by `chain_check`, not here."""
+    ReLU that directly follows it fused, whether a separate layer (`fuse=False`) or the layer's fused epilogue (`lower.fuse`). A fused
+    epilogue with any other step is refused here; any other compute op by `run_model`."""
     from nac_lab.nem.execution.elab import elaborate, load_program
     from nac_lab.nem.execution.memory import NemExecError
     d = Path(lowered_dir)
@@ -162,8 +172,13 @@ def load_layers(lowered_dir) -> list:
     single = bool(el.device.unit_chars.get('NMU', {}).get('requant_single_rounding', 0)) if el.device is not None else False
     out = []
     for name, op, insts in _group(el.insts):
-        if op == 'relu' and out and out[-1].relu is None and _scales(insts[0].reads[0])[1][0] == out[-1].y_zero:
-            out[-1].relu, out[-1].act_min = name, out[-1].y_zero; continue
+        prev = out[-1] if out and isinstance(out[-1], HwLayer) else None
+        if op == 'relu' and prev is not None and prev.relu is None and _scales(insts[0].reads[0])[1][0] == prev.y_zero \
+                and _scales(insts[0].writes[0])[1][0] == prev.y_zero:
+            prev.relu, prev.act_min = (f'{name} (epilogue)' if _fused(insts[0]) else name), prev.y_zero; continue
+        if _fused(insts[0]):
+            raise HwError(f'{name}: its fused epilogue has a {op} step (line {getattr(insts[0].node, "line", 0)}); the generated '
+                          'hardware fuses a ReLU only (no requantizing clamp, no residual add yet): lower with fuse=False')
         if op == 'conv2d': out.append(_conv_layer(d, name, insts, single))
         elif op == 'gemm': out.append(_gemm_layer(d, name, insts, single))
         else: out.append(name)              # a step the hardware does not do: kept so that a chain can name it

@@ -58,7 +58,8 @@ def format_cycles(rows) -> str:
 
 # %% ../../nbs/83_hw_model.ipynb #48841082
 def calibrated_device(folder, cfg: HwConfig | None = None, base: str = 'npm_lite') -> Path:
-    "Write `folder/hw_calib.nem`: device `hw_calib`, shipped device `base` with the NMU array and free transfers of `cfg`'s hardware."
+    ("Write `folder/hw_calib.nem`: device `hw_calib`, shipped device `base` with the NMU array (groups packed on its columns, as the "
+     "generated depthwise array does) and free transfers of `cfg`'s hardware.")
     from nac_lab.core import data_path
     import shutil
     cfg = cfg or HwConfig()
@@ -69,7 +70,7 @@ def calibrated_device(folder, cfg: HwConfig | None = None, base: str = 'npm_lite
     (d / 'hw_calib.nem').write_text(
         f'include "{base}.nem"\n\ndevice hw_calib extends {base} {{\n    unit_characteristics {{\n'
         f'        NMU {{\n            int8_macs = {cfg.rows * cfg.cols}\n            array_rows = {cfg.rows}\n'
-        f'            array_cols = {cfg.cols}\n            pipeline_cycles = 2\n        }}\n'
+        f'            array_cols = {cfg.cols}\n            pipeline_cycles = 2\n            pack_groups = 1\n        }}\n'
         f'        DMA {{\n            bytes_per_cycle = {big}\n            l2_bytes_per_cycle = {big}\n'
         f'            latency = 0\n        }}\n'
         f'        sDMA {{\n            bytes_per_cycle = {big}\n            ddr_bytes_per_cycle = {big}\n'

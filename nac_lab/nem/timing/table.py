@@ -43,6 +43,11 @@ def characteristics(device) -> dict:
             raise NemExecError(f'device {getattr(device, "name", "?")}: unit_characteristics NMU.{k} = {v}; it must be in 1..4096',
                                getattr(getattr(device, 'node', None), 'file', '<device>'),
                                getattr(getattr(device, 'node', None), 'line', 0), 0, 'sim.characteristics')
+    if n.get('pack_groups', 0) not in (0, 1):                  # absent means 0 (kept out of the merged dict: tables print it)
+        raise NemExecError(f'device {getattr(device, "name", "?")}: unit_characteristics NMU.pack_groups = {n["pack_groups"]}; it must be '
+                           '0 (groups one after another) or 1 (groups side by side on the array columns)',
+                           getattr(getattr(device, 'node', None), 'file', '<device>'),
+                           getattr(getattr(device, 'node', None), 'line', 0), 0, 'sim.characteristics')
     for u, kv in uc.items():          # rates and the clock divide: they must be positive; latencies must not be negative
         for k, v in kv.items():
             if k not in _TIMING_KEYS: continue
@@ -70,7 +75,7 @@ def _bytes(ops): return sum(-(-math.prod(s) * BITWIDTH[e] // 8) if s else x for 
 
 def array_cycles(node, reads, writes, nmu) -> int:
     ("Cycles of a gemm/matmul/conv on `nac_lab.fxp`'s output-stationary MAC array (`NMU.array_rows` x `array_cols`), groups one after "
-     "another.")
+     "another, or `cols // N` of them side by side when `NMU.pack_groups` is 1.")
     from nac_lab.fxp.mac import Datapath
     dp = Datapath(rows=nmu['array_rows'], cols=nmu['array_cols'], pipeline_depth=nmu['pipeline_cycles'])
     if node.opcode in ('gemm', 'matmul'):
@@ -79,7 +84,8 @@ def array_cycles(node, reads, writes, nmu) -> int:
     y, w, x = writes[0][1], reads[1][1], reads[0][1]
     groups = max(1, x[-1] // w[-2])
     M, K, N = math.prod(y[:-1]), math.prod(w[:-1]), y[-1] // max(groups, 1)
-    return groups * dp.tiles(M, N) * K + dp.pipeline_depth
+    g = max(1, dp.cols // max(N, 1)) if nmu.get('pack_groups') and groups > 1 else 1     # groups per pass (A2)
+    return -(-groups // g) * dp.tiles(M, min(g, groups) * N) * K + dp.pipeline_depth
 
 def op_cost(node, kind:str, unit:str, reads:list, writes:list, uc:dict) -> tuple:
     "(fixed cycles, bytes moved, MACs, work, bytes touched, ideal NMU cycles) of one task; operands are (elem, shape, extent) triples."
