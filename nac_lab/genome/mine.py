@@ -24,7 +24,7 @@ class ModelDag:
     labels: list
     succ: list
     pred: list
-    load_s: float = 0.0          # wall seconds spent reading and labelling the model (0 when given a DAG)
+    load_s: float = 0.0          # wall seconds spent reading and labelling the model
     load_cpu_s: float = 0.0      # CPU seconds of the loading process for the same
 
 def model_dag(name: str, dag: nx.DiGraph) -> ModelDag:
