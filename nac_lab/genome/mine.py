@@ -133,7 +133,9 @@ def summary(m: ModelDag, cur, prev, keep, all_occurrences: bool = False) -> tupl
     return out, cur[1] + time.process_time() - c0, cur[2] + time.perf_counter() - w0
 
 def _warm():
+    "Import what loading a model needs, including torch's lazily imported tracing code (about 1.6 s of CPU on the first meta run)."
     import nac_lab.nac.format.graph, nac_lab.nac.runtime.run, nac_lab.genome.dag      # noqa: F401
+    import torch._dynamo                                                               # noqa: F401
 
 class LocalRunner:
     "Run the per-model tasks in this process (what `mine` does without a Dask runner)."
