@@ -4,42 +4,69 @@
 
 # %% ../../nbs/107_genome_bench.ipynb #33a1ce25
 from __future__ import annotations
-import argparse, time
+import argparse, os, statistics, time
 from pathlib import Path
 
 # %% auto #0
 __all__ = ['bench', 'report', 'main']
 
 # %% ../../nbs/107_genome_bench.ipynb #ac7a65ea
+def _worker_cpu() -> float: return time.process_time()
+
+def _key(ps) -> list: return [(p.code, p.support, p.occurrences, p.per_model, p.closed, p.maximal, sorted(p.parents)) for p in ps]
+
 def bench(folder, max_size: int = 4, min_support: int = 2, workers: int = 2) -> dict:
-    "Mine `folder`'s `.nac` files in process and on a `workers`-process Dask cluster; times, pattern counts and the speed-up."
-    from nac_lab.genome.mine import mine, DaskRunner, LocalRunner
+    ("Mine `folder`'s `.nac` files in process and on a `workers`-process Dask cluster: wall and CPU times, per-model times, "
+     "pattern counts, the speed-up and the load average around each run.")
+    from nac_lab.genome.mine import mine, DaskRunner, LocalRunner, _warm
     from nac_lab.genome.tree import nac_files
     files = nac_files([folder])
-    t0 = time.perf_counter()
-    one = mine(files, max_size=max_size, min_support=min_support, runner=LocalRunner(), progress=False)
-    t1 = time.perf_counter()
+    _warm()                                                  # the imports are not timed, here as on the Dask workers
+    la0, st = os.getloadavg()[0], {}
+    t0, c0 = time.perf_counter(), time.process_time()
+    one = mine(files, max_size=max_size, min_support=min_support, runner=LocalRunner(), progress=False, stats=st)
+    t1, c1, la1 = time.perf_counter(), time.process_time(), os.getloadavg()[0]
     run = DaskRunner(None, n_workers=workers)               # cluster start-up and the workers' imports are not timed
     try:
         run.warm()
-        t2 = time.perf_counter()
+        w0 = run.client.run(_worker_cpu)
+        t2, c2 = time.perf_counter(), time.process_time()
         par = mine(files, max_size=max_size, min_support=min_support, runner=run, progress=False)
-        t3 = time.perf_counter()
+        t3, c3 = time.perf_counter(), time.process_time()
+        w1 = run.client.run(_worker_cpu)
     finally: run.close()
-    same = [(p.code, p.support, p.occurrences) for p in one] == [(p.code, p.support, p.occurrences) for p in par]
+    la2 = os.getloadavg()[0]
+    wcpu = [w1[a] - w0[a] for a in w0]
+    per = [s['load_s'] + s['mine_s'] for s in st.values()] or [0.0]
+    per_cpu = [s['load_cpu_s'] + s['mine_cpu_s'] for s in st.values()] or [0.0]
     by_size = {}
     for p in one: by_size[p.size] = by_size.get(p.size, 0) + 1
+    r2 = lambda x: round(x, 2)
     return dict(models=len(files), max_size=max_size, min_support=min_support, patterns=len(one), by_size=by_size,
                 closed=sum(p.closed for p in one), maximal=sum(p.maximal for p in one),
-                seconds_1proc=round(t1 - t0, 2), seconds_dask=round(t3 - t2, 2), per_model_s=round((t1 - t0) / max(1, len(files)), 3),
-                workers=workers, speedup=round((t1 - t0) / max(t3 - t2, 1e-9), 2), same_result=same)
+                wall_1proc=r2(t1 - t0), cpu_1proc=r2(c1 - c0),
+                load_cpu_1proc=r2(sum(s['load_cpu_s'] for s in st.values())), mine_cpu_1proc=r2(sum(s['mine_cpu_s'] for s in st.values())),
+                per_model_median_s=round(statistics.median(per), 3), per_model_max_s=round(max(per), 3),
+                per_model_median_cpu_s=round(statistics.median(per_cpu), 3), per_model_max_cpu_s=round(max(per_cpu), 3),
+                slowest=max(st, key=lambda n: st[n]['load_s'] + st[n]['mine_s']) if st else None,
+                workers=workers, wall_dask=r2(t3 - t2), cpu_dask_client=r2(c3 - c2), cpu_dask_workers=[r2(x) for x in sorted(wcpu)],
+                speedup_wall=r2((t1 - t0) / max(t3 - t2, 1e-9)),
+                speedup_cpu=r2((c1 - c0) / max(max(wcpu, default=0.0) + (c3 - c2), 1e-9)),
+                load=[r2(la0), r2(la1), r2(la2)], same_result=_key(one) == _key(par))
 
 def report(r: dict) -> str:
     "The benchmark's figures as text."
     return (f'genome mining: {r["models"]} models, k <= {r["max_size"]}, min support {r["min_support"]}\n'
             f'  patterns found: {r["patterns"]} (by size {r["by_size"]}; {r["closed"]} closed, {r["maximal"]} maximal)\n'
-            f'  one process: {r["seconds_1proc"]} s ({r["per_model_s"]} s per model)\n'
-            f'  Dask, {r["workers"]} workers: {r["seconds_dask"]} s -> speed-up {r["speedup"]}x; same patterns: {r["same_result"]}')
+            f'  one process: {r["wall_1proc"]} s wall, {r["cpu_1proc"]} s CPU (loading {r["load_cpu_1proc"]} s, '
+            f'mining {r["mine_cpu_1proc"]} s)\n'
+            f'  per model (load + mine): median {r["per_model_median_s"]} s wall / {r["per_model_median_cpu_s"]} s CPU, '
+            f'max {r["per_model_max_s"]} s wall / {r["per_model_max_cpu_s"]} s CPU ({r["slowest"]})\n'
+            f'  Dask, {r["workers"]} worker processes: {r["wall_dask"]} s wall; CPU per worker {r["cpu_dask_workers"]} s, '
+            f'client {r["cpu_dask_client"]} s\n'
+            f'  speed-up over one process: {r["speedup_wall"]}x wall, {r["speedup_cpu"]}x by CPU (one-process CPU / '
+            f'(busiest worker + client CPU)); same patterns: {r["same_result"]}\n'
+            f'  load average (1 min) before / between / after: {r["load"]}')
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog='python -m nac_lab.bench.genome', description='gene mining benchmark')

@@ -4,15 +4,15 @@
 
 # %% ../../nbs/102_genome_mine.ipynb #876fd901
 from __future__ import annotations
-import hashlib
+import hashlib, time
 from dataclasses import dataclass, field
 from pathlib import Path
 import networkx as nx
 from .dag import GenomeError, canonical_code, labelled_dag
 
 # %% auto #0
-__all__ = ['ModelDag', 'model_dag', 'load_model', 'grow', 'gene_id', 'Pattern', 'LocalRunner', 'DaskRunner', 'mine', 'parse_code',
-           'pattern_graph', 'catalogue', 'write_catalogue']
+__all__ = ['ModelDag', 'model_dag', 'load_model', 'grow', 'gene_id', 'Pattern', 'step', 'summary', 'LocalRunner', 'DaskRunner',
+           'mine', 'parse_code', 'pattern_graph', 'catalogue', 'write_catalogue']
 
 # %% ../../nbs/102_genome_mine.ipynb #25a85e47
 @dataclass
@@ -24,6 +24,8 @@ class ModelDag:
     labels: list
     succ: list
     pred: list
+    load_s: float = 0.0          # wall seconds spent reading and labelling the model
+    load_cpu_s: float = 0.0      # CPU seconds of the loading process for the same
 
 def model_dag(name: str, dag: nx.DiGraph) -> ModelDag:
     "The op nodes of labelled DAG `dag` (nodes of kind 'op', or every node when no node has a kind) as a `ModelDag`."
@@ -37,40 +39,48 @@ def model_dag(name: str, dag: nx.DiGraph) -> ModelDag:
 def load_model(src) -> ModelDag:
     "The `ModelDag` of a `.nac` file path (name = file stem), or of `(name, NacGraph or labelled DAG)`."
     from nac_lab.nac.format.graph import NacGraph
+    w0, c0 = time.perf_counter(), time.process_time()
     if isinstance(src, tuple):
         name, x = src
-        return model_dag(name, labelled_dag(x) if isinstance(x, NacGraph) else x)
-    p = Path(src)
-    if not p.is_file(): raise GenomeError(f'{p}: not a file (expected a .nac file)')
-    return model_dag(p.stem, labelled_dag(NacGraph.from_file(p)))
+        m = model_dag(name, labelled_dag(x) if isinstance(x, NacGraph) else x)
+    else:
+        p = Path(src)
+        if not p.is_file(): raise GenomeError(f'{p}: not a file (expected a .nac file)')
+        m = model_dag(p.stem, labelled_dag(NacGraph.from_file(p)))
+    m.load_s, m.load_cpu_s = time.perf_counter() - w0, time.process_time() - c0
+    return m
 
 # %% ../../nbs/102_genome_mine.ipynb #927dbf40
-def _code(m: ModelDag, occ: tuple, cache: dict) -> str:
-    "The canonical form of occurrence `occ` (sorted local indices) of model `m`."
+_CODES: dict = {}            # (labels, local edges) of an occurrence -> canonical form; shared by all models of this process
+_CODES_MAX = 2_000_000       # entries; the cache is emptied when it reaches this
+
+def _code(m: ModelDag, occ: tuple) -> str:
+    "The canonical form of occurrence `occ` (sorted local indices) of model `m` (cached per process by its exact labelled edges)."
     pos = {v: k for k, v in enumerate(occ)}
     edges = tuple((pos[u], pos[v], a) for u in occ for v, a in m.succ[u] if v in pos)
     key = (tuple(m.labels[v] for v in occ), edges)
-    c = cache.get(key)
-    if c is None: c = cache[key] = canonical_code(list(key[0]), list(edges))
+    c = _CODES.get(key)
+    if c is None:
+        if len(_CODES) >= _CODES_MAX: _CODES.clear()
+        c = _CODES[key] = canonical_code(list(key[0]), list(edges))
     return c
 
 def grow(m: ModelDag, occs, limit: int = 500_000) -> dict:
     ("`{pattern: [occurrence, ...]}` of model `m` one level up: every occurrence in `occs` (tuples of sorted local indices) "
      "extended by one adjacent node; `occs=None` gives level 1 (each op node); more than `limit` occurrences raise GenomeError.")
-    cache = {}
     if occs is None: new = {(v,) for v in range(len(m.nodes))}
     else:
         new = set()
+        nbrs = [[v for v, _ in s] + [v for v, _ in p] for s, p in zip(m.succ, m.pred)]
         for o in occs:
-            s = set(o)
             for u in o:
-                for v, _ in m.succ[u] + m.pred[u]:
-                    if v not in s: new.add(tuple(sorted(o + (v,))))
+                for v in nbrs[u]:
+                    if v not in o: new.add(tuple(sorted(o + (v,))))
             if len(new) > limit:
                 raise GenomeError(f'model {m.name}: more than {limit} occurrences of size {len(o) + 1}; '
                                   'raise min_support or lower max_size')
     out = {}
-    for o in sorted(new): out.setdefault(_code(m, o, cache), []).append(o)
+    for o in sorted(new): out.setdefault(_code(m, o), []).append(o)
     return out
 
 # %% ../../nbs/102_genome_mine.ipynb #4d794de1
@@ -97,21 +107,46 @@ class Pattern:
     def id(self) -> str: return gene_id(self.code)
 
 # %% ../../nbs/102_genome_mine.ipynb #a876beb0
-def _info(m: ModelDag) -> tuple: return m.name, list(m.nodes)
+def _info(m: ModelDag) -> tuple: return m.name, list(m.nodes), m.load_s, m.load_cpu_s
+
+def step(m: ModelDag, prev, keep, limit: int) -> tuple:
+    ("One level of model `m`: `(grow result, cpu s, wall s)`, growing the occurrences of `prev` (the step result of the level "
+     "below, None for level 1) whose pattern is in `keep` (the model's frequent patterns).")
+    w0, c0 = time.perf_counter(), time.process_time()
+    occs = None if prev is None else [o for c, os_ in prev[0].items() if c in keep for o in os_]
+    return grow(m, occs, limit), time.process_time() - c0, time.perf_counter() - w0
+
+def summary(m: ModelDag, cur, prev, keep, all_occurrences: bool = False) -> tuple:
+    ("What the client merges of step result `cur`: `({pattern: (count, first occurrence, parents, all occurrences or None)}, "
+     "cpu s, wall s)` with occurrences as instruction indices and parents the patterns in `keep` of `prev` it contains.")
+    w0, c0 = time.perf_counter(), time.process_time()
+    where = {} if prev is None else {o: c for c, os_ in prev[0].items() if c in keep for o in os_}
+    ins, out = m.nodes, {}
+    for code, os_ in cur[0].items():
+        par = set()
+        if where:
+            for o in os_:
+                for k in range(len(o)):
+                    c = where.get(o[:k] + o[k + 1:])
+                    if c is not None: par.add(c)
+        out[code] = (len(os_), [ins[v] for v in os_[0]], par, [[ins[v] for v in o] for o in os_] if all_occurrences else None)
+    return out, cur[1] + time.process_time() - c0, cur[2] + time.perf_counter() - w0
 
 def _warm():
+    "Import what loading a model needs, including torch's lazily imported tracing code (about 1.6 s of CPU on the first meta run)."
     import nac_lab.nac.format.graph, nac_lab.nac.runtime.run, nac_lab.genome.dag      # noqa: F401
+    import torch._dynamo                                                               # noqa: F401
 
 class LocalRunner:
     "Run the per-model tasks in this process (what `mine` does without a Dask runner)."
     def load(self, srcs): return [load_model(s) for s in srcs]
-    def info(self, models): return [_info(m) for m in models]
-    def level(self, models, occs, limit): return [grow(m, o, limit) for m, o in zip(models, occs)]
+    def submit(self, fn, *args): return fn(*args)
+    def gather(self, xs): return list(xs)
     def close(self): pass
 
 class DaskRunner:
     ("Run the per-model tasks on Dask: an existing cluster at `scheduler` (tcp://HOST:PORT) or a local one of `n_workers` "
-     "single-threaded processes; each model is loaded on a worker and stays there between levels.")
+     "single-threaded processes; each model is loaded on a worker and its occurrences stay there between levels.")
     def __init__(self, scheduler=None, n_workers: int = 2):
         from dask.distributed import Client, LocalCluster
         self.cluster = None if scheduler else LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
@@ -121,31 +156,17 @@ class DaskRunner:
         "Import the graph and mining code on every worker (what the first task would otherwise pay for, e.g. before timing)."
         self.client.run(_warm)
     def load(self, srcs): return [self.client.submit(load_model, s, pure=False) for s in srcs]
-    def info(self, models): return self.client.gather([self.client.submit(_info, m, pure=False) for m in models])
-    def level(self, models, occs, limit):
-        return self.client.gather([self.client.submit(grow, m, o, limit, pure=False) for m, o in zip(models, occs)])
+    def submit(self, fn, *args): return self.client.submit(fn, *args, pure=False)
+    def gather(self, xs): return self.client.gather(list(xs))
     def close(self):
         self.client.close()
         if self.cluster is not None: self.cluster.close()
 
-def _link(prev: dict, level: dict, freq: dict) -> None:
-    ("Mark the patterns of `prev` (size s) that a pattern of `level` (size s+1) contains: not maximal; not closed when the "
-     "support is the same. `freq` holds the occurrences of both levels ({code: {model: [occurrence]}}).")
-    where = {(n, o): c for c in prev for n, os_ in freq[c].items() for o in os_}
-    for code, p in level.items():
-        for n, os_ in freq[code].items():
-            for o in os_:
-                for k in range(len(o)):
-                    c = where.get((n, o[:k] + o[k + 1:]))
-                    if c is not None: p.parents.add(c)
-        for c in p.parents:
-            q = prev[c]; q.maximal = False
-            if q.support == p.support: q.closed = False
-
 def mine(sources, max_size: int = 4, min_support: int = 2, *, runner=None, keep_occurrences: bool = False, n_examples: int = 3,
-         limit: int = 500_000, progress: bool = True) -> list:
+         limit: int = 500_000, progress: bool = True, stats: dict | None = None) -> list:
     ("Frequent connected sub-DAGs of up to `max_size` op nodes occurring in at least `min_support` of the models `sources` (`.nac` "
-     "paths or `(name, NacGraph | labelled DAG)`), as `Pattern`s sorted by size, then support (descending), then code.")
+     "paths or `(name, NacGraph | labelled DAG)`), as `Pattern`s sorted by size, then support (descending), then code. "
+     "`stats`, when a dict, receives per model `{load_s, load_cpu_s, mine_s, mine_cpu_s}`.")
     from nac_lab.progress import track
     if max_size < 1: raise GenomeError(f'max_size must be at least 1, not {max_size}')
     if min_support < 1: raise GenomeError(f'min_support must be at least 1, not {min_support}')
@@ -153,30 +174,36 @@ def mine(sources, max_size: int = 4, min_support: int = 2, *, runner=None, keep_
     runner = runner or LocalRunner()
     try:
         models = runner.load(list(sources))
-        info = runner.info(models)
-        names = [n for n, _ in info]
+        info = runner.gather([runner.submit(_info, m) for m in models])
+        names = [x[0] for x in info]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup: raise GenomeError(f'two models have the same name: {", ".join(dup)}')
-        instr = dict(info)
-        occs, patterns, prev, prev_freq = [None] * len(models), [], {}, {}
+        times = {x[0]: dict(load_s=x[2], load_cpu_s=x[3], mine_s=0.0, mine_cpu_s=0.0) for x in info}
+        prev, keeps, patterns, prev_level = [None] * len(models), [None] * len(models), [], {}
         sizes = range(1, max_size + 1)
         for size in (track(sizes, 'genome mine', unit='level') if progress else sizes):
-            per = runner.level(models, occs, limit)
+            cur = [runner.submit(step, m, p, k, limit) for m, p, k in zip(models, prev, keeps)]
+            sums = runner.gather([runner.submit(summary, m, c, p, k, keep_occurrences) for m, c, p, k in zip(models, cur, prev, keeps)])
             table = {}
-            for name, res in zip(names, per):
-                for code, os_ in res.items(): table.setdefault(code, {})[name] = os_
+            for name, (s, cpu, wall) in zip(names, sums):
+                times[name]['mine_cpu_s'] += cpu; times[name]['mine_s'] += wall
+                for code, x in s.items(): table.setdefault(code, {})[name] = x
             freq = {c: t for c, t in table.items() if len(t) >= min_support}
             level = {}
             for code in sorted(freq, key=lambda c: (-len(freq[c]), c)):
-                t = freq[code]
-                ex = [(n, [instr[n][v] for v in os_[0]]) for n, os_ in sorted(t.items())][:n_examples]
-                p = Pattern(code, size, len(t), sum(map(len, t.values())), {n: len(o) for n, o in sorted(t.items())}, ex)
-                if keep_occurrences: p.all_occurrences = [(n, [instr[n][v] for v in o]) for n, os_ in sorted(t.items()) for o in os_]
+                t = sorted(freq[code].items())
+                p = Pattern(code, size, len(t), sum(x[0] for _, x in t), {n: x[0] for n, x in t}, [(n, x[1]) for n, x in t][:n_examples])
+                p.parents = set().union(*(x[2] for _, x in t))
+                if keep_occurrences: p.all_occurrences = [(n, o) for n, x in t for o in x[3]]
+                for c in p.parents:
+                    q = prev_level[c]; q.maximal = False
+                    if q.support == p.support: q.closed = False
                 level[code] = p
-            if prev: _link(prev, level, {**prev_freq, **freq})
-            patterns += level.values(); prev, prev_freq = level, freq
-            occs = [[o for code, os_ in res.items() if code in freq for o in os_] for res in per]
-            if not any(occs): break
+            patterns += level.values(); prev_level = level
+            keeps = [{c for c in s if c in freq} for s, _, _ in sums]
+            prev = cur
+            if not any(keeps): break
+        if stats is not None: stats.update(times)
         return patterns
     finally:
         if own: runner.close()
