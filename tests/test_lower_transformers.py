@@ -31,6 +31,12 @@ class ImageToSeq(nn.Module):
         a = torch.relu(h @ h.transpose(2, 3))                           # [1, 2, 16, 16]
         return torch.relu(s.c(a @ h))                                   # conv over the (16, 4) "image" of each head
 
+def _int8_equals_reference(low, x):
+    "The lowered int8 program on one input equals the independent integer reference bit for bit (first output, program layout)."
+    raw = low.run_raw(*low.quantize_inputs(x).values())
+    ref = reference_int8(low.graph, low.qp, low.ql, low.qp[next(iter(low.graph.inputs))].quantize(x))
+    np.testing.assert_array_equal(raw[low.graph.outputs[0]], ref[low.graph.outputs[0]])
+
 def _model(cls, shape, seed=0):
     torch.manual_seed(seed)
     return nac_compile(cls().eval(), (torch.zeros(shape),))
@@ -105,9 +111,7 @@ def test_rewrites_int8_bit_exact():
     low = lower(m, 'npm_lite', mode='int8', calib=[rng.standard_normal((1, 2, 6, 8)).astype(np.float32) for _ in range(3)])
     assert {'slice', 'concat', 'mul_c', 'matmul'} <= {l.op for l in low.graph.layers} and not low.check().errors
     x = rng.standard_normal((1, 2, 6, 8)).astype(np.float32)
-    raw = low.run_raw(*low.quantize_inputs(x).values())
-    ref = reference_int8(low.graph, low.qp, low.ql, low.qp[next(iter(low.graph.inputs))].quantize(x))
-    np.testing.assert_array_equal(raw[low.graph.outputs[0]], ref[low.graph.outputs[0]])
+    _int8_equals_reference(low, x)
 
 @pytest.mark.parametrize('name,islands', [('vit_tiny', 7), ('gpt2', 7), ('llama', 2)])
 def test_zoo_transformer_int8_bit_exact(name, islands):
@@ -144,9 +148,7 @@ def test_expand_float_and_int8_bit_exact(f32dev):
     np.testing.assert_allclose(low.run(x)[0], m.run(torch.from_numpy(x))[0].numpy(), atol=1e-5, rtol=1e-5)
     low = lower(m, 'npm_lite', mode='int8', calib=[rng.standard_normal((1, 4, 6, 8)).astype(np.float32) for _ in range(3)])
     assert not low.check().errors
-    raw = low.run_raw(*low.quantize_inputs(x).values())
-    ref = reference_int8(low.graph, low.qp, low.ql, low.qp[next(iter(low.graph.inputs))].quantize(x))
-    np.testing.assert_array_equal(raw[low.graph.outputs[0]], ref[low.graph.outputs[0]])
+    _int8_equals_reference(low, x)
 
 class WhereBaddbmm(nn.Module):
     "GPT-Neo's causal where (a constant mask, a scalar fill) and BLOOM's alibi baddbmm (a parameter bias plus scaled products)."
@@ -170,6 +172,4 @@ def test_where_and_baddbmm_float_and_int8_bit_exact(f32dev):
     np.testing.assert_allclose(low.run(x)[0], m.run(torch.from_numpy(x))[0].numpy(), atol=1e-5, rtol=1e-5)
     low = lower(m, 'npm_lite', mode='int8', calib=[rng.standard_normal((1, 2, 6, 4)).astype(np.float32) for _ in range(3)])
     assert not low.check().errors
-    raw = low.run_raw(*low.quantize_inputs(x).values())
-    ref = reference_int8(low.graph, low.qp, low.ql, low.qp[next(iter(low.graph.inputs))].quantize(x))
-    np.testing.assert_array_equal(raw[low.graph.outputs[0]], ref[low.graph.outputs[0]])
+    _int8_equals_reference(low, x)

@@ -24,9 +24,13 @@ def test_every_op_has_its_references():
     assert sorted(INT8_REF) == sorted(o for o in GRAPH_OPS if OP_FACTS[o].int8 != 'real')
     assert sorted(BF16_REF) == sorted(o for o in GRAPH_OPS if OP_FACTS[o].bf16)
 
+def _emit_same(E, l, ctx, xv, yv, prev): return prev     # the registered relu emitter's name, defined in another module
+
 def test_registration_refuses_a_second_emitter_and_unknown_ops():
     def other(E, l, ctx, xv, yv, prev): return prev
     with pytest.raises(LowerError, match='relu: a second emitter'): register_emitters(relu=other)
+    assert _emit_same.__qualname__ == LAYER_EMITTERS[LayerOp.relu].__qualname__ and _emit_same.__module__ != 'nac_lab.lower.emit'
+    with pytest.raises(LowerError, match='relu: a second emitter'): register_emitters(relu=_emit_same)
     with pytest.raises(LowerError, match='not an op that emission sees'): register_emitters(hardswish=other)
     with pytest.raises(ValueError): register_emitters(frobnicate=other)
     assert LAYER_EMITTERS[LayerOp.relu].__name__ == '_emit_same'

@@ -431,7 +431,9 @@ def register_emitters(**fns):
     for op, fn in fns.items():
         o = LayerOp(op)
         if OP_FACTS[o].stage != 'graph' or o in VIEW_OPS: raise LowerError(f'{op}: not an op that emission sees')
-        if o in LAYER_EMITTERS and LAYER_EMITTERS[o].__qualname__ != fn.__qualname__:       # re-running a definition replaces it
+        old = LAYER_EMITTERS.get(o)          # re-running the same definition (a notebook cell) replaces it; another function may not
+        if old is not None and (old.__qualname__ != fn.__qualname__ or '__main__' not in (old.__module__, fn.__module__)
+                                and old.__module__ != fn.__module__):
             raise LowerError(f'{op}: a second emitter ({fn.__qualname__}; {LAYER_EMITTERS[o].__qualname__} is registered)')
         LAYER_EMITTERS[o] = fn
 

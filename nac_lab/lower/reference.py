@@ -111,7 +111,10 @@ def _rq(acc, scale, qo): return np.asarray(requantize(acc, scale, qo.zero_point,
 def _q_layer(l, xs, qi, qo, ql):
     "conv2d / linear: centered int8 x int8 weights, i32 accumulator + i32 bias (wrapping), one requantization per channel (E3)."
     q = ql[l.name]; xc = xs[0].astype(np.int64) - qi[0].zero_point
-    if l.op == 'conv2d': acc = np.moveaxis(np.rint(conv_nchw(xc, q.wq, l.attrs)).astype(np.int64), 1, -1)    # exact (see above)
+    if l.op == 'conv2d':
+        K = q.wq[0].size                    # products per output: each |x - zp| <= 255, |w| <= 128, so float64 sums stay exact
+        if K * 255 * 128 >= 2**53: raise LowerError(f'{l.name}: {K} products per output could round in the float64 accumulator')
+        acc = np.moveaxis(np.rint(conv_nchw(xc, q.wq, l.attrs)).astype(np.int64), 1, -1)
     else: acc = xc @ q.wq.astype(np.int64).T
     y = _rq(_wrap32(acc + q.bq), qi[0].scale * q.sw / qo.scale, qo)
     return np.moveaxis(y, -1, 1) if l.op == 'conv2d' else y
