@@ -280,9 +280,9 @@ def emit_conv_split(E, l, ctx, xv, yv, t, prev) -> list:
     elem = ctx.elem; e = ESIZE[elem]; q8 = elem == 'i8'
     N, H, W, C = xv.shape; _, Ho, Wo, Co = yv.shape
     a = l.attrs; th, slots, tco, nE = t.th, t.slots, t.tco, t.engines
-    if a['groups'] != 1: raise LowerError(f'{l.name} (NAC instruction {l.nac}): an output-channel split of a grouped convolution '
-                                          f'(groups={a["groups"]}) is not emitted')
     _, I, KH, KW = l.params['w'].shape
+    og = Co // a['groups']             # grouped: a tile of whole groups reads their input channels, I per group
+    if tco % og: raise LowerError(f'{l.name} (NAC instruction {l.nac}): an output-channel tile of {tco} splits a group of {og} channels')
     rows = conv_rows(l, th, H, Ho)
     rin = min(H, (th - 1) * a['strides'][0] + a['dilations'][0] * (KH - 1) + 1)
     cols = [(c0, min(Co, c0 + tco)) for c0 in range(0, Co, tco)]
@@ -299,9 +299,9 @@ def emit_conv_split(E, l, ctx, xv, yv, t, prev) -> list:
     else: bc = E.const(f'{l.name}_b', to_elem(np.broadcast_to(l.params.get('b', np.zeros(Co, np.float32)), (N, th, Wo, Co)), elem))
     live = lambda *ts: [x for x in ts if x and x in E.live]
     qx, qy = (qdesc(xv.q), qdesc(ctx.qp[l.name])) if q8 else (None, None)      # the conv's own output (`yv`: the epilogue's, fused)
-    def attrs(pt, pb):
+    def attrs(pt, pb, n):
         return (f'pads=[{pt}, {a["pads"][1]}, {pb}, {a["pads"][3]}] strides=[{", ".join(map(str, a["strides"]))}] '
-                f'dilations=[{", ".join(map(str, a["dilations"]))}] groups=1')
+                f'dilations=[{", ".join(map(str, a["dilations"]))}] groups={n // og if a["groups"] > 1 else 1}')
     TB = []
     for q in range(nE):
         tb = E.tok(f'{l.name}_b{q}'); TB.append(tb)
@@ -335,10 +335,11 @@ def emit_conv_split(E, l, ctx, xv, yv, t, prev) -> list:
                 if len(cols) == 1: resident[q] = (Wr, tw)          # one tile: loaded once per engine, resident
             else: Wr, tw = resident[q]
             Yr = _reg4(ar, (oy if q8 else oc) + sl * SY + c0 * e, (N, r1 - r0, Wo, n), elem, qy, pitch=Co)
-            ins = f'{xr}, {Wr} @readonly' + (f', region({ar}, {ob + c0 * 4}, {n * 4}, elem=i32, shape=[{n}], layout=C) @readonly'
+            xin = xr if a['groups'] == 1 else _reg4(ar, ox + sl * SX + c0 // og * I * e, (*xs[:3], n // og * I), elem, qx, pitch=C)
+            ins = f'{xin}, {Wr} @readonly' + (f', region({ar}, {ob + c0 * 4}, {n * 4}, elem=i32, shape=[{n}], layout=C) @readonly'
                                              if q8 else '')
             tc = E.tok(f'{l.name}_conv{k}_{j}')
-            E.line(f'{tc} = conv2d.async in {ins} out {Yr} {attrs(pt, pb)} accum_type={"i32" if q8 else "f32"} '
+            E.line(f'{tc} = conv2d.async in {ins} out {Yr} {attrs(pt, pb, n)} accum_type={"i32" if q8 else "f32"} '
                    f'deps=[{", ".join(live(tx, *tw, mine[-1] if j else None))}]')      # the slices interleave: one after the other
             wt[q][g] = (*tw, tc) if resident[q] is None else (tc,); mine.append(tc)
         yr = f'{l.name}_y{k}'; E.line(f'{yr} = {_reg4(ar, oy + sl * SY, ys, elem, qy)}')

@@ -192,20 +192,22 @@ def _cost(l, g, dev, elem, qp, t) -> float:
 
 def _conv_fits(l, dev, elem, xs, ys, most=4) -> tuple:
     ("(resident, split): the band tilings of conv `l` worth timing, as {key: Tiling}. resident: weights resident, the `most` tallest "
-     "bands that fit with one slot and with two. split (only when a full-height band does not fit with resident weights, groups=1): "
-     "per band height, the widest output-channel tile that fits next to the bands (see `lower.gemm.emit_conv_split`).")
+     "bands that fit with one slot and with two. split (only when a full-height band does not fit with resident weights): "
+     "per band height, the widest output-channel tile that fits next to the bands (see `lower.gemm.emit_conv_split`); a grouped "
+     "conv's tiles hold whole groups.")
     def l1(t, s): return conv_l1(l, Val('', xs, elem), Val('', ys, elem), t, s, elem)
     cands = _tile_candidates(ys[1]) if xs[0] == 1 else [ys[1]]
     res = {}
     for s in (1, 2):
         for t in [t for t in cands if (s == 1 or t < ys[1]) and l1(t, s) <= dev.l1][:most]: res[(t, s)] = Tiling(t, s, l1(t, s))
     split = {}
-    if l.attrs.get('groups', 1) == 1 and (ys[1], 1) not in res:
-        Co = ys[3]
+    if (ys[1], 1) not in res:
+        Co = ys[3]; og = Co // l.attrs.get('groups', 1)        # output channels per group: a tile holds whole groups
         for s in (1, 2):
             hs = [t for t in cands if s == 1 or t < ys[1]]
             for t in hs:
-                tc = next((c for c in tile_sizes(Co, min(Co, 16)) if c < Co and conv_split_l1(l, xs, ys, t, s, c, elem) <= dev.l1), None)
+                tc = next((c for c in tile_sizes(Co, min(Co, 16))
+                           if c < Co and c % og == 0 and conv_split_l1(l, xs, ys, t, s, c, elem) <= dev.l1), None)
                 if tc is None: continue
                 u = Tiling(t, s, conv_split_l1(l, xs, ys, t, s, tc, elem), 1, tc); split[u.key] = u
                 if len([k for k in split if k[1] == s]) >= most: break
@@ -215,13 +217,13 @@ def _conv_fits(l, dev, elem, xs, ys, most=4) -> tuple:
 def _conv_refusal(l, dev, elem, xs, ys) -> str:
     "What was tried for a conv layer nothing fits, and what the smallest tiling needs."
     one = conv_l1(l, Val('', xs, elem), Val('', ys, elem), 1, 1, elem)
-    m = min(ys[3], 16)
-    sp = conv_split_l1(l, xs, ys, 1, 1, m, elem) if l.attrs.get('groups', 1) == 1 else None
+    og = ys[3] // l.attrs.get('groups', 1); m = -(-min(ys[3], 16) // og) * og      # the smallest tile: whole groups
+    sp = conv_split_l1(l, xs, ys, 1, 1, m, elem)
     hs = ', '.join(map(str, _tile_candidates(ys[1])))
     return (f'{l.name} (NAC instruction {l.nac}): no tiling fits L1 ({dev.l1} bytes): tried bands of {hs} '
             f'output rows with 1 and 2 slots, weights resident (one row needs {one} bytes)'
-            + (f' and output-channel tiles of {ys[3]} down to {m} channels, weights streamed (one row, {m} channels needs {sp} bytes)'
-               if sp is not None else ' (an output-channel split of a grouped convolution is not emitted)')
+            + f' and output-channel tiles of {ys[3]} down to {m} channels' + (f' (whole groups of {og})' if og < ys[3] else '')
+            + f', weights streamed (one row, {m} channels needs {sp} bytes)'
             + '; a split of the input channels (K) would need i32 partial sums between tasks, which no conv2d.int8 variant produces')
 
 # %% ../../nbs/69_lower_tile.ipynb #9f02a9cc
