@@ -19,14 +19,14 @@ def _net(c, groups, hw, module=False):
 
 def _cal(shape): rng = np.random.default_rng(1); return [rng.standard_normal(shape).astype(np.float32) for _ in range(2)]
 
-@pytest.mark.parametrize('groups,tco', [(8, 64), (8, 96), (128, 16)])     # 2 and 3 groups of 32 per tile; depthwise, 16 per tile
+@pytest.mark.parametrize('groups,tco', [(8, 64), (8, 96), (128, 16), (1, 48)])   # 4, 6 groups of 16 per tile; depthwise; ungrouped
 def test_forced_group_split_int8_exact(groups, tco):
     shape = (1, 128, 6, 6); net = _net(128, groups, 6)
     low = lower(net, 'npm_pro', mode='int8', calib=_cal(shape), tiling={'L3_conv2d': Tiling(3, 1, tco=tco)}, fuse=False)
     assert not low.check().errors
     convs = [ln for ln in low.program.splitlines() if 'conv2d.async' in ln]
     assert len(convs) == 2 * -(-128 // tco), len(convs)                  # 2 bands x the output-channel tiles
-    assert f'groups={tco // (128 // groups)}' in convs[0], convs[0]      # each tile is a grouped conv over its own groups
+    assert f'groups={tco // (128 // groups) if groups > 1 else 1}' in convs[0], convs[0]      # each tile: a grouped conv over its groups
     assert_int8_bit_exact(low, shape, seeds=(2, 3))
 
 def test_forced_group_split_float():

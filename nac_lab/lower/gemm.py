@@ -13,7 +13,7 @@ from .emit import (ESIZE, register_emitters, emit_conv_layer, qdesc, qchan, to_e
 
 # %% auto #0
 __all__ = ['GemmTiling', 'gemm_dims', 'gemm_layout', 'tile_sizes', 'gemm_candidates', 'naive_gemm', 'emit_linear',
-           'emit_linear_engines', 'conv_split_l1', 'emit_conv_split']
+           'emit_linear_engines', 'split_group', 'conv_split_l1', 'emit_conv_split']
 
 # %% ../../nbs/69f_lower_gemm.ipynb #5d55031b
 @dataclass
@@ -245,6 +245,11 @@ def _emit_linear(E, l, ctx, xv, yv, prev):
 register_emitters(linear=_emit_linear)
 
 # %% ../../nbs/69f_lower_gemm.ipynb #2a8951c3
+def split_group(l, Co) -> int:
+    "The output channels an output-channel tile of conv `l` must hold whole: a group's (`Co / groups`) when grouped, else 1."
+    g = l.attrs.get('groups', 1)
+    return Co // g if g > 1 else 1
+
 def conv_split_l1(l, xs, ys, th, slots, tco, elem) -> int:
     ("L1 bytes (per engine) of an output-channel-split conv tiling: `slots` input slabs and output blocks (float: and result "
      "blocks), two weight slots of `tco` channels (one when a single tile), the bias.")
@@ -281,7 +286,7 @@ def emit_conv_split(E, l, ctx, xv, yv, t, prev) -> list:
     N, H, W, C = xv.shape; _, Ho, Wo, Co = yv.shape
     a = l.attrs; th, slots, tco, nE = t.th, t.slots, t.tco, t.engines
     _, I, KH, KW = l.params['w'].shape
-    og = Co // a['groups']             # grouped: a tile of whole groups reads their input channels, I per group
+    og = split_group(l, Co)            # grouped: a tile of whole groups reads their input channels, I per group
     if tco % og: raise LowerError(f'{l.name} (NAC instruction {l.nac}): an output-channel tile of {tco} splits a group of {og} channels')
     rows = conv_rows(l, th, H, Ho)
     rin = min(H, (th - 1) * a['strides'][0] + a['dilations'][0] * (KH - 1) + 1)
