@@ -82,8 +82,10 @@ def weight_q(l) -> tuple:
     "(int8 weights, per-output-channel scales) of conv/linear layer `l`: the file's own (INT8_CHANNEL) or rounded to `weight_scales`."
     if getattr(l, 'stored_q', None) is not None:     # the file's own int8 weights and scales (INT8_CHANNEL), not re-derived
         return np.asarray(l.stored_q[0], np.int8), np.asarray(l.stored_q[1], np.float64)
-    w = l.params['w'].astype(np.float64); sw = weight_scales(l)
-    return np.clip(np.rint(w / sw.reshape((-1,) + (1,) * (w.ndim - 1))), -127, 127).astype(np.int8), sw
+    w, sw = l.params['w'], weight_scales(l); wq = np.empty(w.shape, np.int8)
+    for r in range(0, w.shape[0], 256):     # blocks of output channels: the float64 temporaries stay small (VGG's 25088x4096: 784 MB each)
+        wq[r:r + 256] = np.clip(np.rint(w[r:r + 256].astype(np.float64) / sw[r:r + 256].reshape((-1,) + (1,) * (w.ndim - 1))), -127, 127)
+    return wq, sw
 
 def bias_ranges(g, ranges:dict) -> dict:
     "`ranges`, with the input range of each biased conv/linear widened (at the value its scale comes from) so its i32 bias fits."
@@ -115,9 +117,8 @@ def quantize_graph(g, ranges:dict) -> tuple:
         if l.op in SAME_Q: qp[l.name] = qp[l.inputs[0]]
         else: qp[l.name] = act_qparam(*rr[l.name])
         if l.op in ('conv2d', 'linear'):
-            w = l.params['w'].astype(np.float64)
             wq, sw = weight_q(l)
-            b = l.params.get('b', np.zeros(w.shape[0]))
+            b = l.params.get('b', np.zeros(wq.shape[0]))
             bq = np.clip(np.rint(np.asarray(b, np.float64) / (qp[l.inputs[0]].scale * sw)), -2**31, 2**31 - 1).astype(np.int32)
             ql[l.name] = QLayer(wq, sw, bq)
     return qp, ql

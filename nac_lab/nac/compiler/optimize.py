@@ -227,7 +227,7 @@ def eliminate_dead_code(g: NacGraph) -> int:
     return changed
 
 # %% ../../../nbs/17_nac_optimize.ipynb #422f2cdc
-FOLD_FREE_ELEMENTS = 1 << 16
+FOLD_FREE_ELEMENTS = 1 << 19
 
 def _numel(v):
     if isinstance(v, torch.Tensor): return v.numel()
