@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 from .layers import LowerError, LayerOp, OP_FACTS, const_q
 from .nemtext import (fnum, qdesc, qchan, DTYPE, ESIZE, to_elem, probe_constants, from_elem, Val,  # noqa: F401
-                                    nem_shape, stored_nhwc)      # the NEM vocabulary (nbs/68a), re-exported here
+                                    nem_shape, stored_nhwc, bound_live_tokens)      # the NEM vocabulary (nbs/68a), re-exported here
 
 # %% auto #0
 __all__ = ['UNARY_OPS', 'CHUNK_OPS', 'LAYER_EMITTERS', 'VIEW_OPS', 'chunks', 'Emitter', 'region', 'Tiling', 'conv_rows',
@@ -568,6 +568,8 @@ def emit_program(g, E, mode, qp=None, ql=None, tilings=None, probe=False, prefet
         io['outputs'][n] = dict(buffer=dn, dtype=DTYPE[elem], shape=list(v.shape), layout=v.layout if len(v.shape) == 4 else None)
         if v.q: io['outputs'][n]['quant'] = dict(scale=v.q.scale, zero_point=v.q.zero_point)
     if outs: E.line(f'wait({", ".join(outs)})')
+    rd = getattr(E.device, 'resolved', None)
+    E.body = bound_live_tokens(E.body, rd.unit_chars.get('SEQ', {}).get('max_active_tokens') if rd is not None else None)
     E.bufs.insert(0, f'buffer ARENA : L1[0] (size={max(E.arena, 64)}, align=64)')
     for q in range(1, E.engines): E.bufs.insert(q, f'buffer {arena_name(q)} : L1[{q}] (size={max(E.arena, 64)}, align=64)      # engine '
                                                 f'{q}: bands of the layers split over engines')

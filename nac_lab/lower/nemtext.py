@@ -4,7 +4,7 @@
 
 # %% ../../nbs/68a_lower_nemtext.ipynb #nt000004
 from __future__ import annotations
-import math
+import math, re
 from dataclasses import dataclass
 import numpy as np
 from ..nem.execution.memory import NEM_ELEM_TYPES
@@ -12,7 +12,7 @@ from ..dtypes import elem_type
 
 # %% auto #0
 __all__ = ['DTYPE', 'ESIZE', 'fnum', 'qdesc', 'qchan', 'to_elem', 'probe_constants', 'from_elem', 'Val', 'nem_shape',
-           'stored_nhwc']
+           'stored_nhwc', 'bound_live_tokens']
 
 # %% ../../nbs/68a_lower_nemtext.ipynb #1f6065e8
 def fnum(x) -> str:
@@ -92,3 +92,32 @@ def nem_shape(shape, nhwc=True):
 def stored_nhwc(g, name, shape) -> bool:
     "Whether value `name` (PyTorch shape `shape`) of graph `g` is stored NHWC (see `lower.ops.plan_layouts`)."
     return len(shape) == 4 and (getattr(g, 'nhwc', None) is None or name in g.nhwc)
+
+# %% ../../nbs/68a_lower_nemtext.ipynb #blt00002
+_TOK_DEF = re.compile(r'^(t\d+_\w+) = \w')
+_WAIT = re.compile(r'^(\s*)wait\(([^)]*)\)(.*)$')
+_DEPS = re.compile(r'deps=\[([^\]]*)\]')
+
+def _without(names: str, gone: set) -> str:
+    return ', '.join(t for t in (s.strip() for s in names.split(',')) if t and t not in gone)
+
+def bound_live_tokens(lines: list, limit: int | None) -> list:
+    "NEM program `lines` with a `wait` for the oldest live token inserted wherever a top-level task would exceed `limit` live tokens."
+    if not limit: return lines
+    live, gone, out, depth = {}, set(), [], 0
+    for ln in lines:
+        s = ln.lstrip()
+        if (w := _WAIT.match(ln)) is not None:
+            for t in w.group(2).split(','): live.pop(t.strip(), None)
+            keep = _without(w.group(2), gone)
+            if keep: out.append(f'{w.group(1)}wait({keep}){w.group(3)}')
+            continue
+        if s.startswith('loop '): depth += 1
+        elif s.startswith('endloop'): depth -= 1
+        elif depth == 0 and (m := _TOK_DEF.match(ln)) is not None:
+            while len(live) >= limit:
+                old = next(iter(live)); del live[old]; gone.add(old); out.append(f'wait({old})      # at most {limit} tokens live')
+            live[m.group(1)] = True
+        if gone and 'deps=[' in ln: ln = _DEPS.sub(lambda m: f'deps=[{_without(m.group(1), gone)}]', ln)
+        out.append(ln)
+    return out
