@@ -13,7 +13,7 @@ from .emit import (ESIZE, register_emitters, emit_conv_layer, qdesc, qchan, to_e
 
 # %% auto #0
 __all__ = ['GemmTiling', 'gemm_dims', 'gemm_layout', 'tile_sizes', 'gemm_candidates', 'naive_gemm', 'emit_linear',
-           'emit_linear_engines', 'split_group', 'conv_split_l1', 'emit_conv_split']
+           'emit_linear_engines', 'split_group', 'group_tile_ok', 'conv_split_l1', 'emit_conv_split']
 
 # %% ../../nbs/69f_lower_gemm.ipynb #5d55031b
 @dataclass
@@ -246,9 +246,13 @@ register_emitters(linear=_emit_linear)
 
 # %% ../../nbs/69f_lower_gemm.ipynb #2a8951c3
 def split_group(l, Co) -> int:
-    "The output channels an output-channel tile of conv `l` must hold whole: a group's (`Co / groups`) when grouped, else 1."
+    "The output channels of one group of conv `l` (`Co / groups`) when grouped, else 1: its output-channel tiles align to them."
     g = l.attrs.get('groups', 1)
     return Co // g if g > 1 else 1
+
+def group_tile_ok(tco, og) -> bool:
+    "Whether tiles of `tco` output channels align to groups of `og`: whole groups, or an equal part of one group."
+    return tco % og == 0 or og % tco == 0
 
 def conv_split_l1(l, xs, ys, th, slots, tco, elem) -> int:
     ("L1 bytes (per engine) of an output-channel-split conv tiling: `slots` input slabs and output blocks (float: and result "
@@ -287,7 +291,8 @@ def emit_conv_split(E, l, ctx, xv, yv, t, prev) -> list:
     a = l.attrs; th, slots, tco, nE = t.th, t.slots, t.tco, t.engines
     _, I, KH, KW = l.params['w'].shape
     og = split_group(l, Co)            # grouped: a tile of whole groups reads their input channels, I per group
-    if tco % og: raise LowerError(f'{l.name} (NAC instruction {l.nac}): an output-channel tile of {tco} splits a group of {og} channels')
+    if not group_tile_ok(tco, og):\
+        raise LowerError(f'{l.name} (NAC instruction {l.nac}): output-channel tiles of {tco} do not align to groups of {og} channels')
     rows = conv_rows(l, th, H, Ho)
     rin = min(H, (th - 1) * a['strides'][0] + a['dilations'][0] * (KH - 1) + 1)
     cols = [(c0, min(Co, c0 + tco)) for c0 in range(0, Co, tco)]
@@ -306,7 +311,7 @@ def emit_conv_split(E, l, ctx, xv, yv, t, prev) -> list:
     qx, qy = (qdesc(xv.q), qdesc(ctx.qp[l.name])) if q8 else (None, None)      # the conv's own output (`yv`: the epilogue's, fused)
     def attrs(pt, pb, n):
         return (f'pads=[{pt}, {a["pads"][1]}, {pb}, {a["pads"][3]}] strides=[{", ".join(map(str, a["strides"]))}] '
-                f'dilations=[{", ".join(map(str, a["dilations"]))}] groups={n // og if a["groups"] > 1 else 1}')
+                f'dilations=[{", ".join(map(str, a["dilations"]))}] groups={max(1, n // og) if a["groups"] > 1 else 1}')
     TB = []
     for q in range(nE):
         tb = E.tok(f'{l.name}_b{q}'); TB.append(tb)
@@ -340,7 +345,7 @@ def emit_conv_split(E, l, ctx, xv, yv, t, prev) -> list:
                 if len(cols) == 1: resident[q] = (Wr, tw)          # one tile: loaded once per engine, resident
             else: Wr, tw = resident[q]
             Yr = _reg4(ar, (oy if q8 else oc) + sl * SY + c0 * e, (N, r1 - r0, Wo, n), elem, qy, pitch=Co)
-            xin = xr if a['groups'] == 1 else _reg4(ar, ox + sl * SX + c0 // og * I * e, (*xs[:3], n // og * I), elem, qx, pitch=C)
+            xin = xr if a['groups'] == 1 else _reg4(ar, ox + sl * SX + c0 // og * I * e, (*xs[:3], max(1, n // og) * I), elem, qx, pitch=C)
             ins = f'{xin}, {Wr} @readonly' + (f', region({ar}, {ob + c0 * 4}, {n * 4}, elem=i32, shape=[{n}], layout=C) @readonly'
                                              if q8 else '')
             tc = E.tok(f'{l.name}_conv{k}_{j}')

@@ -11,7 +11,7 @@ import numpy as np
 from .layers import LowerError
 from ..nem.execution.memory import NemExecError
 from .emit import Emitter, Tiling, Val, conv_l1, nem_shape, stored_nhwc, emit_program, conv_rows, _uniform_run
-from .gemm import GemmTiling, gemm_dims, gemm_candidates, naive_gemm, gemm_layout, tile_sizes, conv_split_l1, split_group
+from .gemm import GemmTiling, gemm_dims, gemm_candidates, naive_gemm, gemm_layout, tile_sizes, conv_split_l1, split_group, group_tile_ok
 from ..progress import track
 import nac_lab.lower.ops  # noqa: F401 -- registers the emitters of matmul, transpose, concat, softmax, layernorm, rmsnorm
 
@@ -202,12 +202,12 @@ def _conv_fits(l, dev, elem, xs, ys, most=4) -> tuple:
         for t in [t for t in cands if (s == 1 or t < ys[1]) and l1(t, s) <= dev.l1][:most]: res[(t, s)] = Tiling(t, s, l1(t, s))
     split = {}
     if (ys[1], 1) not in res:
-        Co = ys[3]; og = split_group(l, Co)        # a grouped conv's tile holds whole groups of `og` channels
+        Co = ys[3]; og = split_group(l, Co)        # a grouped conv's tiles: whole groups of `og` channels or equal parts of one
         for s in (1, 2):
             hs = [t for t in cands if s == 1 or t < ys[1]]
             for t in hs:
                 tc = next((c for c in tile_sizes(Co, min(Co, 16))
-                           if c < Co and c % og == 0 and conv_split_l1(l, xs, ys, t, s, c, elem) <= dev.l1), None)
+                           if c < Co and group_tile_ok(c, og) and conv_split_l1(l, xs, ys, t, s, c, elem) <= dev.l1), None)
                 if tc is None: continue
                 u = Tiling(t, s, conv_split_l1(l, xs, ys, t, s, tc, elem), 1, tc); split[u.key] = u
                 if len([k for k in split if k[1] == s]) >= most: break
@@ -217,12 +217,12 @@ def _conv_fits(l, dev, elem, xs, ys, most=4) -> tuple:
 def _conv_refusal(l, dev, elem, xs, ys) -> str:
     "What was tried for a conv layer nothing fits, and what the smallest tiling needs."
     one = conv_l1(l, Val('', xs, elem), Val('', ys, elem), 1, 1, elem)
-    og = split_group(l, ys[3]); m = -(-min(ys[3], 16) // og) * og      # the smallest tile: whole groups
+    og = split_group(l, ys[3]); m = min(c for c in tile_sizes(ys[3], min(ys[3], 16)) if group_tile_ok(c, og))   # the smallest tile tried
     sp = conv_split_l1(l, xs, ys, 1, 1, m, elem)
     hs = ', '.join(map(str, _tile_candidates(ys[1])))
     return (f'{l.name} (NAC instruction {l.nac}): no tiling fits L1 ({dev.l1} bytes): tried bands of {hs} '
             f'output rows with 1 and 2 slots, weights resident (one row needs {one} bytes)'
-            + f' and output-channel tiles of {ys[3]} down to {m} channels' + (f' (whole groups of {og})' if og > 1 else '')
+            + f' and output-channel tiles of {ys[3]} down to {m} channels' + (f' (aligned to groups of {og})' if og > 1 else '')
             + f', weights streamed (one row, {m} channels needs {sp} bytes)'
             + '; a split of the input channels (K) would need i32 partial sums between tasks, which no conv2d.int8 variant produces')
 
