@@ -440,8 +440,12 @@ def run(self:Interpreter,
         **named, # inputs by name (a lifted constant left out keeps its default)
        ) -> tuple: # the values of `<OUTPUT B=0>`, in order
     "Execute with the generated program; states change only when the whole call succeeds."
-    vals = self._inputs(inputs, named, check=False)
-    key = (max_bytes(),) + self._signature(vals)       # input signature and sizes are checked once per key
+    if not named and len(inputs) == len(self.slots) and all(type(v) is torch.Tensor and v.device == self.device for v in inputs):
+        vals = list(inputs)                            # the common call: every input a tensor on the device, by position
+        key = (max_bytes(), *[(v.shape, v.dtype) for v in vals]) + (self._signature(()) if self.states else ())
+    else:
+        vals = self._inputs(inputs, named, check=False)
+        key = (max_bytes(),) + self._signature(vals)   # input signature and sizes are checked once per key
     ok = self.__dict__.setdefault('_checked', set())
     if key not in ok:
         self._check_signature(vals)
@@ -511,7 +515,7 @@ class NacModel:
             **named, # inputs by name (a lifted constant left out keeps its default)
            ) -> tuple: # the values of `<OUTPUT B=0>` (inference tensors, see `Interpreter.run`)
         "Execute the model; returns the tuple of `<OUTPUT B=0>` values."
-        return self.interpreter.run(*inputs, **named)
+        return (self._interp or self.interpreter).run(*inputs, **named)
 
     def profile(self, *inputs, **named) -> list:
         "Run once with per-instruction timing; returns one record per instruction."
