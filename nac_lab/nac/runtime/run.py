@@ -213,6 +213,8 @@ def fast_kernel(s: Step):
     return FAST_KERNELS.get(s.fn, s.fn)
 
 # %% ../../../nbs/19_nac_run.ipynb #260db269
+from .kernels import plan_kernels
+
 def _refs(items):
     "The instruction indices an argument list reads (`('ref', j)`, also inside `('list', [...])`)."
     for k, v in items:
@@ -224,6 +226,7 @@ def _codegen(self:Interpreter):
     "`(program, source)`: the steps as one straight-line Python function, each value deleted after its last use."
     env = {'__builtins__': __builtins__}
     steps = self.steps[:self.n_run]
+    self.kernel_plan = plan = plan_kernels(steps, self.params, self.device)   # faster calls chosen by rule (runtime.kernels)
     last = {}
     for s in steps:
         for j in _refs(list(s.args) + list(s.kwargs.values())): last[j] = s.index
@@ -241,7 +244,7 @@ def _codegen(self:Interpreter):
         elif s.kind == 'state': lines.append(f'    v{i} = _st[{s.target}]')
         elif s.kind in ('input', 'lifted'): lines.append(f'    v{i} = _in[{s.target}]')
         elif s.kind == 'op':
-            env[f'k{i}'] = fast_kernel(s)
+            env[f'k{i}'] = plan.get(i) or fast_kernel(s)
             a = [expr(x, i, m) for m, x in enumerate(s.args)] + [f'{k}={expr(x, i, k)}' for k, x in s.kwargs.items()]
             lines.append(f'    v{i} = k{i}({", ".join(a)})')
         elif s.kind == 'state_out':
