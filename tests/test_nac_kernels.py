@@ -9,9 +9,10 @@ from torch.export import Dim
 from nac_lab.nac.compiler.zoo import zoo_names, build_model, example_inputs
 from nac_lab.nac.compiler.compile import compile as nac_compile
 from nac_lab.nac.runtime.kernels import rounds_differently, conv2d_thnn, gelu_native
+from nac_lab.nac.runtime.gru import GruKernel
 
 # which zoo models hold a kernel that rounds differently from the step's own (the others must be bitwise equal)
-ROUNDING_MODELS = {'mlp': {gelu_native}, 'vit_tiny': {gelu_native, conv2d_thnn}}
+ROUNDING_MODELS = {'mlp': {gelu_native}, 'vit_tiny': {gelu_native, conv2d_thnn}, 'gru': {GruKernel}}
 _cache = {}
 
 def model(name):
@@ -28,6 +29,7 @@ def test_planned_kernels_agree(name, batch):
     x = example_inputs(name, batch, seed=5)
     got, ref = nm.run(*x)[0], it.run_loop(*x)[0]
     planned = {k for k in it.kernel_plan.values() if k in (conv2d_thnn, gelu_native)}
+    planned |= {type(k) for k in it.kernel_plan.values() if isinstance(k, GruKernel)}
     assert planned == ROUNDING_MODELS.get(name, set())
     assert rounds_differently(it.kernel_plan) == (name in ROUNDING_MODELS)
     if name in ROUNDING_MODELS: assert float((got - ref).abs().max() / ref.abs().max()) <= 1e-6

@@ -5,6 +5,7 @@
 # %% ../../../nbs/19d_nac_kernels.ipynb #c8eff346
 from __future__ import annotations
 import torch
+from .gru import plan_gru, GruKernel
 
 # %% auto #0
 __all__ = ['INPLACE', 'FRESH', 'REBIND', 'ROUNDING', 'readers', 'conv2d_thnn', 'single_threaded', 'gelu_native',
@@ -59,7 +60,7 @@ ROUNDING = (conv2d_thnn, gelu_native)
 
 def rounds_differently(plan: dict) -> bool:
     "True when some kernel of `plan` may round differently from the kernel it replaces (else the results are bitwise equal)."
-    return any(k in ROUNDING for k in plan.values())
+    return any(k in ROUNDING or isinstance(k, GruKernel) for k in plan.values())
 
 def is_patch_conv(s, params: dict, steps) -> bool:
     "True for a `conv2d` step with a 4-D parameter weight, stride = kernel size (not 1×1), padding 0, dilation 1, one group."
@@ -92,4 +93,5 @@ def plan_kernels(steps, params: dict, device=None) -> dict:
         elif not cpu: continue
         elif is_patch_conv(s, params, steps): plan[s.index] = conv2d_thnn
         elif s.fn is torch._C._nn.gelu and not s.kwargs: plan[s.index] = gelu_native
+    if cpu: plan.update(plan_gru(steps, params, device))     # single-layer float32 GRUs (nac_lab.nac.runtime.gru)
     return plan
