@@ -457,7 +457,9 @@ def run(self:Interpreter,
         ok.add(key)
     st, im = dict(self.states), []
     try:
-        with torch.inference_mode(): out = self._prog(vals, st, im)    # no autograd bookkeeping per kernel
+        g = torch._C._InferenceMode(True)          # torch.inference_mode()'s guard without its Python wrapper (~1.7 us less)
+        try: out = self._prog(vals, st, im)       # no autograd bookkeeping per kernel
+        finally: del g
     except Exception as ex:
         self.run_steps(vals, states=dict(self.states), guard=True)    # re-run step by step to name the failing instruction
         raise NacRunError(escape(f'execution failed: {type(ex).__name__}: {ex}')) from ex
