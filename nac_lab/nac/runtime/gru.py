@@ -11,6 +11,8 @@ import torch
 __all__ = ['GruKernel', 'plan_gru']
 
 # %% ../../../nbs/19e_nac_gru.ipynb #baaab371
+_F32 = torch.float32
+
 class GruKernel:
     "`torch.gru` for one layer, one direction, with biases, in inference, on float32 CPU tensors; anything else goes to `torch.gru`."
     def __init__(self, w_ih: torch.Tensor, w_hh: torch.Tensor, b_ih: torch.Tensor, b_hh: torch.Tensor):
@@ -24,12 +26,13 @@ class GruKernel:
         self.b_ih, self.b_hh = f(b_ih) * neg, f(b_hh) * neg
 
     def usable(self, x, hx, params, has_biases, num_layers, dropout, train, bidirectional) -> bool:
-        "Whether this call is the one the kernel was built for (else it runs `torch.gru`)."
-        return (has_biases and num_layers == 1 and not train and not bidirectional and dropout == 0 and len(params) == 4
-                and all(p is q for p, q in zip(params, self.tensors)) and isinstance(x, torch.Tensor) and x.dim() == 3
-                and x.dtype == torch.float32 and x.device.type == 'cpu' and x.shape[-1] == self.wih_t.shape[0]
-                and isinstance(hx, torch.Tensor) and hx.dtype == torch.float32 and hx.device.type == 'cpu'
-                and not (x.requires_grad or hx.requires_grad) and x.shape[0] > 0 and x.shape[1] > 0)
+        "Whether this call is the one the kernel was built for (else it runs `torch.gru`); ~0.7 µs, cheapest checks first."
+        w = self.tensors
+        return (len(params) == 4 and params[0] is w[0] and params[1] is w[1] and params[2] is w[2] and params[3] is w[3]
+                and has_biases and num_layers == 1 and not train and not bidirectional and dropout == 0
+                and type(x) is torch.Tensor and type(hx) is torch.Tensor and x.dtype is _F32 and hx.dtype is _F32 and x.is_cpu
+                and hx.is_cpu and x.dim() == 3 and x.shape[-1] == self.wih_t.shape[0] and not (x.requires_grad or hx.requires_grad)
+                and x.shape[0] > 0 and x.shape[1] > 0)
 
     def __call__(self, x, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
         if not self.usable(x, hx, params, has_biases, num_layers, dropout, train, bidirectional):
