@@ -10,6 +10,7 @@ from torch.export import Dim
 from nac_lab.nac.compiler.zoo import zoo_names, build_model, example_inputs
 from nac_lab.nac.compiler.compile import compile as nac_compile, load
 from nac_lab.nac.format import read_nac, write_nac
+from nac_lab.nac.runtime.kernels import rounds_differently
 
 ATOL = 1e-5
 # Relative error bounds (max |q - f| / max |f| over the output), justified in the compile notebook:
@@ -42,7 +43,9 @@ def test_zoo_deterministic_and_paths_agree(name, tmp_path_factory):
     x = example_inputs(name, 3, seed=3)
     a, b = loaded.run(*x)[0], loaded.run(*x)[0]
     assert torch.equal(a, b)
-    assert torch.equal(a, loaded.interpreter.run_loop(*x)[0])      # generated program == reference loop
+    ref = loaded.interpreter.run_loop(*x)[0]                    # generated program == reference loop (float rounding where a
+    assert torch.equal(a, ref) or (rounds_differently(loaded.interpreter.kernel_plan)      # planned kernel sums otherwise)
+                                   and float((a - ref).abs().max() / ref.abs().max()) <= 1e-6)
     assert torch.equal(a, nm.run(*x)[0])                           # in-memory model == file
     # compiling again gives the same bytes
     again = nac_compile(build_model(name), example_inputs(name, 2), dynamic_shapes=({0: Dim.AUTO},))
