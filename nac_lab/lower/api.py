@@ -198,6 +198,8 @@ def lower(model, device, *, mode=None, calib=None, example=None, tiling='search'
     stage('tile')
     tl, naive, costs = choose_tilings(g, dev, elem, qp, ql, tiling)
     stage('emit')
-    E = emit_planned(g, dev, elem, qp, ql, tl, prefetch=6 if tiling != 'naive' else False)     # 6 constant loads in flight ahead
+    seq = (dev.resolved.unit_chars.get('SEQ', {}) if dev.resolved is not None else {}).get('max_active_tokens') or 16
+    ahead = max(4, seq // 5)                   # constant loads in flight ahead: 4, or 6 where the sequencer tracks 32 tokens
+    E = emit_planned(g, dev, elem, qp, ql, tl, prefetch=ahead if tiling != 'naive' else False)
     stage('check')
     return checked(Lowered(E.text(program_name(model)), E.data, E.io, dev, g, tl, naive, qp, ql, costs, elem))
