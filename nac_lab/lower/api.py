@@ -141,7 +141,7 @@ def emit_planned(g, dev, elem, qp, ql, tilings, prefetch=True) -> Emitter:
     act = -(-E.l2.peak // 64) * 64
     if act > l2: raise LowerError(f'the activations need {act} bytes of L2 at their peak (one buffer, placed by lifetime); {dev.name} has '
                                   f'{l2}')
-    sizes = {n: a.nbytes for n, a in E.data.items()}
+    sizes = {n: a.nbytes for n, a in E.data.items() if n in E.ctok}      # only constants that want an L2 copy compete for the budget
     E = Emitter(dev, dev.l1, elem); E.l2_budget = l2 - act; E.l2_pick = pick_l2(sizes, l2 - act)
     E.io = emit_program(g, E, mode, qp, ql, tilings, prefetch=prefetch)
     if l2_bytes(E) > l2: raise LowerError(f'internal: the planned program declares {l2_bytes(E)} bytes of L2, {dev.name} has {l2}')
@@ -198,6 +198,8 @@ def lower(model, device, *, mode=None, calib=None, example=None, tiling='search'
     stage('tile')
     tl, naive, costs = choose_tilings(g, dev, elem, qp, ql, tiling)
     stage('emit')
-    E = emit_planned(g, dev, elem, qp, ql, tl, prefetch=4 if tiling != 'naive' else False)     # 4 constant loads in flight ahead
+    seq = (dev.resolved.unit_chars.get('SEQ', {}) if dev.resolved is not None else {}).get('max_active_tokens') or 16
+    ahead = max(4, seq // 5)                   # constant loads in flight ahead: 4, or 6 where the sequencer tracks 32 tokens
+    E = emit_planned(g, dev, elem, qp, ql, tl, prefetch=ahead if tiling != 'naive' else False)
     stage('check')
     return checked(Lowered(E.text(program_name(model)), E.data, E.io, dev, g, tl, naive, qp, ql, costs, elem))
