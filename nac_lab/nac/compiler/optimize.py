@@ -243,8 +243,19 @@ def _sub(a, env):
 def _has_symbolic(a):
     return any(isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)) for x in _flat_args([a]))
 
+_SHAPE_ONLY = {getattr(_A, n).default for n in ('new_zeros', 'new_ones', 'new_full', 'zeros_like', 'ones_like', 'full_like')
+               if hasattr(_A, n)}       # results that read only the shape and dtype of their tensor argument
+
+def _shape_only_args(n: fx.Node, env: dict):
+    "A `_SHAPE_ONLY` node's arguments with its computed tensor (static shape) replaced by zeros of that shape and dtype, or None."
+    if n.target not in _SHAPE_ONLY or not n.args or not isinstance(n.args[0], fx.Node): return None
+    if any(isinstance(a, fx.Node) and a not in env for a in _flat_args([n.args[1:], n.kwargs])): return None
+    v = n.args[0].meta.get('val')
+    if not isinstance(v, torch.Tensor) or _has_symbolic(list(v.shape)): return None
+    return (torch.zeros(tuple(v.shape), dtype=v.dtype),) + tuple(_sub(n.args[1:], env))
+
 def fold_constants(g: NacGraph) -> int:
-    "Evaluate constant-only subgraphs at compile time; store results that live on as new parameters."
+    "Evaluate constant-only subgraphs at compile time (and `new_zeros`-like nodes of static shape); store results that live on."
     env = {}
     for n in g.graph.nodes:
         if n.op == 'placeholder' and n.name in g.consts: env[n] = g.consts[n.name]
@@ -252,6 +263,10 @@ def fold_constants(g: NacGraph) -> int:
     for n in g.graph.nodes:
         if n.op != 'call_function' or _is_impure(n) or n.target in _ASSERTS: continue
         ins = [a for a in _flat_args([n.args, n.kwargs]) if isinstance(a, fx.Node)]
+        if (args := _shape_only_args(n, env)) is not None and not _has_symbolic([n.args, n.kwargs]):
+            with torch.no_grad(): v = n.target(*args, **_sub(n.kwargs, env))
+            if _numel(v) <= FOLD_FREE_ELEMENTS: env[n] = v; folded.append(n)
+            continue
         if not all(a in env for a in ins) or _has_symbolic([n.args, n.kwargs]): continue
         if not isinstance(n.target, (torch._ops.OpOverload,)) and n.target is not operator.getitem: continue
         try:
