@@ -38,6 +38,7 @@ CASES = {                                           # name: (f, input shape)
     'div_computed': (lambda y: y / (y[..., -1:] * y[..., -1:] + 1.0), (1, 5, 6)),
     'div_number': (lambda y: y / 3.0, (1, 5, 6)),
     'mul_broadcast_axis1': (lambda y: y * y.mean(1, keepdim=True), (1, 4, 3, 6)),
+    'mul_broadcast_wide': (lambda y: y * y.mean(1, keepdim=True) + y / y.mean((1, 2), keepdim=True), (1, 12, 3, 6)),
     'roll': (lambda y: torch.roll(y, (2, -1), (1, 2)), (1, 4, 3, 6)),
     'window_partition': (_win, (1, 4, 4, 6)),
 }
