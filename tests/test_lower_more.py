@@ -41,6 +41,8 @@ CASES = {                                           # name: (f, input shape)
     'mul_broadcast_wide': (lambda y: y * y.mean(1, keepdim=True) + y / y.mean((1, 2), keepdim=True), (1, 12, 3, 6)),
     'roll': (lambda y: torch.roll(y, (2, -1), (1, 2)), (1, 4, 3, 6)),
     'window_partition': (_win, (1, 4, 4, 6)),
+    'qkv_permute_rank5': (lambda y: y.reshape(1, 5, 3, 2, 1).permute(2, 0, 3, 1, 4).reshape(3, 2, 5), (1, 5, 6)),
+    'sum_axis': (lambda y: y.sum(1) + y.sum(-1).sum(-1, keepdim=True), (1, 5, 6)),
 }
 
 def _model(name, seed=0):
