@@ -42,6 +42,7 @@ CASES = {                                           # name: (f, input shape)
     'roll': (lambda y: torch.roll(y, (2, -1), (1, 2)), (1, 4, 3, 6)),
     'window_partition': (_win, (1, 4, 4, 6)),
     'qkv_permute_rank5': (lambda y: y.reshape(1, 5, 3, 2, 1).permute(2, 0, 3, 1, 4).reshape(3, 2, 5), (1, 5, 6)),
+    'normalize_clamp_min': (lambda y: F.normalize(y, dim=-1) + torch.clamp_max(y, 0.5), (1, 5, 6)),
     'sum_axis': (lambda y: y.sum(1) + y.sum(-1).sum(-1, keepdim=True), (1, 5, 6)),
 }
 
