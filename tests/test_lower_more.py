@@ -43,6 +43,7 @@ CASES = {                                           # name: (f, input shape)
     'window_partition': (_win, (1, 4, 4, 6)),
     'qkv_permute_rank5': (lambda y: y.reshape(1, 5, 3, 2, 1).permute(2, 0, 3, 1, 4).reshape(3, 2, 5), (1, 5, 6)),
     'normalize_clamp_min': (lambda y: F.normalize(y, dim=-1) + torch.clamp_max(y, 0.5), (1, 5, 6)),
+    'expand_wide': (lambda y: y[:, :1].expand(1, 20, 6) * y.mean(1, keepdim=True).expand(1, 20, 6), (1, 5, 6)),
     'sum_axis': (lambda y: y.sum(1) + y.sum(-1).sum(-1, keepdim=True), (1, 5, 6)),
 }
 
