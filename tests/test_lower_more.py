@@ -9,7 +9,8 @@ from int_reference import reference_int8
 
 @pytest.fixture(scope='module')
 def f32dev(tmp_path_factory):
-    return f32_device(tmp_path_factory.mktemp('dev'), ('norm<f32>.default', 'view<f32>.default', 'gemm.float<f32>.no_bias'))
+    return f32_device(tmp_path_factory.mktemp('dev'), ('norm<f32>.default', 'view<f32>.default', 'gemm.float<f32>.no_bias',
+                                                        'softmax<f32>.default'))
 
 class Fn(nn.Module):
     "A linear (so that int8 has a requantized producer) then `f`."
@@ -44,6 +45,7 @@ CASES = {                                           # name: (f, input shape)
     'qkv_permute_rank5': (lambda y: y.reshape(1, 5, 3, 2, 1).permute(2, 0, 3, 1, 4).reshape(3, 2, 5), (1, 5, 6)),
     'normalize_clamp_min': (lambda y: F.normalize(y, dim=-1) + torch.clamp_max(y, 0.5), (1, 5, 6)),
     'expand_wide': (lambda y: y[:, :1].expand(1, 20, 6) * y.mean(1, keepdim=True).expand(1, 20, 6), (1, 5, 6)),
+    'sdpa_query_blocks': (lambda y: F.scaled_dot_product_attention(y, y * 0.5, y, is_causal=True), (1, 2, 240, 6)),
     'sum_axis': (lambda y: y.sum(1) + y.sum(-1).sum(-1, keepdim=True), (1, 5, 6)),
 }
 
@@ -103,3 +105,12 @@ def test_refusals_name_the_op(f, msg):
     m = nac_compile(Fn(f).eval(), (torch.zeros(1, 5, 6),))
     with pytest.raises(LowerError, match=msg):
         lower(m, 'npm_pro', mode='float', example=(np.ones((1, 5, 6), np.float32),))
+
+def test_large_attention_is_split_into_query_blocks():
+    from nac_lab.lower.graph import import_nac
+    from nac_lab.lower.attn import attn_rows
+    assert attn_rows(2, 240, 240, 6, 6) == 183 and attn_rows(2, 200, 200, 6, 6) == 200        # (393216 - 23040) // 2016; one block
+    m, shape = _model('sdpa_query_blocks')
+    g = import_nac(m, np.zeros(shape, np.float32))
+    assert [l.op for l in g.layers].count('softmax') == 2 and [l.shape for l in g.layers if l.op == 'softmax'] == [(1, 2, 183, 240),
+                                                                                                                   (1, 2, 57, 240)]
