@@ -11,7 +11,7 @@ from .layers import Layer, LowerError
 from .emit import register_emitters, Val, emit_whole, to_elem
 
 # %% auto #0
-__all__ = ['MORE', 'Parts', 'ImportCtx', 'import_more']
+__all__ = ['ATTN_BLOCK_BYTES', 'ATTN_MAX_BLOCKS', 'MORE', 'Parts', 'ImportCtx', 'attn_rows', 'import_more']
 
 # %% ../../nbs/69h_lower_attn.ipynb #b4d490bf
 @dataclass
@@ -138,20 +138,42 @@ def _sdpa(c):
     r = len(ks); perm = list(range(r)); perm[-2:] = [r - 1, r - 2]
     kt = _L(c, '_kt', 'transpose', [k], ks[:-2] + (ks[-1], ks[-2]), attrs=dict(perm=perm))
     att = qs[:-1] + (ks[-2],)
-    out = [kt, _L(c, '_qk', 'matmul', [q, kt.name], att)]
+    out = [kt]
     scale = c.C('scale'); scale = 1 / math.sqrt(qs[-1]) if scale is None else float(scale)
-    out.append(_L(c, '_sc', 'mul_c', [out[-1].name], att, attrs=dict(c=scale)))
-    m, last = None, out[-1].name
+    m = None
     if c.C('is_causal'): m = np.where(np.tril(np.ones(att[-2:], bool)), 0.0, -np.inf)
     elif c.kind('attn_mask') == 'param':
         m = c.P('attn_mask'); m = np.where(m.astype(bool), 0.0, -np.inf) if m.dtype == bool else m
     elif c.kind('attn_mask') != 'const': raise c.err('sdpa with a computed attention mask is not lowered')
+    if m is not None: m = np.broadcast_to(np.asarray(m, np.float32), att)
+    S = qs[-2]; rows = attn_rows(math.prod(qs[:-2]), S, ks[-2], qs[-1], vs[-1])
+    if rows >= S: return out + _attend(c, q, kt.name, v, att, scale, m, '', c.shape), c.lname
+    parts = []
+    for b, a in enumerate(range(0, S, rows)):
+        e = min(S, a + rows); ab = att[:-2] + (e - a, att[-1])
+        qb = _slice_layer(c, q, qs, len(qs) - 2, a, e, f'_q{b}')
+        out += [qb] + _attend(c, qb.name, kt.name, v, ab, scale, None if m is None else m[..., a:e, :], f'_b{b}', ab[:-1] + (vs[-1],))
+        parts.append(out[-1].name)
+    return out + [_L(c, '', 'concat', parts, c.shape, attrs=dict(axis=len(qs) - 2))], c.lname
+
+ATTN_BLOCK_BYTES = 384 * 1024    # f32 bytes of q, kᵀ, v and the scores of one query block: larger attention is split into blocks
+ATTN_MAX_BLOCKS = 16
+
+def attn_rows(nb, S, T, D, Dv) -> int:
+    "Query rows per block of an attention of `nb` heads, `S` queries, `T` keys, head sizes `D`/`Dv` (`S`: one block)."
+    fixed, per_row = 4 * nb * T * (D + Dv), 4 * nb * (D + T + Dv)
+    if fixed + per_row * S <= ATTN_BLOCK_BYTES: return S
+    return max(-(-S // ATTN_MAX_BLOCKS), (ATTN_BLOCK_BYTES - fixed) // per_row)
+
+def _attend(c, q, kt, v, att, scale, m, sfx, oshape) -> list:
+    "q·kᵀ, scale, + mask (when `m`), softmax, ·v for one block of queries; the last layer is named `c.lname + sfx`."
+    out = [_L(c, sfx + '_qk', 'matmul', [q, kt], att), _L(c, sfx + '_sc', 'mul_c', [c.lname + sfx + '_qk'], att, attrs=dict(c=scale))]
+    last = out[-1].name
     if m is not None:
-        ls, kn = c.const(('mask', c.step.index), m, att); out += ls
-        out.append(_L(c, '_m', 'add', [last, kn], att)); last = out[-1].name
-    out.append(_L(c, '_p', 'softmax', [last], att, attrs=dict(axis=len(att) - 1)))
-    out.append(_L(c, '', 'matmul', [out[-1].name, v], c.shape))
-    return out, c.lname
+        ls, kn = c.const(('mask', c.step.index, sfx), m, att); out += ls
+        out.append(_L(c, sfx + '_m', 'add', [last, kn], att)); last = out[-1].name
+    out.append(_L(c, sfx + '_p', 'softmax', [last], att, attrs=dict(axis=len(att) - 1)))
+    return out + [_L(c, sfx, 'matmul', [out[-1].name, v], oshape)]
 
 # %% ../../nbs/69h_lower_attn.ipynb #f70964d6
 def _masked_fill(c):

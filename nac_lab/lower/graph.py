@@ -9,6 +9,7 @@ import torch
 from .layers import UNARY, BINARY, PASS, LowerError, Layer, LayerGraph, nem_input_name  # noqa: F401 (re-exported)
 from .attn import import_more
 from .cnn import fold_affines          # registers the CNN rewrites into lower.attn.MORE
+from .more import merge_views        # registers the rewrites of lower.more (after those of lower.cnn)
 from .ops import plan_layouts
 
 # %% auto #0
@@ -107,7 +108,7 @@ def import_nac(model, *example) -> LayerGraph:
         if lay.op in ('hardsigmoid', 'hardswish'):
             g.layers += _hard(lay); names[s.index] = lname; continue
         g.layers.append(lay); names[s.index] = lname
-    return plan_layouts(fold_affines(g))
+    return plan_layouts(merge_views(fold_affines(g)))
 
 # %% ../../nbs/66_lower_import.ipynb #31a64cba
 def signature_example(model, batch:int|None=None) -> tuple:

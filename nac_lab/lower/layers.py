@@ -5,7 +5,7 @@
 # %% ../../nbs/66a_lower_layers.ipynb #832c9e72
 from __future__ import annotations
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 import numpy as np
 from ..errors import NacLabError
@@ -41,6 +41,7 @@ class OpFacts:
     int8: str = 'real'
     bf16: bool = False
     stage: str = 'graph'
+    elementwise: bool = False
 
 def _facts() -> dict:
     F, O = OpFacts, LayerOp
@@ -59,7 +60,9 @@ def _facts() -> dict:
          O.softmax: F(attrs=('axis',), int8='island'), O.layernorm: F(attrs=('axis', 'epsilon'), int8='island'),
          O.rmsnorm: F(attrs=('axis', 'epsilon'), int8='island'),
          O.pass_: F(stage='import'), O.hardswish: F(stage='import'), O.hardsigmoid: F(stage='import')}
-    return {o: t.get(o, F()) for o in O}        # the rest: one input, no constants, computed on real values in int8
+    # the rest: one input, no constants, computed on real values in int8; `ew`: the elementwise ones
+    ew = (O.relu, O.gelu, O.silu, O.sigmoid, O.tanh, O.sqrt, O.exp, O.log, O.add_c, O.mul_c, O.clamp)
+    return {o: replace(t.get(o, F()), elementwise=o in ew) for o in O}
 
 OP_FACTS = _facts()
 
@@ -114,8 +117,6 @@ def const_q(c:float) -> QParam:
     return QParam(abs(c) / 127 if c else 1.0, 0)
 
 # %% ../../nbs/66a_lower_layers.ipynb #a1f0c009
-_SAME_SHAPE = ('relu', 'gelu', 'silu', 'sigmoid', 'tanh', 'sqrt', 'exp', 'log', 'add_c', 'mul_c', 'clamp')
-
 def _where(l) -> str: return f'{l.name} ({l.op}, NAC instruction {l.nac})'
 
 def _shape_problems(l, shp) -> list:
@@ -132,7 +133,7 @@ def _shape_problems(l, shp) -> list:
         try: ok = tuple(np.broadcast_shapes(*shp)) == tuple(l.shape)
         except ValueError: ok = False
         if not ok: out.append(f'{_where(l)}: inputs {[list(s) for s in shp]} do not broadcast to the output {list(l.shape)}')
-    elif l.op in _SAME_SHAPE and tuple(shp[0]) != tuple(l.shape):
+    elif OP_FACTS[l.op].elementwise and tuple(shp[0]) != tuple(l.shape):
         out.append(f'{_where(l)}: elementwise output {list(l.shape)} differs from its input {list(shp[0])}')
     return out
 

@@ -1,0 +1,116 @@
+("The rewrites of lower.more, one tiny module each: f32 within 1e-4 of the NAC interpreter, int8 bit-exact with the independent integer "
+ "reference, nem check clean; and the ops that stay refused, with their message.")
+import numpy as np, pytest, torch, torch.nn as nn, torch.nn.functional as F
+from nac_lab.nac.compiler.compile import compile as nac_compile
+from nac_lab.lower.api import lower
+from nac_lab.lower.layers import LowerError
+from f32_device import f32_device
+from int_reference import reference_int8
+
+@pytest.fixture(scope='module')
+def f32dev(tmp_path_factory):
+    return f32_device(tmp_path_factory.mktemp('dev'), ('norm<f32>.default', 'view<f32>.default', 'gemm.float<f32>.no_bias',
+                                                        'softmax<f32>.default'))
+
+class Fn(nn.Module):
+    "A linear (so that int8 has a requantized producer) then `f`."
+    def __init__(s, f, d=6):
+        super().__init__(); s.l, s.f = nn.Linear(d, d), f
+    def forward(s, x): return s.f(s.l(x))
+
+class Aff(nn.Module):
+    "ResMLP's affine: addcmul(beta, alpha, x)."
+    def __init__(s, d=6):
+        super().__init__(); s.a, s.b = nn.Parameter(torch.randn(d)), nn.Parameter(torch.randn(d))
+    def forward(s, x): return torch.addcmul(s.b, s.a, x)
+
+def _win(x):
+    "Swin's window partition of a [1, 4, 4, 6] value into 2x2 windows (a rank-6 permute) and back, with a roll between."
+    w = x.view(1, 2, 2, 2, 2, 6).permute(0, 1, 3, 2, 4, 5).reshape(-1, 2, 2, 6)
+    w = torch.roll(w, (1, -1), (1, 2))
+    return w.view(1, 2, 2, 2, 2, 6).permute(0, 1, 3, 2, 4, 5).reshape(1, 4, 4, 6)
+
+CASES = {                                           # name: (f, input shape)
+    'mean_tokens': (lambda y: y.mean(1), (1, 5, 6)),
+    'mean_two_axes': (lambda y: y.mean((1, 2), keepdim=True), (1, 3, 4, 6)),
+    'vector_norm_last': (lambda y: y / torch.linalg.vector_norm(y, dim=-1, keepdim=True), (1, 5, 6)),
+    'vector_norm_spatial': (lambda y: torch.linalg.vector_norm(y, 2, dim=(1, 2), keepdim=True) + y, (1, 3, 4, 6)),
+    'leaky_relu': (lambda y: F.leaky_relu(y, 0.1), (1, 5, 6)),
+    'div_computed': (lambda y: y / (y[..., -1:] * y[..., -1:] + 1.0), (1, 5, 6)),
+    'div_number': (lambda y: y / 3.0, (1, 5, 6)),
+    'mul_broadcast_axis1': (lambda y: y * y.mean(1, keepdim=True), (1, 4, 3, 6)),
+    'mul_broadcast_wide': (lambda y: y * y.mean(1, keepdim=True) + y / y.mean((1, 2), keepdim=True), (1, 12, 3, 6)),
+    'roll': (lambda y: torch.roll(y, (2, -1), (1, 2)), (1, 4, 3, 6)),
+    'window_partition': (_win, (1, 4, 4, 6)),
+    'qkv_permute_rank5': (lambda y: y.reshape(1, 5, 3, 2, 1).permute(2, 0, 3, 1, 4).reshape(3, 2, 5), (1, 5, 6)),
+    'normalize_clamp_min': (lambda y: F.normalize(y, dim=-1) + torch.clamp_max(y, 0.5), (1, 5, 6)),
+    'expand_wide': (lambda y: y[:, :1].expand(1, 20, 6) * y.mean(1, keepdim=True).expand(1, 20, 6), (1, 5, 6)),
+    'sdpa_query_blocks': (lambda y: F.scaled_dot_product_attention(y, y * 0.5, y, is_causal=True), (1, 2, 240, 6)),
+    'sum_axis': (lambda y: y.sum(1) + y.sum(-1).sum(-1, keepdim=True), (1, 5, 6)),
+}
+
+def _model(name, seed=0):
+    f, shape = CASES[name]
+    torch.manual_seed(seed)
+    return nac_compile(Fn(f).eval(), (torch.zeros(shape),)), shape
+
+@pytest.mark.parametrize('name', list(CASES))
+def test_float_f32(f32dev, name):
+    m, shape = _model(name)
+    x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    low = lower(m, f32dev, mode='f32', example=(x,))
+    assert not low.check().errors
+    np.testing.assert_allclose(low.run(x)[0], m.run(torch.from_numpy(x))[0].numpy(), atol=1e-4, rtol=0)
+
+def _int8(m, shape, seed=3):
+    rng = np.random.default_rng(seed)
+    xs = [rng.standard_normal(shape).astype(np.float32) for _ in range(3)]
+    low = lower(m, 'npm_pro', mode='int8', calib=xs)
+    assert not low.check().errors
+    x = xs[0]
+    raw = low.run_raw(*low.quantize_inputs(x).values())
+    ref = reference_int8(low.graph, low.qp, low.ql, low.qp[next(iter(low.graph.inputs))].quantize(x))
+    for o in low.graph.outputs:
+        got = np.transpose(raw[o], (0, 3, 1, 2)) if low.io['outputs'][o]['layout'] == 'NHWC' else raw[o]
+        np.testing.assert_array_equal(got, ref[o])
+    y, yr = low.run(x)[0], m.run(torch.from_numpy(x))[0].numpy()
+    assert np.abs(y - yr).max() <= 0.1 * np.abs(yr).max() + 0.02
+    return low
+
+@pytest.mark.parametrize('name', list(CASES))
+def test_int8_bit_exact(name):
+    _int8(*_model(name, seed=2))
+
+def test_addcmul_with_constants_is_one_diagonal_linear(f32dev):
+    torch.manual_seed(0)
+    m = nac_compile(Aff().eval(), (torch.zeros(1, 5, 6),))
+    x = np.random.default_rng(1).standard_normal((1, 5, 6)).astype(np.float32)
+    low = lower(m, f32dev, mode='f32', example=(x,))
+    assert [l.op for l in low.graph.layers] == ['linear'] and not low.check().errors
+    np.testing.assert_allclose(low.run(x)[0], m.run(torch.from_numpy(x))[0].numpy(), atol=1e-5, rtol=0)
+    _int8(m, (1, 5, 6))
+
+def test_merge_views_rewrites_the_rank6_transpose_to_rank4():
+    from nac_lab.lower.graph import import_nac
+    m, shape = _model('window_partition')
+    g = import_nac(m, np.zeros(shape, np.float32))
+    assert max(len(l.shape) for l in g.layers) <= 4
+    assert [l.attrs['perm'] for l in g.layers if l.op == 'transpose'] == [[0, 2, 1, 3]] * 2
+
+@pytest.mark.parametrize('f,msg', [
+    (lambda y: torch.linalg.vector_norm(y, 1, dim=-1), r'linalg_vector_norm of order 1 is not lowered \(only the 2-norm'),
+    (lambda y: torch.div(y, y, rounding_mode='floor'), r'aten\.div\.Tensor_mode has no NEM lowering'),
+])
+def test_refusals_name_the_op(f, msg):
+    m = nac_compile(Fn(f).eval(), (torch.zeros(1, 5, 6),))
+    with pytest.raises(LowerError, match=msg):
+        lower(m, 'npm_pro', mode='float', example=(np.ones((1, 5, 6), np.float32),))
+
+def test_large_attention_is_split_into_query_blocks():
+    from nac_lab.lower.graph import import_nac
+    from nac_lab.lower.attn import attn_rows
+    assert attn_rows(2, 240, 240, 6, 6) == 183 and attn_rows(2, 200, 200, 6, 6) == 200        # (393216 - 23040) // 2016; one block
+    m, shape = _model('sdpa_query_blocks')
+    g = import_nac(m, np.zeros(shape, np.float32))
+    assert [l.op for l in g.layers].count('softmax') == 2 and [l.shape for l in g.layers if l.op == 'softmax'] == [(1, 2, 183, 240),
+                                                                                                                   (1, 2, 57, 240)]
