@@ -4,6 +4,7 @@ import numpy as np, pytest, torch, torch.nn as nn
 from nac_lab.nac.compiler.compile import compile as nac_compile
 from nac_lab.lower.api import lower
 from nac_lab.lower.emit import Tiling
+from nac_lab.nem.timing.sim import summary
 from int_reference import reference_int8      # lowering's layer walk, requantized independently of nac_lab.fxp (#28 item 7)
 
 SHAPE = (1, 4, 24, 16)
@@ -32,7 +33,9 @@ def test_int8_on_several_engines_is_bit_exact(net, device, ne):
         outs.append((low, raw))
     (lm, rm), (l1, r1) = outs
     assert f'ARENA{ne - 1} : L1[{ne - 1}]' in lm.program and 'ARENA1' not in l1.program
-    assert ('@resource(NMU[(k mod 2)])' in lm.program) == (device == 'npm_pro')       # npm_pro has 2 NMUs per engine
+    busy = {u: d['busy'] for u, d in summary(lm.simulate())['units'].items() if d['busy']}
+    assert all(f'E{q}.NMU[0]' in busy for q in range(ne))                        # every engine computes bands
+    assert ('E0.NMU[1]' in busy) == (device == 'npm_pro')        # npm_pro has 2 NMUs per engine: an engine's two slots use both
     for k in rm: np.testing.assert_array_equal(rm[k], r1[k])
 
 def test_float_on_four_engines(net):

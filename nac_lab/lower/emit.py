@@ -170,7 +170,8 @@ def _uniform_run(rows, th, rin):
 # %% ../../nbs/68_lower_emit.ipynb #b3bdcec7
 def emit_conv(E, l, xv, yv, wc, bc, wq_desc, tiling, prev, elem, qx, qy, epi=None):
     """Row-tiled conv2d: bands of `tiling.th` output rows in `tiling.slots` L1 slots; the bands with no padding and
-    full height form one `loop` (`@max_in_flight(slots)`), the edge bands are emitted before and after it."""
+    full height form one `loop` (`@max_in_flight(slots)`), the edge bands are emitted before and after it. Spread over
+    `tiling.engines` > 1 engines, every band is emitted without a loop: band k on engine k mod engines, in that engine's own slots."""
     N, H, W, C = xv.shape; _, Ho, Wo, Co = yv.shape
     a = l.attrs; th, slots = tiling.th, tiling.slots
     e = ESIZE[elem]; KH, KW, I, O = wc[2]
@@ -209,7 +210,7 @@ def emit_conv(E, l, xv, yv, wc, bc, wq_desc, tiling, prev, elem, qx, qy, epi=Non
     if off > E.l1: raise LowerError(f'{l.name}: tiling th={th} needs {off} bytes of L1, the device has {E.l1}')
     E.arena = max(E.arena, off)
     la, lb = _uniform_run(rows, th, rin)
-    if lb - la < 1: la, lb = len(rows), len(rows) - 1          # fewer than two uniform bands: no loop
+    if lb - la < 1 or nE > 1: la, lb = len(rows), len(rows) - 1     # fewer than two uniform bands, or spread over engines: no loop
     def attrs(pt, pb):
         return (f'pads=[{pt}, {a["pads"][1]}, {pb}, {a["pads"][3]}] strides=[{", ".join(map(str, a["strides"]))}] '
                 f'dilations=[{", ".join(map(str, a["dilations"]))}] groups={a["groups"]}')
@@ -251,7 +252,7 @@ def emit_conv(E, l, xv, yv, wc, bc, wq_desc, tiling, prev, elem, qx, qy, epi=Non
     tcs, tss, tile_toks, seen = {}, {}, [], set(E.live)
     def peeled(k):
         r0, r1, i0, i1, pt, pb = rows[k]
-        sl = k % slots; old = k - slots
+        q = k % nE; sl = (k // nE) % slots; old = k - slots * nE       # band k runs on engine k mod nE, in that engine's slots
         tok = [E.tok(f'{l.name}_x{k}'), E.tok(f'{l.name}_conv{k}'), E.tok(f'{l.name}_bias{k}') if elem != 'i8' else None,
                E.tok(f'{l.name}_s{k}')]
         if tok[2] is None: E.live.remove(tok[2]) if tok[2] in E.live else None
@@ -259,15 +260,14 @@ def emit_conv(E, l, xv, yv, wc, bc, wq_desc, tiling, prev, elem, qx, qy, epi=Non
             E.retire([t for t in E.live if t.endswith((f'_x{old}', f'_conv{old}', f'_bias{old}', f'_s{old}'))])
         lv = lambda ts: [t for t in ts if t in E.live]
         lines, last = band(k, sl, (N, i1 - i0, W, C), (N, r1 - r0, Wo, Co), i0 * W * C * e, r0 * Wo * Co * e, (pt, pb), tok,
-                           prev + lv([tcs[old]] if old in tcs else []), lv([tss[old]] if old in tss else []), [])
-        if epi and k - 1 in tcs and tcs[k - 1] in E.live:     # an epilogue has more tokens per band: once this band's input is
+                           prev + lv([tcs[old]] if old in tcs else []), lv([tss[old]] if old in tss else []), [], q=q)
+        if epi and nE == 1 and k - 1 in tcs and tcs[k - 1] in E.live:     # an epilogue has more tokens per band: once this band's input is
             lines.insert(3, f'wait({tcs[k - 1]})'); E.live.remove(tcs[k - 1])    # on its way, the band before finishes computing
         for ln in lines: E.line(ln)
         tcs[k], tss[k] = last, tok[3]
     for k in range(0, min(la, len(rows))):
         peeled(k)
-        if k >= slots: E.retire([t for t in E.live if t.endswith((f'_x{k - slots}', f'_conv{k - slots}', f'_bias{k - slots}',
-                                                                  f'_s{k - slots}'))])
+        if k >= slots * nE: E.retire([t for t in E.live if t.endswith(tuple(f'_{p}{k - slots * nE}' for p in ('x', 'conv', 'bias', 's')))])
     if la <= lb:
         before = [k for k in range(max(0, la - slots), la)]
         tok = [f'{l.name}_lx', f'{l.name}_lconv', f'{l.name}_lbias', f'{l.name}_ls']

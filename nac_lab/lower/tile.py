@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 from .layers import LowerError
 from ..nem.execution.memory import NemExecError
-from .emit import Emitter, Tiling, Val, conv_l1, nem_shape, stored_nhwc, emit_program, conv_rows, _uniform_run
+from .emit import Emitter, Tiling, Val, conv_l1, nem_shape, stored_nhwc, emit_program, conv_rows
 from .gemm import GemmTiling, gemm_dims, gemm_candidates, naive_gemm, gemm_layout, tile_sizes, conv_split_l1, split_group, group_tile_ok
 from ..progress import track
 import nac_lab.lower.ops  # noqa: F401 -- registers the emitters of matmul, transpose, concat, softmax, layernorm, rmsnorm
@@ -166,12 +166,10 @@ def _choose_gemm(l, g, dev, elem, qp, policy, chosen, naive, costs):
 
 # %% ../../nbs/69_lower_tile.ipynb #517e1f27
 def _engine_counts(l, dev, th, xs, ys) -> list:
-    "Engine counts (> 1) worth timing for band height `th`: the device's engines, when the uniform band run has two bands per engine."
+    "Engine counts (> 1) worth timing for band height `th`: 2 and the device's engines, each that has a band for every engine."
     n = dev.resolved.topology['num_engines'] if dev.resolved is not None else 1
-    a = l.attrs; kh = l.params['w'].shape[2]
-    rin = min(xs[1], (th - 1) * a['strides'][0] + a['dilations'][0] * (kh - 1) + 1)
-    la, lb = _uniform_run(conv_rows(l, th, xs[1], ys[1]), th, rin)
-    return [k for k in sorted({2, n}) if 1 < k <= n and lb - la + 1 >= 2 * k]
+    nb = len(conv_rows(l, th, xs[1], ys[1]))
+    return [k for k in sorted({2, n}) if 1 < k <= n and nb >= k]
 
 # %% ../../nbs/69_lower_tile.ipynb #4961c8a9
 _COSTS = {}          # (device file, layer signature, tiling key) -> simulated cycles: equal layers are timed once
@@ -258,15 +256,19 @@ def choose_tilings(g, dev, elem, qp, ql, policy='search') -> tuple:
                 if ex.rule != 'token.limit': raise
                 del by[k]
         if nv.key not in c: by[nv.key] = nv; c[nv.key] = _cost(l, g, dev, elem, qp, nv)
-        if n > 1 and not split and xs[0] == 1:          # the tallest ping-pong band that can be spread over engines, if not timed yet
-            t = next((t for t in _tile_candidates(ys[1]) if t < ys[1] and l1(t, 2) <= dev.l1 and _engine_counts(l, dev, t, xs, ys)), None)
-            if t is not None and (t, 2) not in c: by[(t, 2)] = Tiling(t, 2, l1(t, 2)); c[(t, 2)] = _cost(l, g, dev, elem, qp, by[(t, 2)])
+        if n > 1 and not split and xs[0] == 1:          # two bands per engine (one per slot) over 2 and all engines, if they fit
+            for ne in sorted({2, n}):
+                t = -(-ys[1] // (2 * ne))
+                if ne > n or l1(t, 2) > dev.l1 or (t, 2, ne) in c: continue
+                v = Tiling(t, 2, l1(t, 2), ne)
+                try: c[v.key] = _cost(l, g, dev, elem, qp, v); by[v.key] = v
+                except NemExecError as ex:
+                    if ex.rule != 'token.limit': raise
         tried = 0
         for k in sorted(c, key=c.get):                  # the three best one-engine tilings that can be spread, over 2 .. all engines
             u = by[k]
             if u.tco: ens = [e for e in sorted({2, n}) if 1 < e <= n and len(conv_rows(l, u.th, xs[1], ys[1])) >= e]
-            elif u.slots == 2 or u.th == ys[1]: ens = _engine_counts(l, dev, u.th, xs, ys)
-            else: ens = []
+            else: ens = [e for e in _engine_counts(l, dev, u.th, xs, ys) if (u.th, u.slots, e) not in c]
             if not ens: continue
             tried += 1
             for ne in ens:
