@@ -74,3 +74,20 @@ def test_linear_column_tiles_on_several_engines():
     lf = lower(nm, 'npm_pro_x1', mode='float', example=(x,), tiling={'L3_linear': GemmTiling(1, 100, 2, engines=2)})
     assert lf.elem == 'f32' and not lf.check().errors
     np.testing.assert_allclose(lf.run(x)[0], nm.run(torch.from_numpy(x))[0].numpy(), atol=1e-4, rtol=0)
+
+def test_pool_bands_on_every_engine():
+    ("A max pool on a 4-engine device runs in row bands spread over all engines (two slots per engine), int8 bit-exact with the "
+     "integer reference.")
+    torch.manual_seed(6)
+    m = nac_compile(nn.Sequential(nn.Conv2d(4, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(3, 2, 1)).eval(), (torch.zeros(1, 4, 48, 48),))
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((1, 4, 48, 48)).astype(np.float32)
+    low = lower(m, 'npm_pro', mode='int8', calib=[x])
+    assert not low.check().errors
+    raw = low.run_raw(*low.quantize_inputs(x).values())
+    ref = reference_int8(low.graph, low.qp, low.ql, low.qp[next(iter(low.graph.inputs))].quantize(x))
+    for o in low.graph.outputs: np.testing.assert_array_equal(np.transpose(raw[o], (0, 3, 1, 2)), ref[o])     # stored NHWC
+    res = low.simulate()
+    engines = {res.label(j).split('.')[0] for j in range(res.table.n) if 'max_pool2d_p' in res.table.name(j)}
+    assert engines == {'E0', 'E1', 'E2', 'E3'}
+    assert low.program.count('maxpool.async') == 12          # 24 output rows in bands of ceil(24 / 16) = 2 rows, about 4 per engine

@@ -303,30 +303,34 @@ def pool_bands(kh:int, s:int, pt:int, H:int, Ho:int, th:int) -> list:
 def _r64(n): return -(-n // 64) * 64
 
 def _emit_pool(E, l, ctx, xv, yv, prev):
-    "A max/avg pool: whole when it fits L1 (or cannot be banded), else in row bands over two L1 slots (see above)."
+    ("A max/avg pool: whole when it fits L1 on a one-engine device (or cannot be banded), else in row bands over two L1 slots per "
+     "engine, band i on engine i mod engines (see above).")
     from nac_lab.lower.reference import pool_attrs
-    from nac_lab.lower.emit import ESIZE, qdesc, _arena_region
+    from nac_lab.lower.emit import ESIZE, qdesc, _arena_region, arena_name
     src = ctx.g.inputs.get(l.inputs[0]) or ctx.g.layer(l.inputs[0]).shape
     a = pool_attrs(l, src); k, st, p = a['kernel_shape'], a['strides'], a['pads']
     def attrs(pt, pb): return (f'kernel_shape=[{", ".join(map(str, k))}] pads=[{pt}, {p[1]}, {pb}, {p[3]}] '
                                f'strides=[{", ".join(map(str, st))}]')
-    if (_r64(xv.nbytes) + _r64(yv.nbytes) <= E.l1 or len(xv.shape) != 4 or xv.nchw or yv.nchw or xv.shape[0] != 1):
+    rd = getattr(E.device, 'resolved', None)
+    nE = min(rd.topology['num_engines'] if rd is not None else 1, yv.shape[1] if len(yv.shape) == 4 else 1)
+    if (len(xv.shape) != 4 or xv.nchw or yv.nchw or xv.shape[0] != 1 or _r64(xv.nbytes) + _r64(yv.nbytes) <= E.l1 and nE < 2):
         return emit_whole(E, l, l.op, [xv], [], yv, attrs(p[0], p[2]), prev, ctx.elem)[0]
     _, H, W, C = xv.shape; _, Ho, Wo, _ = yv.shape; e = ESIZE[xv.elem]
     def slot(th): return _r64(min(H, (th - 1) * st[0] + k[0]) * W * C * e) + _r64(th * Wo * C * e)
     th = next((t for t in range(Ho, 0, -1) if 2 * slot(t) <= E.l1), None)
     if th is None: raise LowerError(f'{l.name} (NAC instruction {l.nac}): {l.op} needs {2 * slot(1)} bytes of L1 for two bands of one '
                                     f'output row, the device has {E.l1}')
+    if nE > 1: th = min(th, -(-Ho // (4 * nE)))          # about four bands per engine: loads, pools and stores overlap
     SL, SX = slot(th), _r64(min(H, (th - 1) * st[0] + k[0]) * W * C * e)
-    E.arena = max(E.arena, 2 * SL)
+    E.arena = max(E.arena, 2 * SL); E.engines = max(E.engines, nE)
     qx, qy = (qdesc(xv.q) if xv.q else None), (qdesc(yv.q) if yv.q else None)
     done = {}
     for i, (r0, r1, lo, hi, pt, pb) in enumerate(pool_bands(k[0], st[0], p[0], H, Ho, th)):
-        s = i % 2
-        E.retire([t for t in done.pop(i - 2, []) if t in E.live])        # the band that used this slot is stored
+        q = i % nE; s = (i // nE) % 2; ar = arena_name(q)
+        E.retire([t for t in done.pop(i - 2 * nE, []) if t in E.live])        # the band that used this slot of this engine is stored
         xr, yr = f'{l.name}_x{i}', f'{l.name}_y{i}'
-        E.line(f'{xr} = {_arena_region(E, s * SL, (1, hi - lo, W, C), xv.elem, qx, "NHWC")}')
-        E.line(f'{yr} = {_arena_region(E, s * SL + SX, (1, r1 - r0, Wo, C), yv.elem, qy, "NHWC")}')
+        E.line(f'{xr} = {_arena_region(E, s * SL, (1, hi - lo, W, C), xv.elem, qx, "NHWC", ar)}')
+        E.line(f'{yr} = {_arena_region(E, s * SL + SX, (1, r1 - r0, Wo, C), yv.elem, qy, "NHWC", ar)}')
         tx = E.tok(f'{l.name}_x{i}')
         E.line(f'{tx} = transfer.async(dst={xr}, src=region({xv.buf}, {xv.at(lo * W * C * e)}, {(hi - lo) * W * C * e}), '
                f'deps=[{", ".join(t for t in prev if t in E.live)}])')

@@ -97,12 +97,14 @@ def stored_nhwc(g, name, shape) -> bool:
 _TOK_DEF = re.compile(r'^(t\d+_\w+) = \w')
 _WAIT = re.compile(r'^(\s*)wait\(([^)]*)\)(.*)$')
 _DEPS = re.compile(r'deps=\[([^\]]*)\]')
+_LOAD = re.compile(r'_load\d*$')
 
 def _without(names: str, gone: set) -> str:
     return ', '.join(t for t in (s.strip() for s in names.split(',')) if t and t not in gone)
 
 def bound_live_tokens(lines: list, limit: int | None) -> list:
-    "NEM program `lines` with a `wait` for the oldest live token inserted wherever a top-level task would exceed `limit` live tokens."
+    ("NEM program `lines` with a `wait` for the oldest live token inserted wherever a top-level task would exceed `limit` live tokens; "
+     "constant loads (`..._load`, prefetched far ahead) are waited for last, so that no layer stalls behind a later layer's weights.")
     if not limit: return lines
     live, gone, out, depth = {}, set(), [], 0
     for ln in lines:
@@ -116,7 +118,8 @@ def bound_live_tokens(lines: list, limit: int | None) -> list:
         elif s.startswith('endloop'): depth -= 1
         elif depth == 0 and (m := _TOK_DEF.match(ln)) is not None:
             while len(live) >= limit:
-                old = next(iter(live)); del live[old]; gone.add(old); out.append(f'wait({old})      # at most {limit} tokens live')
+                old = next((t for t in live if not _LOAD.search(t)), None) or next(iter(live))
+                del live[old]; gone.add(old); out.append(f'wait({old})      # at most {limit} tokens live')
             live[m.group(1)] = True
         if gone and 'deps=[' in ln: ln = _DEPS.sub(lambda m: f'deps=[{_without(m.group(1), gone)}]', ln)
         out.append(ln)
