@@ -91,3 +91,34 @@ def test_pool_bands_on_every_engine():
     engines = {res.label(j).split('.')[0] for j in range(res.table.n) if 'max_pool2d_p' in res.table.name(j)}
     assert engines == {'E0', 'E1', 'E2', 'E3'}
     assert low.program.count('maxpool.async') == 12          # 24 output rows in bands of ceil(24 / 16) = 2 rows, about 4 per engine
+
+@pytest.fixture(scope='module')
+def deep():
+    "Eight 3x3 convolutions of 128 channels on 8x8: 1.2 MB of int8 weights (4.7 MB f32), more than npm_lite's 1 MB of L2."
+    torch.manual_seed(8)
+    layers = [nn.Conv2d(8, 128, 3, padding=1), nn.ReLU()]
+    for _ in range(7): layers += [nn.Conv2d(128, 128, 3, padding=1), nn.ReLU()]
+    return nac_compile(nn.Sequential(*layers).eval(), (torch.zeros(1, 8, 8, 8),))
+
+def test_weight_ring_streams_each_weight_once(deep):
+    ("The weights stream through the ring buffer in L2: each weight byte crosses the DDR port once, a later layer's weights load "
+     "while an earlier layer computes, and the program computes the integer reference's bits (f32: the interpreter's values).")
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((1, 8, 8, 8)).astype(np.float32)
+    low = lower(deep, 'npm_lite', mode='int8', calib=[x])
+    assert 'buffer RING : L2' in low.program and not low.check().errors
+    raw = low.run_raw(*low.quantize_inputs(x).values())
+    ref = reference_int8(low.graph, low.qp, low.ql, low.qp[next(iter(low.graph.inputs))].quantize(x))
+    for o in low.graph.outputs: np.testing.assert_array_equal(np.transpose(raw[o], (0, 3, 1, 2)), ref[o])
+    res = low.simulate()
+    w = sum(a.nbytes for n, a in low.data.items() if n.endswith('_w'))
+    other = sum(a.nbytes for n, a in low.data.items() if not n.endswith('_w')) + x.size     # biases (read per use) and the input
+    assert w > 10 ** 6 and w <= res.table.level_bytes['DDR']['read'] <= w + 8 * other
+    rows = {res.table.name(j).split('@')[0]: j for j in range(res.table.n)}
+    convs = sorted({int(n.split('_')[1][1:]) for n in rows if '_conv2d_w_load' in n})
+    load2 = min(res.start[j] for n, j in rows.items() if f'_L{convs[2]}_conv2d_w_load' in n)
+    conv1 = min(res.start[j] for n, j in rows.items() if f'_L{convs[1]}_conv2d_conv' in n)
+    assert load2 < conv1                       # the third layer's weights are on their way before the second layer computes
+    lf = lower(deep, 'npm_lite', mode='float', example=(x,))
+    assert 'buffer RING : L2' in lf.program and not lf.check().errors
+    np.testing.assert_allclose(lf.run(x)[0], deep.run(torch.from_numpy(x))[0].numpy(), atol=1e-4, rtol=0)

@@ -11,7 +11,7 @@ import numpy as np
 from .layers import LowerError, check_layers
 from .graph import import_nac, signature_example
 from .quant import calibrate, quantize_graph
-from .emit import Emitter, emit_program, DTYPE, to_elem, from_elem, pick_l2
+from .emit import Emitter, emit_program, DTYPE, to_elem, from_elem, pick_l2, plan_ring
 from .tile import Device, resolve_device, check_legal, choose_tilings, layer_report
 from ..progress import stage, with_steps
 
@@ -141,8 +141,12 @@ def emit_planned(g, dev, elem, qp, ql, tilings, prefetch=True) -> Emitter:
     act = -(-E.l2.peak // 64) * 64
     if act > l2: raise LowerError(f'the activations need {act} bytes of L2 at their peak (one buffer, placed by lifetime); {dev.name} has '
                                   f'{l2}')
-    sizes = {n: a.nbytes for n, a in E.data.items() if n in E.ctok}      # only constants that want an L2 copy compete for the budget
-    E = Emitter(dev, dev.l1, elem); E.l2_budget = l2 - act; E.l2_pick = pick_l2(sizes, l2 - act)
+    want = E.ring_want                  # conv and linear weights stream through the weight ring (`lower.emit.plan_ring`)
+    sizes = {n: a.nbytes for n, a in E.data.items() if n in E.ctok and n not in want}   # the other constants that want an L2 copy
+    ring = min(sum(-(-s // 64) * 64 for s, _ in want.values()), max(l2 - act - sum(-(-s // 64) * 64 for s in sizes.values()),
+                                                                   (l2 - act) // 2))
+    E = Emitter(dev, dev.l1, elem); E.l2_budget = l2 - act - ring; E.l2_pick = pick_l2(sizes, l2 - act - ring)
+    E.ring, E.ring_size = plan_ring(want, ring), ring
     E.io = emit_program(g, E, mode, qp, ql, tilings, prefetch=prefetch)
     if l2_bytes(E) > l2: raise LowerError(f'internal: the planned program declares {l2_bytes(E)} bytes of L2, {dev.name} has {l2}')
     return E
@@ -199,7 +203,7 @@ def lower(model, device, *, mode=None, calib=None, example=None, tiling='search'
     tl, naive, costs = choose_tilings(g, dev, elem, qp, ql, tiling)
     stage('emit')
     seq = (dev.resolved.unit_chars.get('SEQ', {}) if dev.resolved is not None else {}).get('max_active_tokens') or 16
-    ahead = max(4, seq // 5)                   # constant loads in flight ahead: 4, or 6 where the sequencer tracks 32 tokens
+    ahead = max(4, seq // 3)                   # constant loads in flight ahead: 5, or 10 where the sequencer tracks 32 tokens
     E = emit_planned(g, dev, elem, qp, ql, tl, prefetch=ahead if tiling != 'naive' else False)
     stage('check')
     return checked(Lowered(E.text(program_name(model)), E.data, E.io, dev, g, tl, naive, qp, ql, costs, elem))

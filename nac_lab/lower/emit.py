@@ -14,7 +14,8 @@ from .nemtext import (fnum, qdesc, qchan, DTYPE, ESIZE, to_elem, probe_constants
 # %% auto #0
 __all__ = ['UNARY_OPS', 'CHUNK_OPS', 'LAYER_EMITTERS', 'VIEW_OPS', 'chunks', 'Emitter', 'region', 'Tiling', 'conv_rows',
            'epi_regions', 'conv_l1', 'emit_epilogue', 'arena_name', 'emit_conv', 'emit_whole', 'emit_chunked',
-           'L2Alloc', 'pick_l2', 'EmitCtx', 'register_emitters', 'emit_conv_layer', 'epilogue_ops', 'emit_program']
+           'L2Alloc', 'pick_l2', 'plan_ring', 'EmitCtx', 'register_emitters', 'emit_conv_layer', 'epilogue_ops',
+           'emit_program']
 
 # %% ../../nbs/68_lower_emit.ipynb #4ca9acaf
 def chunks(n:int, parts:int=4, least:int=65536) -> list:
@@ -35,15 +36,31 @@ class Emitter:
         self.live = []; self.loads = []; self.l2 = L2Alloc(); self.ctok = {}; self.kname = {}; self.engines = 1; self.nhwc = None
         self.l2_budget = None       # L2 bytes left for constant copies (None: no limit)
         self.l2_pick = None         # the constants that get an L2 copy (None: first come while the budget lasts; see `pick_l2`)
+        self.ring = None            # streamed weights: name -> (offset in the ring buffer `RING`, layer after which its bytes are free)
+        self.ring_size = 0; self.cbase = {}; self.after = {}; self.layer = 0; self.ring_want = {}
     def buffer(self, name, level, size):
         self.bufs.append(f'buffer {name} : {level} (size={max(int(size), 1)}, align=64)'); return name
-    def const(self, name, arr, l2=True, split=False):
+    def const(self, name, arr, l2=True, split=False, ring=False):
         ("A constant: a DDR buffer with its data, copied once into L2 (returns the L2 buffer and its token); a name seen before is "
          "reused. `l2=False`: DDR only (returns the DDR buffer, no token). `split`: the copy is several concurrent transfers "
-         "(`chunks`; one sDMA alone moves less than the DDR port does), and the token is their comma-joined list.")
+         "(`chunks`; one sDMA alone moves less than the DDR port does), and the token is their comma-joined list. `ring`: weights "
+         "read only by the layer being emitted; when `self.ring` places them, their copy goes to its place in the weight ring "
+         "(`plan_ring`; read them with `src`), else (not placed) they stay in DDR.")
         if name in self.data: return (name + '_L2', self.ctok[name]) if name in self.ctok else (name, None)
         arr = np.ascontiguousarray(arr); self.data[name] = arr
         self.buffer(name, 'DDR', arr.nbytes)
+        if ring: self.ring_want[name] = (arr.nbytes, self.layer)
+        if ring and self.ring is not None:
+            if name not in self.ring: return name, None
+            at, after = self.ring[name]
+            if not self.cbase: self.buffer('RING', 'L2', self.ring_size)
+            self.cbase[name + '_L2'] = ('RING', at); ts = []
+            for k, (o, m) in enumerate(chunks(arr.nbytes, 2) if split else [(0, arr.nbytes)]):   # two sDMAs fill the DDR port
+                t = self.tok(name + '_load' + (str(k) if k else '')); ts.append(t)
+                ln = f'{t} = transfer.async(dst=region(RING, {at + o}, {m}), src=region({name}, {o}, {m}))'
+                self.loads.append(ln); self.after[ln] = after
+            self.ctok[name] = ', '.join(ts)
+            return name + '_L2', self.ctok[name]
         if l2 and self.l2_pick is not None: l2 = name in self.l2_pick
         if l2 and self.l2_budget is not None:            # L2 planning (`lower.api.lower`): copies to L2 only while the budget lasts
             if -(-arr.nbytes // 64) * 64 > self.l2_budget: l2 = False
@@ -56,6 +73,10 @@ class Emitter:
             self.loads.append(f'{t} = transfer.async(dst=region({name}_L2, {o}, {m}), src=region({name}, {o}, {m}))')
         self.ctok[name] = ', '.join(ts)
         return name + '_L2', self.ctok[name]
+    def src(self, buf, off, n) -> str:
+        "The region of bytes [off, off + n) of constant buffer `buf` (as `const` returned it: its own buffer or its place in the ring)."
+        b, at = self.cbase.get(buf, (buf, 0))
+        return f'region({b}, {at + off}, {n})'
     def tok(self, base):
         self.n += 1; t = f't{self.n}_{base}'; self.live.append(t); return t
     def retire(self, toks=None):
@@ -192,7 +213,7 @@ def emit_conv(E, l, xv, yv, wc, bc, wq_desc, tiling, prev, elem, qx, qy, epi=Non
         for j, (o, m) in enumerate(chunks(KH * KW * I * O * e)):
             t = E.tok(l.name + '_w' + sfx(q) + (f'_{j}' if j else '')); tws.append(t)
             E.line(f'{t} = transfer.async(dst={_arena_region(E, o, (m,), "i8", ar=ar) if j or m < KH * KW * I * O * e else Wn}, '
-                   f'src=region({wc[0]}, {o}, {m}), deps=[{", ".join(prev + [wc[1]] if wc[1] else prev)}])')
+                   f'src={E.src(wc[0], o, m)}, deps=[{", ".join(prev + [wc[1]] if wc[1] else prev)}])')
         tw = ', '.join(tws)
         Bn = f'{l.name}_B{sfx(q)}'; ob = off
         if elem == 'i8': E.line(f'{Bn} = {_arena_region(E, off, (O,), "i32", ar=ar)}'); off += -(-O * 4 // 64) * 64
@@ -400,6 +421,21 @@ def pick_l2(sizes:dict, budget:int, least:int=65536) -> set:
         out.add(n); budget -= s
     return out
 
+# %% ../../nbs/68_lower_emit.ipynb #ring0cd2
+def plan_ring(want:dict, size:int) -> dict:
+    ("Places of the streamed weights `want` (name -> (bytes, index of the layer that reads them), in program order) in a ring buffer of "
+     "`size` bytes: name -> (offset, the last layer that reads the bytes it overwrites, -1 if none). Each goes after the one before, at "
+     "0 when it would pass the end; one larger than the ring, or whose bytes its own layer still reads, is left out (stays in DDR).")
+    out, placed, at = {}, [], 0
+    for n, (s, li) in want.items():
+        s = -(-s // 64) * 64
+        if s > size: continue
+        if at + s > size: at = 0
+        after = max((pl for lo, hi, pl in placed if lo < at + s and at < hi), default=-1)
+        if after >= li: continue
+        out[n] = (at, after); placed.append((at, at + s, li)); at += s
+    return out
+
 # %% ../../nbs/68_lower_emit.ipynb #b12be6a5
 def _l2(E, name, shape, elem, q=None):
     "A value's L2 home: a place in the shared activation buffer, or its own buffer (one-layer timing programs)."
@@ -445,10 +481,10 @@ def emit_conv_layer(E, l, ctx, xv, yv, prev) -> list:
     w = l.params['w']; O = w.shape[0]
     if elem == 'i8':
         q = ctx.ql[l.name]
-        wc = E.const(f'{l.name}_w', np.transpose(q.wq, (2, 3, 1, 0)), split=True); bc = E.const(f'{l.name}_b', q.bq)
+        wc = E.const(f'{l.name}_w', np.transpose(q.wq, (2, 3, 1, 0)), split=True, ring=True); bc = E.const(f'{l.name}_b', q.bq)
         wd = qchan(q.sw, 3)
     else:
-        wc = E.const(f'{l.name}_w', to_elem(np.transpose(w, (2, 3, 1, 0)), elem), split=True); wd = None
+        wc = E.const(f'{l.name}_w', to_elem(np.transpose(w, (2, 3, 1, 0)), elem), split=True, ring=True); wd = None
         bc = E.const(f'{l.name}_b', to_elem(np.broadcast_to(l.params.get('b', np.zeros(O, np.float32)), (yv.shape[0], t.th,
                                                                                                          yv.shape[2], O)), elem))
     wc = (wc[0], wc[1], np.transpose(w, (2, 3, 1, 0)).shape)
@@ -527,7 +563,7 @@ def emit_program(g, E, mode, qp=None, ql=None, tilings=None, probe=False, prefet
         if last.get(l.name) is None: E.l2.free(l.name)
     for li, l in enumerate(g.layers):
         if l.name in into: chunks.append(([], [])); free(li, l); continue
-        start = len(E.body); E.loads = []
+        start = len(E.body); E.loads = []; E.layer = li
         E.line(f'# {l.name}: NAC instruction {l.nac} -> {l.op} {list(l.shape)}')
         xv = vals[l.inputs[0]] if l.inputs else None
         if l.op in VIEW_OPS:
@@ -555,6 +591,7 @@ def emit_program(g, E, mode, qp=None, ql=None, tilings=None, probe=False, prefet
             n = 0
             for j in (j for j in range(k + 1, len(chunks)) if chunks[j][0]):
                 if n and (prefetch is True or n + len(chunks[j][0]) > prefetch): break
+                if j not in done and any(E.after.get(ln, -1) >= k for ln in chunks[j][0]): break     # its ring bytes are still read
                 if j not in done: E.body += [f'# prefetch the constants of a later layer'] + chunks[j][0]; done.add(j)
                 n += len(chunks[j][0])
         E.body += lines

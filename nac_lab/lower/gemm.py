@@ -114,7 +114,8 @@ def emit_linear(E, l, ctx, xv, yv, t:GemmTiling, prev) -> list:
     if o['end'] > E.l1: raise LowerError(f'{l.name}: tiling {t.tm}x{t.tn} needs {o["end"]} bytes of L1, the device has {E.l1}')
     E.arena = max(E.arena, o['end'])
     wdata, sw = _weights(l, ctx, K, N, cols)
-    wc = E.const(f'{l.name}_w', wdata, l2=len(cols) == 1)          # streamed weights come tile by tile from DDR (no L2 copy)
+    wc = E.const(f'{l.name}_w', wdata, l2=len(cols) == 1, split=True, ring=True)   # streamed weights: tile by tile from DDR, or the ring
+    wts = (wc[1] or '').split(', ')                                 # the weights' load tokens (a split copy has several)
     b = l.params.get('b', np.zeros(N))
     bc = E.const(f'{l.name}_b', ctx.ql[l.name].bq if q8 else to_elem(np.broadcast_to(b, (t.tm, N)), elem))
     live = lambda *ts: [x for x in ts if x and x in E.live]
@@ -126,8 +127,8 @@ def emit_linear(E, l, ctx, xv, yv, t:GemmTiling, prev) -> list:
     wq = lambda c0, c1: qchan(sw[c0:c1], 1) if q8 else None
     if resident:
         Wn = f'{l.name}_W'; E.line(f'{Wn} = {_reg(o["w"], (K, N), elem, wq(0, N), "KN")}')
-        tw0 = E.tok(l.name + '_w'); E.line(f'{tw0} = transfer.async(dst={Wn}, src=region({wc[0]}, 0, {K * N * e}), '
-                                           f'deps=[{", ".join(live(*prev, wc[1]))}])')
+        tw0 = E.tok(l.name + '_w'); E.line(f'{tw0} = transfer.async(dst={Wn}, src={E.src(wc[0], 0, K * N * e)}, '
+                                           f'deps=[{", ".join(live(*prev, *wts))}])')
     gm, tg, tws = 0, {}, {}
     for i, (r0, r1) in enumerate(blocks):
         rows = r1 - r0
@@ -142,8 +143,8 @@ def emit_linear(E, l, ctx, xv, yv, t:GemmTiling, prev) -> list:
                 s = gm % t.slots; Wr = f'{l.name}_w{gm}'
                 E.line(f'{Wr} = {_reg(o["w"] + s * sW, (K, n), elem, wq(c0, c1), "KN")}')
                 tw = E.tok(f'{l.name}_w{gm}')
-                E.line(f'{tw} = transfer.async(dst={Wr}, src=region({wc[0]}, {K * c0 * e}, {K * n * e}), '
-                       f'deps=[{", ".join(live(*prev, wc[1], tg.get(gm - t.slots)))}])')
+                E.line(f'{tw} = transfer.async(dst={Wr}, src={E.src(wc[0], K * c0 * e, K * n * e)}, '
+                       f'deps=[{", ".join(live(*prev, *wts, tg.get(gm - t.slots)))}])')
             Yr = f'{l.name}_{"y" if q8 else "c"}{gm}'
             E.line(f'{Yr} = {_reg((o["y"] if q8 else o["c"]) + c0 * e, (rows, n), elem, qy, row=N if len(cols) > 1 else None)}')
             ins = f'{Xn}, {Wr} @readonly' + (f', region(ARENA, {o["b"] + c0 * 4}, {n * 4}, elem=i32, shape=[{n}], layout=C) '
@@ -179,7 +180,7 @@ def emit_linear_engines(E, l, ctx, xv, yv, t:GemmTiling, prev) -> list:
     if o['end'] > E.l1: raise LowerError(f'{l.name}: tiling 1x{t.tn} needs {o["end"]} bytes of L1, the device has {E.l1}')
     E.arena = max(E.arena, o['end']); E.engines = max(E.engines, nE)
     wdata, sw = _weights(l, ctx, K, N, cols)
-    wc = E.const(f'{l.name}_w', wdata, l2=False)
+    wc = E.const(f'{l.name}_w', wdata, l2=False, split=True, ring=True); wts = (wc[1] or '').split(', ')
     b = l.params.get('b', np.zeros(N))
     bc = E.const(f'{l.name}_b', ctx.ql[l.name].bq if q8 else to_elem(np.broadcast_to(b, (1, N)), elem))
     live = lambda *ts: [x for x in ts if x and x in E.live]
@@ -212,8 +213,8 @@ def emit_linear_engines(E, l, ctx, xv, yv, t:GemmTiling, prev) -> list:
                 old = ()          # the slot's previous tile: done before its weights are overwritten (and fewer live tokens)
             Wr = ar(q, _reg(o['w'] + s * sW, (K, n), elem, qchan(sw[c0:c1], 1) if q8 else None, 'KN'))
             tw = E.tok(f'{l.name}_w{r}_{j}')
-            E.line(f'{tw} = transfer.async(dst={Wr}, src=region({wc[0]}, {K * c0 * e}, {K * n * e}), '
-                   f'deps=[{", ".join(live(*prev, wc[1], *old[1:]))}])')
+            E.line(f'{tw} = transfer.async(dst={Wr}, src={E.src(wc[0], K * c0 * e, K * n * e)}, '
+                   f'deps=[{", ".join(live(*prev, *wts, *old[1:]))}])')
             Yr = ar(q, _reg((o['y'] if q8 else o['c']) + c0 * e, (1, n), elem, qy))
             tg = E.tok(f'{l.name}_g{r}_{j}')
             ins = f'{Wr} @readonly' + (f', {ar(q, _reg(o["b"] + c0 * 4, (n,), "i32"))} @readonly' if q8 else '')
@@ -304,7 +305,7 @@ def emit_conv_split(E, l, ctx, xv, yv, t, prev) -> list:
     if end > E.l1: raise LowerError(f'{l.name}: tiling th={th} tco={tco} needs {end} bytes of L1, the device has {E.l1}')
     E.arena = max(E.arena, end); E.engines = max(E.engines, nE)
     wdata, sw = _conv_weight_tiles(l, ctx, cols)
-    wc = E.const(f'{l.name}_w', wdata)
+    wc = E.const(f'{l.name}_w', wdata, split=True, ring=True)
     if q8: bc = E.const(f'{l.name}_b', ctx.ql[l.name].bq)
     else: bc = E.const(f'{l.name}_b', to_elem(np.broadcast_to(l.params.get('b', np.zeros(Co, np.float32)), (N, th, Wo, Co)), elem))
     live = lambda *ts: [x for x in ts if x and x in E.live]
@@ -341,7 +342,7 @@ def emit_conv_split(E, l, ctx, xv, yv, t, prev) -> list:
                 for p, (o, m) in enumerate(chunks(KH * KW * I * n * e)):      # than the memory port does
                     t_ = E.tok(f'{l.name}_w{k}_{j}' + (f'_{p}' if p else '')); tw.append(t_)
                     E.line(f'{t_} = transfer.async(dst={Wr if m == KH * KW * I * n * e else f"region({ar}, {s * SW + o}, {m})"}, '
-                           f'src=region({wc[0]}, {w0 + o}, {m}), deps=[{", ".join(live(*prev, *(wc[1] or "").split(", ")))}])')
+                           f'src={E.src(wc[0], w0 + o, m)}, deps=[{", ".join(live(*prev, *(wc[1] or "").split(", ")))}])')
                 if len(cols) == 1: resident[q] = (Wr, tw)          # one tile: loaded once per engine, resident
             else: Wr, tw = resident[q]
             Yr = _reg4(ar, (oy if q8 else oc) + sl * SY + c0 * e, (N, r1 - r0, Wo, n), elem, qy, pitch=Co)
