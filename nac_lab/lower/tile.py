@@ -256,9 +256,8 @@ def choose_tilings(g, dev, elem, qp, ql, policy='search') -> tuple:
                 if ex.rule != 'token.limit': raise
                 del by[k]
         if nv.key not in c: by[nv.key] = nv; c[nv.key] = _cost(l, g, dev, elem, qp, nv)
-        if n > 1 and not split and xs[0] == 1:          # two bands per engine (one per slot) over 2 and all engines, if they fit
-            for ne in sorted({2, n}):
-                t = -(-ys[1] // (2 * ne))
+        if n > 1 and xs[0] == 1:          # two and four bands per engine (weights resident) over 2 and all engines, if they fit
+            for ne, t in sorted({(ne, -(-ys[1] // (b * ne))) for ne in {2, n} for b in (2, 4)}):
                 if ne > n or l1(t, 2) > dev.l1 or (t, 2, ne) in c: continue
                 v = Tiling(t, 2, l1(t, 2), ne)
                 try: c[v.key] = _cost(l, g, dev, elem, qp, v); by[v.key] = v
