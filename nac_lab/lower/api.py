@@ -11,7 +11,8 @@ import numpy as np
 from .layers import LowerError, check_layers
 from .graph import import_nac, signature_example
 from .quant import calibrate, quantize_graph
-from .emit import Emitter, emit_program, DTYPE, to_elem, from_elem, pick_l2, plan_ring
+from .emit import Emitter, emit_program, DTYPE, to_elem, from_elem
+from .place import pick_l2, plan_ring
 from .tile import Device, resolve_device, check_legal, choose_tilings, layer_report
 from ..progress import stage, with_steps
 
@@ -141,7 +142,7 @@ def emit_planned(g, dev, elem, qp, ql, tilings, prefetch=True) -> Emitter:
     act = -(-E.l2.peak // 64) * 64
     if act > l2: raise LowerError(f'the activations need {act} bytes of L2 at their peak (one buffer, placed by lifetime); {dev.name} has '
                                   f'{l2}')
-    want = E.ring_want                  # conv and linear weights stream through the weight ring (`lower.emit.plan_ring`)
+    want = E.ring_want                  # conv and linear weights stream through the weight ring (`lower.place.plan_ring`)
     sizes = {n: a.nbytes for n, a in E.data.items() if n in E.ctok and n not in want}   # the other constants that want an L2 copy
     ring = min(sum(-(-s // 64) * 64 for s, _ in want.values()), max(l2 - act - sum(-(-s // 64) * 64 for s in sizes.values()),
                                                                    (l2 - act) // 2))

@@ -8,14 +8,14 @@ import math
 from dataclasses import dataclass
 import numpy as np
 from .layers import LowerError, LayerOp, OP_FACTS, const_q
+from .place import L2Alloc, pick_l2, plan_ring  # noqa: F401  (L2 placement, nbs/68b; re-exported here)
 from .nemtext import (fnum, qdesc, qchan, DTYPE, ESIZE, to_elem, probe_constants, from_elem, Val,  # noqa: F401
                                     nem_shape, stored_nhwc, bound_live_tokens)      # the NEM vocabulary (nbs/68a), re-exported here
 
 # %% auto #0
 __all__ = ['UNARY_OPS', 'CHUNK_OPS', 'LAYER_EMITTERS', 'VIEW_OPS', 'chunks', 'Emitter', 'region', 'Tiling', 'conv_rows',
            'epi_regions', 'conv_l1', 'emit_epilogue', 'arena_name', 'emit_conv', 'emit_whole', 'emit_chunked',
-           'L2Alloc', 'pick_l2', 'plan_ring', 'EmitCtx', 'register_emitters', 'emit_conv_layer', 'epilogue_ops',
-           'emit_program']
+           'EmitCtx', 'register_emitters', 'emit_conv_layer', 'epilogue_ops', 'emit_program']
 
 # %% ../../nbs/68_lower_emit.ipynb #4ca9acaf
 def chunks(n:int, parts:int=4, least:int=65536) -> list:
@@ -395,46 +395,6 @@ def emit_chunked(E, l, opcode, ins, consts, yv, attrs, prev) -> tuple:
         E.line(f'{ts} = store.async(dst=region({buf}, {b0 + c0 * e}, {m * e}), src={yr}, deps=[{tc}])')
         done[i] = toks + [tc, ts]
     return [t for v in done.values() for t in v if t in E.live], None, None
-
-# %% ../../nbs/68_lower_emit.ipynb #51c273ac
-class L2Alloc:
-    "First-fit placement of activations in one L2 buffer (`ACT_L2`): a value's bytes are reused once its last reader is done."
-    def __init__(self): self.used, self.peak = {}, 0
-    def alloc(self, name, n) -> int:
-        n = -(-max(n, 1) // 64) * 64; at = 0
-        for b, s in sorted(self.used.values()):
-            if b - at >= n: break
-            at = max(at, b + s)
-        self.used[name] = (at, n); self.peak = max(self.peak, at + n)
-        return at
-    def free(self, name): self.used.pop(name, None)
-
-# %% ../../nbs/68_lower_emit.ipynb #a75fd5c2
-def pick_l2(sizes:dict, budget:int, least:int=65536) -> set:
-    ("Names of constants `sizes` (name -> bytes, in program order) that get an L2 copy within `budget`: the latest first, each >= "
-     "`least` bytes, up to the first that does not fit.")
-    out = set()
-    for n, s in reversed(list(sizes.items())):
-        s = -(-s // 64) * 64
-        if s < least: continue
-        if s > budget: break
-        out.add(n); budget -= s
-    return out
-
-# %% ../../nbs/68_lower_emit.ipynb #ring0cd2
-def plan_ring(want:dict, size:int) -> dict:
-    ("Places of the streamed weights `want` (name -> (bytes, index of the layer that reads them), in program order) in a ring buffer of "
-     "`size` bytes: name -> (offset, the last layer that reads the bytes it overwrites, -1 if none). Each goes after the one before, at "
-     "0 when it would pass the end; one larger than the ring, or whose bytes its own layer still reads, is left out (stays in DDR).")
-    out, placed, at = {}, [], 0
-    for n, (s, li) in want.items():
-        s = -(-s // 64) * 64
-        if s > size: continue
-        if at + s > size: at = 0
-        after = max((pl for lo, hi, pl in placed if lo < at + s and at < hi), default=-1)
-        if after >= li: continue
-        out[n] = (at, after); placed.append((at, at + s, li)); at += s
-    return out
 
 # %% ../../nbs/68_lower_emit.ipynb #b12be6a5
 def _l2(E, name, shape, elem, q=None):
