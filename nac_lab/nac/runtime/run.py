@@ -291,7 +291,8 @@ def _inputs(self:Interpreter, inputs, named) -> list:
     return vals
 
 # %% ../../../nbs/19_nac_run.ipynb #1b08b612
-from ...guard import to_meta, value_bytes, check_bytes, max_bytes
+from ...guard import to_meta, value_bytes, check_bytes, max_bytes, MAX_BYTES_ENV
+from os import environ as _environ
 
 def _meta_value(v):
     if isinstance(v, torch.device): return torch.device('meta')
@@ -443,19 +444,23 @@ def run(self:Interpreter,
         **named, # inputs by name (a lifted constant left out keeps its default)
        ) -> tuple: # the values of `<OUTPUT B=0>`, in order
     "Execute with the generated program; states change only when the whole call succeeds."
-    if not named and len(inputs) == len(self.slots) and all(type(v) is torch.Tensor and v.device == self.device for v in inputs):
-        vals = list(inputs)                            # the common call: every input a tensor on the device, by position
-        key = (max_bytes(), *[(v.shape, v.dtype) for v in vals]) + (self._signature(()) if self.states else ())
+    vals = None
+    if not named and len(inputs) == len(self.slots):
+        for v in inputs:
+            if type(v) is not torch.Tensor or v.device != self.device: break
+        else: vals = list(inputs)                      # the common call: every input a tensor on the device, by position
+    if vals is not None:
+        key = (_environ.get(MAX_BYTES_ENV), *[(v.shape, v.dtype) for v in vals]) + (self._signature(()) if self.states else ())
     else:
         vals = self._inputs(inputs, named, check=False)
-        key = (max_bytes(),) + self._signature(vals)   # input signature and sizes are checked once per key
-    ok = self.__dict__.setdefault('_checked', set())
+        key = (_environ.get(MAX_BYTES_ENV),) + self._signature(vals)   # input signature and sizes are checked once per key
+    ok = self.__dict__.setdefault('_checked', set())   # (the limit's raw setting is part of the key: no parsing per call)
     if key not in ok:
         self._check_signature(vals)
-        if not self.check_sizes(vals, key[0]): return self.run_steps(vals, guard=True)   # sizes not knowable ahead: op by op
+        if not self.check_sizes(vals, max_bytes()): return self.run_steps(vals, guard=True)   # sizes not knowable ahead: op by op
         if len(ok) >= 256: ok.clear()
         ok.add(key)
-    st, im = dict(self.states), []
+    st, im = dict(self.states) if self.states else {}, []
     try:
         g = torch._C._InferenceMode(True)          # torch.inference_mode()'s guard without its Python wrapper (~1.7 us less)
         try: out = self._prog(vals, st, im)       # no autograd bookkeeping per kernel
@@ -463,7 +468,8 @@ def run(self:Interpreter,
     except Exception as ex:
         self.run_steps(vals, states=dict(self.states), guard=True)    # re-run step by step to name the failing instruction
         raise NacRunError(escape(f'execution failed: {type(ex).__name__}: {ex}')) from ex
-    self.states.update(st); self.intermediate = im
+    if st: self.states.update(st)
+    self.intermediate = im
     return out
 
 # %% ../../../nbs/19_nac_run.ipynb #fcc0b2f9
