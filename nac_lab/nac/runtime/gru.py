@@ -6,6 +6,7 @@
 from __future__ import annotations
 import numpy as np
 import torch
+from .ckernels import gru_kernel
 
 # %% auto #0
 __all__ = ['GruKernel', 'plan_gru']
@@ -14,7 +15,7 @@ __all__ = ['GruKernel', 'plan_gru']
 _F32 = torch.float32
 
 class GruKernel:
-    "`torch.gru` for one layer, one direction, with biases, in inference, on float32 CPU tensors; anything else goes to `torch.gru`."
+    "`torch.gru` for one layer, one direction, with biases, in inference, on float32 CPU tensors (C or NumPy); anything else: `torch.gru`."
     def __init__(self, w_ih: torch.Tensor, w_hh: torch.Tensor, b_ih: torch.Tensor, b_hh: torch.Tensor):
         self.tensors = (w_ih, w_hh, b_ih, b_hh)         # the program's parameters; a call with other ones is passed through
         h = w_hh.shape[1]
@@ -24,6 +25,7 @@ class GruKernel:
         self.wih_t = np.ascontiguousarray(f(w_ih).T * neg)    # (input, 3h)
         self.whh_t = np.ascontiguousarray(f(w_hh).T * neg)    # (h, 3h)
         self.b_ih, self.b_hh = f(b_ih) * neg, f(b_hh) * neg
+        self.c = gru_kernel(self.wih_t, self.whh_t, self.b_ih, self.b_hh)   # the whole sequence in one C call, if compiled
 
     def usable(self, x, hx, params, has_biases, num_layers, dropout, train, bidirectional) -> bool:
         "Whether this call is the one the kernel was built for (else it runs `torch.gru`); ~0.7 µs, cheapest checks first."
@@ -42,6 +44,7 @@ class GruKernel:
         b, t, _ = xb.shape
         if tuple(hx.shape) != (1, b, self.hidden):
             return torch.gru(x, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first)
+        if self.c is not None and batch_first and x.is_contiguous(): return self.c(x, hx[0].contiguous())
         return self._run(xb, hx.numpy()[0], b, t, h3, batch_first)
 
     def _run(self, xb, h, b, t, h3, batch_first):
