@@ -143,3 +143,29 @@ def test_fallback_same_outputs(tmp_path):
     assert off[:2] == ['disabled by NAC_LAB_CKERNELS=0', []] and nocc[:2] == ['OSError: no C compiler (cc) on the PATH', []]
     assert off[2] == nocc[2]
     assert rel(torch.tensor(on[2]), torch.tensor(off[2])) <= 1e-6
+
+POOL_CASES = [(k, s, p, d) for k in (1, 2, 3) for s in ([], 1, 2, 3) for p in (0, 1) for d in (1, 2) if 2 * p <= k]
+
+@pytest.mark.parametrize('k,s,p,d', POOL_CASES)
+@pytest.mark.parametrize('shape', [(1, 3, 9, 10), (3, 5, 16, 16), (2, 2, 7, 33)])
+def test_max_pool2d(k, s, p, d, shape):
+    "Max pooling is exact: equal to torch.max_pool2d bit for bit, NaN where torch has NaN, -inf inputs included."
+    g = torch.Generator().manual_seed(k * 100 + p * 10 + d)
+    x = torch.randn(*shape, generator=g)
+    x[0, 0, 1, 1], x[-1, -1, 2, 3], x[0, -1, 0, :] = float('nan'), float('-inf'), float('inf')
+    args = ([k, k], [] if s == [] else [s, s], [p, p], [d, d], False)
+    kern = ck.pool_kernel('max', args)
+    got, want = kern(x, *args), torch.max_pool2d(x, *args)
+    assert kern.plans[tuple(shape[1:])] is not None
+    assert got.shape == want.shape and torch.equal(got.isnan(), want.isnan()) and torch.equal(got.nan_to_num(), want.nan_to_num())
+
+def test_pool_refusals_and_mean():
+    assert ck.pool_kernel('max', ([2, 2], [2, 2], [0, 0], [1, 1], True)) is None       # ceil mode: PyTorch's kernel
+    assert ck.pool_kernel('max', ([2, 2], [2, 2], [2, 2], [1, 1], False)) is None      # padding over half the window
+    assert ck.pool_kernel('mean', ([2, 2],)) is None                                    # only the global 1×1 average
+    kern = ck.pool_kernel('mean', ([1, 1],))
+    x = torch.arange(2 * 3 * 2 * 2, dtype=torch.float32).reshape(2, 3, 2, 2)
+    assert kern(x, [1, 1]).flatten().tolist() == [1.5 + 4 * i for i in range(6)]      # by hand: mean of 4i..4i+3
+    g = torch.Generator().manual_seed(9)
+    x = torch.randn(3, 64, 7, 5, generator=g)
+    assert rel(kern(x, [1, 1]), torch._C._nn.adaptive_avg_pool2d(x, [1, 1])) <= 1e-6

@@ -17,10 +17,10 @@ from nac_lab.nac.runtime.gru import GruKernel
 from nac_lab.nac.runtime import ckernels
 
 C = ckernels.status() == 'loaded'         # the compiled kernels are planned only where they were built
-CONV, DW = ckernels.CConv2d, ckernels.CDwConv2d
+CONV, DW, POOL = ckernels.CConv2d, ckernels.CDwConv2d, ckernels.CPool
 # which zoo models hold a kernel that rounds differently from the step's own (the others must be bitwise equal)
 ROUNDING_MODELS = {'mlp': {gelu_native}, 'vit_tiny': {gelu_native, CONV if C else conv2d_thnn}, 'gru': {GruKernel}}
-if C: ROUNDING_MODELS.update(cnn={CONV}, resnet18={CONV}, mobilenet={CONV, DW}, unet={CONV})
+if C: ROUNDING_MODELS.update(cnn={CONV}, resnet18={CONV, 'mean'}, mobilenet={CONV, DW, 'mean'}, unet={CONV})
 TRUTH_MODELS = {'unet'} if C else set()    # compared against the float64 model (see the module docstring)
 _cache = {}
 
@@ -41,6 +41,7 @@ def test_planned_kernels_agree(name, batch):
     got, ref = nm.run(*x)[0], it.run_loop(*x)[0]
     planned = {k for k in it.kernel_plan.values() if k in (conv2d_thnn, gelu_native)}
     planned |= {type(k) for k in it.kernel_plan.values() if isinstance(k, (GruKernel, CONV, DW))}
+    planned |= {'mean' for k in it.kernel_plan.values() if isinstance(k, POOL) and k.kind == 'mean'}     # max pooling is exact
     assert planned == ROUNDING_MODELS.get(name, set())
     assert rounds_differently(it.kernel_plan) == (name in ROUNDING_MODELS)
     if name in TRUTH_MODELS:
@@ -59,6 +60,9 @@ def test_plan_counts():
         assert count('resnet18', torch.relu_) == 8 and ccount('resnet18', CONV) == 20 and count('cnn', torch.relu_) == 0
         assert ccount('mobilenet', DW) == 4 and ccount('mobilenet', CONV) == 1 and ccount('unet', CONV) == 10
         assert ccount('vit_tiny', CONV) == 1 and count('vit_tiny', conv2d_thnn) == 0
+        pools = {n: sorted(k.kind for k in model(n)[1].interpreter.kernel_plan.values() if type(k) is POOL)
+                 for n in ('cnn', 'resnet18', 'mobilenet', 'unet')}
+        assert pools == {'cnn': ['max', 'max'], 'resnet18': ['max', 'mean'], 'mobilenet': ['mean'] * 4, 'unet': ['max', 'max']}
         assert sum(k.act[0] for k in model('resnet18')[1].interpreter.kernel_plan.values() if type(k) is CONV) == 9
     else:
         assert count('resnet18', torch.relu_) == 17 and count('cnn', torch.relu_) == 2 and count('vit_tiny', conv2d_thnn) == 1

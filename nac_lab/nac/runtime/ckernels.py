@@ -9,9 +9,9 @@ from pathlib import Path
 import torch
 
 # %% auto #0
-__all__ = ['STRUCTS', 'C_HEAD', 'C_CONV', 'C_DW', 'C_GRU', 'CDEFS', 'ABI', 'FLAGS', 'MAX_SCRATCH', 'MAX_TAPS', 'MAX_HIDDEN',
-           'source', 'cache_dir', 'compiler', 'lib_name', 'build', 'elf_complete', 'load', 'library', 'status', 'reset',
-           'CConv2d', 'CDwConv2d', 'conv_kernel', 'CGru', 'gru_kernel']
+__all__ = ['STRUCTS', 'C_HEAD', 'C_CONV', 'C_DW', 'C_POOL', 'C_GRU', 'CDEFS', 'ABI', 'FLAGS', 'MAX_SCRATCH', 'MAX_TAPS',
+           'MAX_HIDDEN', 'source', 'cache_dir', 'compiler', 'lib_name', 'build', 'elf_complete', 'load', 'library',
+           'status', 'reset', 'CConv2d', 'CDwConv2d', 'conv_kernel', 'CPool', 'pool_kernel', 'CGru', 'gru_kernel']
 
 # %% ../../../nbs/19f_nac_ckernels.ipynb #f5087d07
 #: the plan structs, shared verbatim by the C source and the cffi declarations (so the two can never disagree)
@@ -30,6 +30,9 @@ typedef struct {
     const float *bias;   /* [c] */
     const int *offs;     /* [kh*kw]: offset of tap (ky, kx) from the tile's first input in the phase-split image */
 } ck_dw;
+typedef struct {
+    int c, h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, wq;
+} ck_pool;
 typedef struct {
     int inp, hid, h3p;
     const float *wih;    /* [inp][h3p], r and z columns negated, zero columns past 3*hid */
@@ -189,6 +192,59 @@ void ck_dwconv2d(const ck_dw *p, int n, intptr_t xp, intptr_t yp) {
 }
 '''
 
+C_POOL = r'''
+/* max pooling, NCHW. Each plane is copied into a scratch image padded with -inf (padding never wins; the extra columns on
+   the right let every chunk read whole vectors). Then per output row, chunks of 8 outputs: for each tap one vector of
+   inputs (a plain load for stride 1, a load of 16 and an even-lane shuffle for stride 2, a scalar gather otherwise) and a
+   branch-free select. A NaN wins, as in PyTorch: the select takes v where v > m or v is NaN, and nothing beats a NaN */
+typedef int v8i __attribute__((vector_size(32)));
+
+void ck_maxpool2d(const ck_pool *p, int n, intptr_t xp, intptr_t yp) {
+    const float *x = (const float *)xp;
+    float *y = (float *)yp;
+    int hp = p->h + 2 * p->ph, wp = p->wq;       /* wq: padded width with the slack the Python side computed */
+    float *buf = scratch((size_t)hp * wp);
+    if (!buf) return;
+    for (long pl = 0; pl < (long)n * p->c; pl++, x += (size_t)p->h * p->w) {
+        for (size_t i = 0; i < (size_t)hp * wp; i++) buf[i] = -INFINITY;
+        for (int r = 0; r < p->h; r++) memcpy(buf + (size_t)(r + p->ph) * wp + p->pw, x + (size_t)r * p->w, p->w * sizeof(float));
+        for (int oy = 0; oy < p->oh; oy++, y += p->ow)
+            for (int ox = 0; ox < p->ow; ox += 8) {
+                v8 m = (v8){0} - INFINITY;
+                for (int ky = 0; ky < p->kh; ky++) {
+                    const float *row = buf + (size_t)(oy * p->sh + ky * p->dh) * wp + ox * p->sw;
+                    for (int kx = 0; kx < p->kw; kx++) {
+                        const float *s = row + kx * p->dw;
+                        v8 v;
+                        if (p->sw == 1) memcpy(&v, s, sizeof v);
+                        else if (p->sw == 2) {
+                            v8 a, b; memcpy(&a, s, sizeof a); memcpy(&b, s + 8, sizeof b);
+                            v = __builtin_shuffle(a, b, (v8i){0, 2, 4, 6, 8, 10, 12, 14});
+                        } else for (int i = 0; i < 8; i++) v[i] = s[i * p->sw];
+                        v8i take = (v > m) | (v != v);
+                        m = (v8)(((v8i)v & take) | ((v8i)m & ~take));
+                    }
+                }
+                int nv = p->ow - ox < 8 ? p->ow - ox : 8;
+                if (nv == 8) memcpy(y + ox, &m, sizeof m);
+                else for (int i = 0; i < nv; i++) y[ox + i] = m[i];
+            }
+    }
+}
+
+/* global average pooling (adaptive pooling to 1x1): each plane summed in double, then divided once */
+void ck_meanpool(const ck_pool *p, int n, intptr_t xp, intptr_t yp) {
+    const float *x = (const float *)xp;
+    float *y = (float *)yp;
+    size_t hw = (size_t)p->h * p->w;
+    for (long pl = 0; pl < (long)n * p->c; pl++, x += hw) {
+        double s = 0;
+        for (size_t i = 0; i < hw; i++) s += x[i];
+        y[pl] = (float)(s / (double)hw);
+    }
+}
+'''
+
 # %% ../../../nbs/19f_nac_ckernels.ipynb #079bebf8
 C_GRU = r'''
 /* out[j] = bias[j] + sum_i a[i] * w[i][j] for j < n (n a multiple of 32): 32 outputs in four registers, the rows
@@ -239,13 +295,15 @@ int ck_abi(void);
 void ck_conv2d(const ck_conv *p, int n, intptr_t x, intptr_t y);
 void ck_dwconv2d(const ck_dw *p, int n, intptr_t x, intptr_t y);
 void ck_gru_seq(const ck_gru *p, int n, int t, intptr_t x, intptr_t h0, intptr_t y, intptr_t hn);
+void ck_maxpool2d(const ck_pool *p, int n, intptr_t x, intptr_t y);
+void ck_meanpool(const ck_pool *p, int n, intptr_t x, intptr_t y);
 '''
 ABI = 1
 FLAGS = ('-O3', '-march=native', '-fPIC', '-shared', '-ffp-contract=fast')
 
 def source() -> str:
     "The whole C file: the header, the structs, the kernels."
-    return C_HEAD.replace('typedef float v8', STRUCTS + 'typedef float v8', 1) + C_CONV + C_DW + C_GRU
+    return C_HEAD.replace('typedef float v8', STRUCTS + 'typedef float v8', 1) + C_CONV + C_DW + C_POOL + C_GRU
 
 # %% ../../../nbs/19f_nac_ckernels.ipynb #22d3c73f
 _state = {'lib': None, 'ffi': None, 'reason': 'not loaded yet', 'path': None}
@@ -464,6 +522,58 @@ def conv_kernel(w, b, stride, padding, dilation, groups, act=None):
     if groups == 1 and w[0].numel() > MAX_TAPS: return None
     lib = library()
     return None if lib is None else cls(*lib, w, b, stride, padding, dilation, act)
+
+class CPool:
+    "`torch.max_pool2d` (floor mode) or `adaptive_avg_pool2d` to 1×1 through `ck_maxpool2d` / `ck_meanpool`; other calls go to PyTorch."
+    def __init__(self, ffi, lib, kind, args):
+        self.ffi, self.kind, self.args = ffi, kind, args      # the arguments after the input, as the program passes them
+        self.fn = lib.ck_maxpool2d if kind == 'max' else lib.ck_meanpool
+        self.torch_fn = torch.max_pool2d if kind == 'max' else torch._C._nn.adaptive_avg_pool2d
+        self.plans = {}
+
+    def prepare(self, c, h, w):
+        "The plan struct for a `c`×`h`×`w` input, or None when the output would be empty."
+        if self.kind == 'mean': (kh, kw), (sh, sw), (ph, pw), (dh, dw) = (h, w), (1, 1), (0, 0), (1, 1)
+        else: (kh, kw), (sh, sw), (ph, pw), (dh, dw) = self.geometry
+        oh, ow = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1, (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+        wq = max(w + 2 * pw, (-(-ow // 8) * 8 - 1) * sw + (kw - 1) * dw + 9)    # whole 8-output chunks (16 loads at stride 2)
+        if oh <= 0 or ow <= 0 or h <= 0 or w <= 0 or (h + 2 * ph) * wq > MAX_SCRATCH: return None
+        p = self.ffi.new('ck_pool *')
+        for k, v in dict(c=c, h=h, w=w, oh=oh, ow=ow, kh=kh, kw=kw, sh=sh, sw=sw, ph=ph, pw=pw, dh=dh, dw=dw, wq=wq).items():
+            setattr(p, k, v)
+        return p, oh, ow
+
+    def __call__(self, x, *args):
+        if (type(x) is torch.Tensor and args == self.args and x.dtype is _F32 and x.is_cpu and x.dim() == 4 and x.shape[0] > 0
+                and x.is_contiguous() and not x.requires_grad):
+            key = tuple(x.shape[1:])
+            pl = self.plans.get(key, False)
+            if pl is False: pl = self.plans[key] = self.prepare(*key)
+            if pl is not None:
+                y = torch.empty(x.shape[0], x.shape[1], pl[1], pl[2])
+                self.fn(pl[0], x.shape[0], x.data_ptr(), y.data_ptr())
+                return y
+        return self.torch_fn(x, *args)
+
+def pool_kernel(kind: str, args: tuple):
+    "A `CPool` for `max_pool2d(x, *args)` (kind 'max': kernel, stride, padding, dilation, ceil_mode False) or"
+    " `adaptive_avg_pool2d(x, [1, 1])` (kind 'mean'), or None when the arguments are others or the library is absent."
+    if kind == 'mean':
+        if len(args) != 1 or _pair(args[0]) != [1, 1]: return None
+        geo = None
+    elif kind == 'max':
+        if not 1 <= len(args) <= 5: return None
+        k, st, pd, dl, ceil = (list(args) + [[], 0, 1, False][len(args) - 1:])[:5]
+        k = _pair(k); st = k if st == [] or st is None else _pair(st); pd, dl = _pair(pd), _pair(dl)
+        if k is None or st is None or pd is None or dl is None or ceil is not False: return None
+        if min(k + st + dl) < 1 or min(pd) < 0 or pd[0] * 2 > k[0] or pd[1] * 2 > k[1]: return None   # torch's own limits
+        geo = (k, st, pd, dl)
+    else: return None
+    lib = library()
+    if lib is None: return None
+    kern = CPool(*lib, kind, tuple(args))
+    kern.geometry = geo
+    return kern
 
 # %% ../../../nbs/19f_nac_ckernels.ipynb #b71dbebd
 class CGru:
