@@ -32,7 +32,7 @@ def test_conv2d(k, s, p, d, ci, co, h, w, n):
     kern = ck.conv_kernel(wt, b, [s, s], [p, p], [d, d], 1)
     assert type(kern) is ck.CConv2d
     got = kern(x, wt, b, [s, s], [p, p], [d, d], 1)
-    assert kern.plans[(h, w)] is not None          # the C path ran, not the fallback
+    assert kern.plans[(n, ci, h, w)] is not None          # the C path ran, not the fallback
     assert rel(got, torch.conv2d(x, wt, b, s, p, d)) <= 1e-5
 
 @pytest.mark.parametrize('k,s,p,d', list(itertools.product([1, 3, 5, 7], [1, 2], [0, 1, 3], [1, 2])))
@@ -90,8 +90,8 @@ def test_scratch_cap(monkeypatch):
     k = ck.conv_kernel(wt, None, [1, 1], [1, 1], [1, 1], 1)
     x = torch.randn(1, 3, 20, 20)
     assert torch.equal(k(x, wt, None, [1, 1], [1, 1], [1, 1], 1), torch.conv2d(x, wt, None, 1, 1))
-    assert k.plans[(20, 20)] is None and k(torch.ones(1, 3, 4, 4), wt, None, [1, 1], [1, 1], [1, 1], 1).shape == (1, 2, 4, 4)
-    assert k.plans[(4, 4)] is not None
+    assert k.plans[(1, 3, 20, 20)] is None and k(torch.ones(1, 3, 4, 4), wt, None, [1, 1], [1, 1], [1, 1], 1).shape == (1, 2, 4, 4)
+    assert k.plans[(1, 3, 4, 4)] is not None
 
 def test_plan_refusals():
     assert ck.conv_kernel(torch.ones(4, 2, 3, 3), None, [1, 1], [0, 0], [1, 1], 2) is None          # grouped, not depthwise
@@ -139,7 +139,7 @@ def test_fallback_same_outputs(tmp_path):
     on = _probe()
     off = _probe(NAC_LAB_CKERNELS='0')
     nocc = _probe(CC=str(tmp_path / 'no-such-cc'), NAC_LAB_CACHE=str(tmp_path / 'cache'))
-    assert on[:2] == ['loaded', ['CConv2d', 'CDwConv2d']]
+    assert on[:2] == ['loaded', ['CConv2d', 'CDwConv2d', 'CPool']]
     assert off[:2] == ['disabled by NAC_LAB_CKERNELS=0', []] and nocc[:2] == ['OSError: no C compiler (cc) on the PATH', []]
     assert off[2] == nocc[2]
     assert rel(torch.tensor(on[2]), torch.tensor(off[2])) <= 1e-6
@@ -156,7 +156,7 @@ def test_max_pool2d(k, s, p, d, shape):
     args = ([k, k], [] if s == [] else [s, s], [p, p], [d, d], False)
     kern = ck.pool_kernel('max', args)
     got, want = kern(x, *args), torch.max_pool2d(x, *args)
-    assert kern.plans[tuple(shape[1:])] is not None
+    assert kern.plans[shape] is not None
     assert got.shape == want.shape and torch.equal(got.isnan(), want.isnan()) and torch.equal(got.nan_to_num(), want.nan_to_num())
 
 def test_pool_refusals_and_mean():

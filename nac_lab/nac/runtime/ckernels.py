@@ -10,8 +10,9 @@ import torch
 
 # %% auto #0
 __all__ = ['STRUCTS', 'C_HEAD', 'C_CONV', 'C_DW', 'C_POOL', 'C_GRU', 'CDEFS', 'ABI', 'FLAGS', 'MAX_SCRATCH', 'MAX_TAPS',
-           'MAX_HIDDEN', 'source', 'cache_dir', 'compiler', 'lib_name', 'build', 'elf_complete', 'load', 'library',
-           'status', 'reset', 'CConv2d', 'CDwConv2d', 'conv_kernel', 'CPool', 'pool_kernel', 'CGru', 'gru_kernel']
+           'MAX_PLANS', 'MAX_HIDDEN', 'source', 'cache_dir', 'compiler', 'lib_name', 'build', 'elf_complete', 'load',
+           'library', 'status', 'reset', 'CConv2d', 'CDwConv2d', 'conv_kernel', 'CPool', 'pool_kernel', 'CGru',
+           'gru_kernel']
 
 # %% ../../../nbs/19f_nac_ckernels.ipynb #f5087d07
 #: the plan structs, shared verbatim by the C source and the cffi declarations (so the two can never disagree)
@@ -28,7 +29,7 @@ typedef struct {
     float lo, hi;
     const float *wt;     /* [c][kh][kw] */
     const float *bias;   /* [c] */
-    const int *offs;     /* [kh*kw]: offset of tap (ky, kx) from the tile's first input in the phase-split image */
+    const int *offs;     /* [kh*kw]: offset of tap (ky, kx) from the tile's first input in the padded image */
 } ck_dw;
 typedef struct {
     int c, h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, wq;
@@ -141,19 +142,32 @@ void ck_conv2d(const ck_conv *p, int n, intptr_t xp, intptr_t yp) {
 }
 '''
 
-# %% ../../../nbs/19f_nac_ckernels.ipynb #0e7c6538
+# %% ../../../nbs/19f_nac_ckernels.ipynb #cd08533c
 C_DW = r'''
-/* depthwise: per channel, the padded image is split into sw column phases so that output x, tap kx reads phase
-   (kx*dw) % sw at index ox + (kx*dw) / sw: contiguous over ox for any stride. A tile is C chunks of 8 outputs of one
-   row, each tap one weight broadcast and C unaligned vector loads + FMAs */
-static inline __attribute__((always_inline)) void dw_tile(const ck_dw *p, const float *rows, const float *wt, float bias,
+/* depthwise: one filter per channel, so the kernel vectorizes over output x. Each channel is copied into a zero-padded
+   image (the ring is zeroed once per call: every channel overwrites only the interior); a tile is C chunks of 8 outputs
+   of one row; each tap is one weight broadcast and, per chunk, one vector of inputs: a plain load at stride 1, a load of
+   16 and an even-lane shuffle at stride 2, a scalar gather otherwise */
+typedef int v8i __attribute__((vector_size(32)));
+
+static inline __attribute__((always_inline)) v8 load_strided(const float *s, int sw) {
+    v8 v;
+    if (sw == 1) memcpy(&v, s, sizeof v);
+    else if (sw == 2) {
+        v8 a, b; memcpy(&a, s, sizeof a); memcpy(&b, s + 8, sizeof b);
+        v = __builtin_shuffle(a, b, (v8i){0, 2, 4, 6, 8, 10, 12, 14});
+    } else for (int i = 0; i < 8; i++) v[i] = s[i * sw];
+    return v;
+}
+
+static inline __attribute__((always_inline)) void dw_tile(const ck_dw *p, const float *row0, const float *wt, float bias,
         const int C, float *yr, int ox0, int nvalid) {
     v8 acc[4];
     for (int c = 0; c < C; c++) acc[c] = (v8){0} + bias;
     for (int k = 0; k < p->kh * p->kw; k++) {
-        const float *s = rows + p->offs[k] + ox0;
+        const float *s = row0 + p->offs[k] + ox0 * p->sw;
         float wv = wt[k];
-        for (int c = 0; c < C; c++) { v8 xv; memcpy(&xv, s + 8 * c, sizeof xv); acc[c] += wv * xv; }
+        for (int c = 0; c < C; c++) acc[c] += wv * load_strided(s + 8 * c * p->sw, p->sw);
     }
     if (p->act) for (int c = 0; c < C; c++) for (int i = 0; i < 8; i++) acc[c][i] = clampf(acc[c][i], 1, p->lo, p->hi);
     if (nvalid == 8 * C) memcpy(yr + ox0, acc, sizeof(v8) * C);
@@ -163,30 +177,25 @@ static inline __attribute__((always_inline)) void dw_tile(const ck_dw *p, const 
 void ck_dwconv2d(const ck_dw *p, int n, intptr_t xp, intptr_t yp) {
     const float *x = (const float *)xp;
     float *y = (float *)yp;
-    size_t plane = (size_t)p->hp * p->sw * p->wq;
+    size_t plane = (size_t)p->hp * p->wq;        /* wq: padded width plus the slack whole-vector reads need */
     float *buf = scratch(plane);
     if (!buf) return;
+    memset(buf, 0, plane * sizeof(float));
     for (int b = 0; b < n; b++)
         for (int c = 0; c < p->c; c++, x += (size_t)p->h * p->w, y += (size_t)p->oh * p->ow) {
-            memset(buf, 0, plane * sizeof(float));
-            for (int r = 0; r < p->h; r++) {
-                float *row = buf + (size_t)(r + p->ph) * p->sw * p->wq;
-                const float *xr = x + (size_t)r * p->w;
-                if (p->sw == 1) memcpy(row + p->pw, xr, p->w * sizeof(float));
-                else for (int q = 0; q < p->w; q++) { int col = q + p->pw; row[(col % p->sw) * p->wq + col / p->sw] = xr[q]; }
-            }
+            for (int r = 0; r < p->h; r++) memcpy(buf + (size_t)(r + p->ph) * p->wq + p->pw, x + (size_t)r * p->w, p->w * sizeof(float));
             const float *wt = p->wt + (size_t)c * p->kh * p->kw;
             float bias = p->bias[c];
             for (int oy = 0; oy < p->oh; oy++) {
-                const float *rows = buf + (size_t)oy * p->sh * p->sw * p->wq;
+                const float *row0 = buf + (size_t)oy * p->sh * p->wq;
                 float *yr = y + (size_t)oy * p->ow;
                 int ox = 0;
-                for (; ox + 32 <= p->ow; ox += 32) dw_tile(p, rows, wt, bias, 4, yr, ox, 32);
+                for (; ox + 32 <= p->ow; ox += 32) dw_tile(p, row0, wt, bias, 4, yr, ox, 32);
                 int left = p->ow - ox;
-                if (left > 24) dw_tile(p, rows, wt, bias, 4, yr, ox, left);
-                else if (left > 16) dw_tile(p, rows, wt, bias, 3, yr, ox, left);
-                else if (left > 8) dw_tile(p, rows, wt, bias, 2, yr, ox, left);
-                else if (left > 0) dw_tile(p, rows, wt, bias, 1, yr, ox, left);
+                if (left > 24) dw_tile(p, row0, wt, bias, 4, yr, ox, left);
+                else if (left > 16) dw_tile(p, row0, wt, bias, 3, yr, ox, left);
+                else if (left > 8) dw_tile(p, row0, wt, bias, 2, yr, ox, left);
+                else if (left > 0) dw_tile(p, row0, wt, bias, 1, yr, ox, left);
             }
         }
 }
@@ -197,7 +206,6 @@ C_POOL = r'''
    the right let every chunk read whole vectors). Then per output row, chunks of 8 outputs: for each tap one vector of
    inputs (a plain load for stride 1, a load of 16 and an even-lane shuffle for stride 2, a scalar gather otherwise) and a
    branch-free select. A NaN wins, as in PyTorch: the select takes v where v > m or v is NaN, and nothing beats a NaN */
-typedef int v8i __attribute__((vector_size(32)));
 
 void ck_maxpool2d(const ck_pool *p, int n, intptr_t xp, intptr_t yp) {
     const float *x = (const float *)xp;
@@ -205,8 +213,8 @@ void ck_maxpool2d(const ck_pool *p, int n, intptr_t xp, intptr_t yp) {
     int hp = p->h + 2 * p->ph, wp = p->wq;       /* wq: padded width with the slack the Python side computed */
     float *buf = scratch((size_t)hp * wp);
     if (!buf) return;
+    for (size_t i = 0; i < (size_t)hp * wp; i++) buf[i] = -INFINITY;     /* once: each plane overwrites only the interior */
     for (long pl = 0; pl < (long)n * p->c; pl++, x += (size_t)p->h * p->w) {
-        for (size_t i = 0; i < (size_t)hp * wp; i++) buf[i] = -INFINITY;
         for (int r = 0; r < p->h; r++) memcpy(buf + (size_t)(r + p->ph) * wp + p->pw, x + (size_t)r * p->w, p->w * sizeof(float));
         for (int oy = 0; oy < p->oh; oy++, y += p->ow)
             for (int ox = 0; ox < p->ow; ox += 8) {
@@ -214,13 +222,7 @@ void ck_maxpool2d(const ck_pool *p, int n, intptr_t xp, intptr_t yp) {
                 for (int ky = 0; ky < p->kh; ky++) {
                     const float *row = buf + (size_t)(oy * p->sh + ky * p->dh) * wp + ox * p->sw;
                     for (int kx = 0; kx < p->kw; kx++) {
-                        const float *s = row + kx * p->dw;
-                        v8 v;
-                        if (p->sw == 1) memcpy(&v, s, sizeof v);
-                        else if (p->sw == 2) {
-                            v8 a, b; memcpy(&a, s, sizeof a); memcpy(&b, s + 8, sizeof b);
-                            v = __builtin_shuffle(a, b, (v8i){0, 2, 4, 6, 8, 10, 12, 14});
-                        } else for (int i = 0; i < 8; i++) v[i] = s[i * p->sw];
+                        v8 v = load_strided(row + kx * p->dw, p->sw);
                         v8i take = (v > m) | (v != v);
                         m = (v8)(((v8i)v & take) | ((v8i)m & ~take));
                     }
@@ -238,9 +240,11 @@ void ck_meanpool(const ck_pool *p, int n, intptr_t xp, intptr_t yp) {
     float *y = (float *)yp;
     size_t hw = (size_t)p->h * p->w;
     for (long pl = 0; pl < (long)n * p->c; pl++, x += hw) {
-        double s = 0;
-        for (size_t i = 0; i < hw; i++) s += x[i];
-        y[pl] = (float)(s / (double)hw);
+        double s[8] = {0};                /* eight independent sums: no add waits for the one before */
+        size_t i = 0;
+        for (; i + 8 <= hw; i += 8) for (int k = 0; k < 8; k++) s[k] += x[i + k];
+        for (; i < hw; i++) s[0] += x[i];
+        y[pl] = (float)((((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]))) / (double)hw);
     }
 }
 '''
@@ -412,6 +416,7 @@ def reset():
 _F32 = torch.float32
 MAX_SCRATCH = 1 << 24          #: floats of scratch a planned kernel may use (64 MiB); larger images keep PyTorch's kernel
 MAX_TAPS = 1 << 16             #: cin*kh*kw limit of the direct conv (its tap table)
+MAX_PLANS = 64                 #: input shapes a kernel keeps plan structs for (more are planned per call)
 
 def _pair(v):
     v = [v] * 2 if isinstance(v, int) else list(v)
@@ -430,22 +435,28 @@ class _CKernel:
         self.stride, self.padding, self.dilation = _pair(stride), _pair(padding), _pair(dilation)
         self.args = (stride, padding, dilation)      # as the program passes them: a call with others goes to torch.conv2d
         self.act = _as_acts(act)
-        self.plans = {}          # (h, w) -> (struct, oh, ow, kept tensors) or None when the shape is refused
+        self.plans = {}          # input shape -> (struct, output shape, kept tensors) or None when the shape is refused
 
     def out_hw(self, h, w):
         (kh, kw), (sh, sw), (ph, pw), (dh, dw) = self.weight.shape[2:], self.stride, self.padding, self.dilation
         return (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1, (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
 
+    def plan_for(self, sh):
+        "The `(struct, output shape)` for an input of shape `sh`, or None when refused; cached per shape (at most `MAX_PLANS`)."
+        pl = self.plans.get(sh, False)
+        if pl is False:
+            pl = self.prepare(sh[2], sh[3]) if len(sh) == 4 and sh[0] > 0 and sh[1] == self.cin else None
+            if pl is not None: pl = (pl[0], (sh[0], self.cout, pl[1], pl[2]), pl[3:])
+            if len(self.plans) < MAX_PLANS: self.plans[sh] = pl
+        return pl
+
     def __call__(self, x, w, b=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
-        if (type(x) is torch.Tensor and w is self.weight and b is self.bias and x.dtype is _F32 and x.is_cpu and x.dim() == 4
-                and x.shape[1] == self.cin and x.shape[0] > 0 and x.is_contiguous() and not x.requires_grad
-                and (stride, padding, dilation) == self.args and groups == self.groups):
-            key = (x.shape[2], x.shape[3])
-            pl = self.plans.get(key, False)
-            if pl is False: pl = self.plans[key] = self.prepare(*key)
-            if pl is not None:
-                y = torch.empty(x.shape[0], self.cout, pl[1], pl[2])
-                self.fn(pl[0], x.shape[0], x.data_ptr(), y.data_ptr())
+        if type(x) is torch.Tensor and w is self.weight and b is self.bias and groups == self.groups:
+            pl = self.plan_for(x.shape)
+            if (pl is not None and x.dtype is _F32 and x.is_cpu and x.is_contiguous() and not x.requires_grad
+                    and (stride, padding, dilation) == self.args):
+                y = torch.empty(pl[1])
+                self.fn(pl[0], pl[1][0], x.data_ptr(), y.data_ptr())
                 return y
         y = torch.conv2d(x, w, b, stride, padding, dilation, groups)
         if self.act[0]: y = torch.clamp(y, self.act[1], None if self.act[2] == float('inf') else self.act[2])
@@ -497,13 +508,13 @@ class CDwConv2d(_CKernel):
         (kh, kw), (sh, sw), (ph, pw), (dh, dw) = self.weight.shape[2:], self.stride, self.padding, self.dilation
         oh, ow = self.out_hw(h, w)
         hp = h + 2 * ph
-        wq = max(-(-(w + 2 * pw) // sw), -(-ow // 32) * 32 + (kw - 1) * dw // sw + 1)   # whole 32-wide tiles read in bounds
-        if oh <= 0 or ow <= 0 or hp * sw * wq > MAX_SCRATCH: return None
+        wq = max(w + 2 * pw, (-(-ow // 8) * 8 - 1) * sw + (kw - 1) * dw + 9)    # whole 8-output chunks (16 loads at stride 2)
+        if oh <= 0 or ow <= 0 or hp * wq > MAX_SCRATCH: return None
         p = self.ffi.new('ck_dw *')
         for k, v in dict(c=self.cin, h=h, w=w, kh=kh, kw=kw, oh=oh, ow=ow, hp=hp, wq=wq, sh=sh, sw=sw, ph=ph, pw=pw, dh=dh,
                          dw=dw, act=self.act[0], lo=self.act[1], hi=self.act[2]).items(): setattr(p, k, v)
         ky, kx = torch.meshgrid(torch.arange(kh), torch.arange(kw), indexing='ij')
-        offs = ((ky * dh * sw + kx * dw % sw) * wq + kx * dw // sw).reshape(-1).to(torch.int32).contiguous()
+        offs = (ky * dh * wq + kx * dw).reshape(-1).to(torch.int32).contiguous()
         p.wt, p.bias = self.ffi.cast('float *', self.wt.data_ptr()), self.ffi.cast('float *', self.bvec.data_ptr())
         p.offs = self.ffi.cast('int *', offs.data_ptr())
         return p, oh, ow, offs
@@ -544,14 +555,16 @@ class CPool:
         return p, oh, ow
 
     def __call__(self, x, *args):
-        if (type(x) is torch.Tensor and args == self.args and x.dtype is _F32 and x.is_cpu and x.dim() == 4 and x.shape[0] > 0
-                and x.is_contiguous() and not x.requires_grad):
-            key = tuple(x.shape[1:])
-            pl = self.plans.get(key, False)
-            if pl is False: pl = self.plans[key] = self.prepare(*key)
-            if pl is not None:
-                y = torch.empty(x.shape[0], x.shape[1], pl[1], pl[2])
-                self.fn(pl[0], x.shape[0], x.data_ptr(), y.data_ptr())
+        if type(x) is torch.Tensor:
+            sh = x.shape
+            pl = self.plans.get(sh, False)
+            if pl is False:
+                pl = self.prepare(*sh[1:]) if len(sh) == 4 and sh[0] > 0 else None
+                if pl is not None: pl = (pl[0], (sh[0], sh[1], pl[1], pl[2]))
+                if len(self.plans) < MAX_PLANS: self.plans[sh] = pl
+            if pl is not None and x.dtype is _F32 and x.is_cpu and x.is_contiguous() and not x.requires_grad and args == self.args:
+                y = torch.empty(pl[1])
+                self.fn(pl[0], sh[0], x.data_ptr(), y.data_ptr())
                 return y
         return self.torch_fn(x, *args)
 
