@@ -169,3 +169,13 @@ def test_pool_refusals_and_mean():
     g = torch.Generator().manual_seed(9)
     x = torch.randn(3, 64, 7, 5, generator=g)
     assert rel(kern(x, [1, 1]), torch._C._nn.adaptive_avg_pool2d(x, [1, 1])) <= 1e-6
+
+def test_gru_nan_and_saturation():
+    "The vector exp keeps NaN (a NaN input makes every later output NaN, as in torch) and saturates large gates to 0, 1 and -1."
+    P = [torch.ones(12, 2), torch.ones(12, 4), torch.zeros(12), torch.zeros(12)]
+    k = GruKernel(*P)
+    for x in (torch.tensor([[[float('nan'), 0.0], [0.0, 0.0]]]), torch.tensor([[[100.0, -100.0], [-300.0, 0.0], [1e-4, 0.0]]])):
+        h0 = torch.zeros(1, 1, 4)
+        got, want = k(x, h0, P, True, 1, 0.0, False, False, True)[0], torch.gru(x, h0, P, True, 1, 0.0, False, False, True)[0]
+        assert torch.equal(got.isnan(), want.isnan())
+        assert float((got.nan_to_num() - want.nan_to_num()).abs().max()) <= 1e-6

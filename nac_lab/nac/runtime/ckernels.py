@@ -266,27 +266,54 @@ static void gemv_t(const float *a, int rows, const float *w, int n, const float 
     }
 }
 
+/* exp over 8 lanes: exp(x) = 2^k exp(r), k = floor(x log2(e) + 1/2), r = x - k ln2 (ln2 in two parts, so r is exact enough),
+   exp(r) by the degree-6 polynomial of Cephes' expf (about 1 ulp on |r| <= ln2/2); x is clamped to [-87.3, 88.7] so 2^k
+   is a normal float. NaN stays NaN: the clamps compare false and the polynomial of NaN is NaN */
+static inline v8 vsel(v8i m, v8 a, v8 b) { return (v8)(((v8i)a & m) | ((v8i)b & ~m)); }
+static inline v8 vexp(v8 x) {
+    const v8 lo = (v8){0} - 87.3f, hi = (v8){0} + 88.7f;
+    x = vsel(x < lo, lo, x);
+    x = vsel(x > hi, hi, x);
+    v8 t = x * 1.44269504088896341f + 0.5f;
+    v8i k = __builtin_convertvector(t, v8i);                 /* truncation toward zero ... */
+    k -= (v8i)(__builtin_convertvector(k, v8) > t) & 1;     /* ... made a floor */
+    v8 kf = __builtin_convertvector(k, v8);
+    v8 r = x - kf * 0.693359375f + kf * 2.12194440e-4f;
+    v8 q = (v8){0} + 1.9875691500e-4f;
+    q = q * r + 1.3981999507e-3f; q = q * r + 8.3334519073e-3f; q = q * r + 4.1665795894e-2f;
+    q = q * r + 1.6666665459e-1f; q = q * r + 5.0000001201e-1f;
+    v8 e = q * r * r + r + 1.0f;
+    return e * (v8)((k + 127) << 23);
+}
+
 /* a whole GRU sequence: x (n, t, inp) and y (n, t, hid) batch-first and contiguous, h0 and hn (n, hid). Gate columns
-   are padded to h3p (a multiple of 32); the r and z pre-activations come negated: sigmoid(a) = 1 / (1 + exp(-a)) */
+   are padded to h3p (a multiple of 32); the r and z pre-activations come negated: sigmoid(a) = 1 / (1 + exp(-a)), and
+   tanh(v) = 1 - 2 / (exp(2v) + 1). The gates run 8 units at a time on scratch rows with 8 floats of slack, so the last
+   vector of a row never reads past its buffer; h is kept in scratch and copied out to y */
 void ck_gru_seq(const ck_gru *p, int n, int t, intptr_t xp, intptr_t h0p, intptr_t yp, intptr_t hnp) {
     int H = p->hid, P = p->h3p;
-    float *g = scratch((size_t)2 * P);
+    float *g = scratch((size_t)2 * (P + 8) + H + 8);
     if (!g) return;
-    float *gi = g, *gh = g + P;
+    float *gi = g, *gh = g + P + 8, *h = g + 2 * (P + 8);
+    memset(g, 0, ((size_t)2 * (P + 8) + H + 8) * sizeof(float));
     for (int b = 0; b < n; b++) {
-        const float *h = (const float *)h0p + (size_t)b * H;
+        memcpy(h, (const float *)h0p + (size_t)b * H, H * sizeof(float));
         for (int k = 0; k < t; k++) {
             const float *xk = (const float *)xp + ((size_t)b * t + k) * p->inp;
-            float *hk = (float *)yp + ((size_t)b * t + k) * H;
             gemv_t(xk, p->inp, p->wih, P, p->bih, gi);
             gemv_t(h, H, p->whh, P, p->bhh, gh);
-            for (int j = 0; j < H; j++) {
-                float r = 1.0f / (1.0f + expf(gi[j] + gh[j]));
-                float z = 1.0f / (1.0f + expf(gi[H + j] + gh[H + j]));
-                float nn = tanhf(gi[2 * H + j] + r * gh[2 * H + j]);
-                hk[j] = nn + z * (h[j] - nn);
+            for (int j = 0; j < H; j += 8) {
+                v8 a, c, d, e, f, u, hv;
+                memcpy(&a, gi + j, 32); memcpy(&c, gh + j, 32);
+                memcpy(&d, gi + H + j, 32); memcpy(&e, gh + H + j, 32);
+                memcpy(&f, gi + 2 * H + j, 32); memcpy(&u, gh + 2 * H + j, 32); memcpy(&hv, h + j, 32);
+                v8 r = 1.0f / (1.0f + vexp(a + c)), z = 1.0f / (1.0f + vexp(d + e));
+                v8 nn = 1.0f - 2.0f / (vexp(2.0f * (f + r * u)) + 1.0f);
+                v8 hn = nn + z * (hv - nn);
+                int m = H - j < 8 ? H - j : 8;
+                if (m == 8) memcpy(h + j, &hn, 32); else for (int i = 0; i < m; i++) h[j + i] = hn[i];
             }
-            h = hk;
+            memcpy((float *)yp + ((size_t)b * t + k) * H, h, H * sizeof(float));
         }
         memcpy((float *)hnp + (size_t)b * H, h, H * sizeof(float));
     }
