@@ -64,6 +64,28 @@ static float *scratch(size_t n) {
     return scratch_buf;
 }
 
+typedef int v8i __attribute__((vector_size(32)));
+static inline v8 vsel(v8i m, v8 a, v8 b) { return (v8)(((v8i)a & m) | ((v8i)b & ~m)); }   /* m ? a : b, lane by lane */
+
+/* the 8x8 transpose of r[0..7] in place, by swapping off-diagonal blocks of 4, 2, then 1 (each swap: two shuffles) */
+static inline __attribute__((always_inline)) void transpose8(v8 *r) {
+    for (int i = 0; i < 4; i++) {
+        v8 a = r[i], b = r[i + 4];
+        r[i] = __builtin_shuffle(a, b, (v8i){0, 1, 2, 3, 8, 9, 10, 11});
+        r[i + 4] = __builtin_shuffle(a, b, (v8i){4, 5, 6, 7, 12, 13, 14, 15});
+    }
+    for (int i = 0; i < 8; i += (i & 1) ? 3 : 1) {       /* i = 0, 1, 4, 5 */
+        v8 a = r[i], b = r[i + 2];
+        r[i] = __builtin_shuffle(a, b, (v8i){0, 1, 8, 9, 4, 5, 12, 13});
+        r[i + 2] = __builtin_shuffle(a, b, (v8i){2, 3, 10, 11, 6, 7, 14, 15});
+    }
+    for (int i = 0; i < 8; i += 2) {
+        v8 a = r[i], b = r[i + 1];
+        r[i] = __builtin_shuffle(a, b, (v8i){0, 8, 2, 10, 4, 12, 6, 14});
+        r[i + 1] = __builtin_shuffle(a, b, (v8i){1, 9, 3, 11, 5, 13, 7, 15});
+    }
+}
+
 static inline float clampf(float a, int act, float lo, float hi) {
     if (act) { a = a < lo ? lo : a; a = a > hi ? hi : a; }   /* a comparison with NaN is false: NaN passes through */
     return a;
@@ -79,7 +101,7 @@ typedef float v16 __attribute__((vector_size(64)));   /* 16 output channels: one
    added to the accumulators: two-level summation, about as accurate as PyTorch's blocked GEMM */
 #define CONV_TILE(V, VW) \
 static inline __attribute__((always_inline)) void conv_tile_##VW(const ck_conv *p, const float *src, const int *base, \
-        const int T, const V *wb, V b0, float *y, int hw, int oc0, int pos) { \
+        const int T, const int SW, const V *wb, V b0, float *y, int hw, int oc0, int pos) { \
     V acc[8], part[8]; \
     for (int t = 0; t < T; t++) acc[t] = b0; \
     for (int k0 = 0; k0 < p->ckk; k0 += p->kk) { \
@@ -87,26 +109,41 @@ static inline __attribute__((always_inline)) void conv_tile_##VW(const ck_conv *
         for (int k = k0; k < k0 + p->kk; k++) { \
             V wv = wb[k]; \
             const float *s = src + p->offs[k]; \
-            for (int t = 0; t < T; t++) part[t] += wv * s[base[t]]; \
+            for (int t = 0; t < T; t++) part[t] += wv * s[SW ? base[0] + t * SW : base[t]]; \
         } \
         for (int t = 0; t < T; t++) acc[t] += part[t]; \
     } \
     int nv = p->cout - oc0 < VW ? p->cout - oc0 : VW; \
-    for (int o = 0; o < nv; o++) \
-        for (int t = 0; t < T; t++) y[(size_t)(oc0 + o) * hw + pos + t] = clampf(acc[t][o], p->act, p->lo, p->hi); \
+    if (T == 8) {   /* 8 positions x VW channels -> VW rows of 8 positions: 8x8 transposes, then whole-vector stores */ \
+        for (int hb = 0; hb < VW / 8; hb++) { \
+            v8 r[8]; \
+            for (int t = 0; t < 8; t++) memcpy(&r[t], (const float *)&acc[t] + 8 * hb, sizeof(v8)); \
+            transpose8(r); \
+            for (int o = 0; o < 8 && 8 * hb + o < nv; o++) { \
+                v8 v = r[o]; \
+                if (p->act) { v8 lo = (v8){0} + p->lo, hi = (v8){0} + p->hi; v = vsel(v < lo, lo, v); v = vsel(v > hi, hi, v); } \
+                memcpy(y + (size_t)(oc0 + 8 * hb + o) * hw + pos, &v, sizeof v); \
+            } \
+        } \
+    } else \
+        for (int o = 0; o < nv; o++) \
+            for (int t = 0; t < T; t++) y[(size_t)(oc0 + o) * hw + pos + t] = clampf(acc[t][o], p->act, p->lo, p->hi); \
 }
 CONV_TILE(v8, 8)
 CONV_TILE(v16, 16)
 
-#define TILES(V, VW) { const V *wb = (const V *)wf; V b0 = *(const V *)bf; switch (T) { \
-    case 8: conv_tile_##VW(p, src, base, 8, wb, b0, y, hw, oc0, pos); break; \
-    case 7: conv_tile_##VW(p, src, base, 7, wb, b0, y, hw, oc0, pos); break; \
-    case 6: conv_tile_##VW(p, src, base, 6, wb, b0, y, hw, oc0, pos); break; \
-    case 5: conv_tile_##VW(p, src, base, 5, wb, b0, y, hw, oc0, pos); break; \
-    case 4: conv_tile_##VW(p, src, base, 4, wb, b0, y, hw, oc0, pos); break; \
-    case 3: conv_tile_##VW(p, src, base, 3, wb, b0, y, hw, oc0, pos); break; \
-    case 2: conv_tile_##VW(p, src, base, 2, wb, b0, y, hw, oc0, pos); break; \
-    default: conv_tile_##VW(p, src, base, 1, wb, b0, y, hw, oc0, pos); break; } }
+#define TILES(V, VW) { const V *wb = (const V *)wf; V b0 = *(const V *)bf; \
+    if (T == 8 && row && p->sw == 1) conv_tile_##VW(p, src, base, 8, 1, wb, b0, y, hw, oc0, pos); \
+    else if (T == 8 && row && p->sw == 2) conv_tile_##VW(p, src, base, 8, 2, wb, b0, y, hw, oc0, pos); \
+    else switch (T) { \
+    case 8: conv_tile_##VW(p, src, base, 8, 0, wb, b0, y, hw, oc0, pos); break; \
+    case 7: conv_tile_##VW(p, src, base, 7, 0, wb, b0, y, hw, oc0, pos); break; \
+    case 6: conv_tile_##VW(p, src, base, 6, 0, wb, b0, y, hw, oc0, pos); break; \
+    case 5: conv_tile_##VW(p, src, base, 5, 0, wb, b0, y, hw, oc0, pos); break; \
+    case 4: conv_tile_##VW(p, src, base, 4, 0, wb, b0, y, hw, oc0, pos); break; \
+    case 3: conv_tile_##VW(p, src, base, 3, 0, wb, b0, y, hw, oc0, pos); break; \
+    case 2: conv_tile_##VW(p, src, base, 2, 0, wb, b0, y, hw, oc0, pos); break; \
+    default: conv_tile_##VW(p, src, base, 1, 0, wb, b0, y, hw, oc0, pos); break; } }
 
 void ck_conv2d(const ck_conv *p, int n, intptr_t xp, intptr_t yp) {
     const float *x = (const float *)xp;
@@ -130,7 +167,7 @@ void ck_conv2d(const ck_conv *p, int n, intptr_t xp, intptr_t yp) {
             const float *wf = p->wr + (size_t)bk * p->ckk * ob, *bf = p->bias + bk * ob;
             int base[8], oy = 0, ox = 0, oc0 = bk * ob;
             for (int pos = 0; pos < hw; pos += 8) {
-                int T = hw - pos < 8 ? hw - pos : 8;
+                int T = hw - pos < 8 ? hw - pos : 8, row = ox + T <= p->ow;   /* row: the tile stays on one output row */
                 for (int t = 0; t < T; t++) {     /* input offset of each output position (row-major walk) */
                     base[t] = oy * p->sh * p->wp + ox * p->sw;
                     if (++ox == p->ow) { ox = 0; oy++; }
@@ -148,8 +185,6 @@ C_DW = r'''
    image (the ring is zeroed once per call: every channel overwrites only the interior); a tile is C chunks of 8 outputs
    of one row; each tap is one weight broadcast and, per chunk, one vector of inputs: a plain load at stride 1, a load of
    16 and an even-lane shuffle at stride 2, a scalar gather otherwise */
-typedef int v8i __attribute__((vector_size(32)));
-
 static inline __attribute__((always_inline)) v8 load_strided(const float *s, int sw) {
     v8 v;
     if (sw == 1) memcpy(&v, s, sizeof v);
@@ -161,18 +196,33 @@ static inline __attribute__((always_inline)) v8 load_strided(const float *s, int
 }
 
 static inline __attribute__((always_inline)) void dw_tile(const ck_dw *p, const float *row0, const float *wt, float bias,
-        const int C, float *yr, int ox0, int nvalid) {
+        const int C, const int SW, float *yr, int ox0, int nvalid) {    /* SW: the stride as a constant (0: read p->sw) */
+    const int sw = SW ? SW : p->sw;
     v8 acc[4];
     for (int c = 0; c < C; c++) acc[c] = (v8){0} + bias;
     for (int k = 0; k < p->kh * p->kw; k++) {
-        const float *s = row0 + p->offs[k] + ox0 * p->sw;
+        const float *s = row0 + p->offs[k] + ox0 * sw;
         float wv = wt[k];
-        for (int c = 0; c < C; c++) acc[c] += wv * load_strided(s + 8 * c * p->sw, p->sw);
+        for (int c = 0; c < C; c++) acc[c] += wv * load_strided(s + 8 * c * sw, sw);
     }
     if (p->act) for (int c = 0; c < C; c++) for (int i = 0; i < 8; i++) acc[c][i] = clampf(acc[c][i], 1, p->lo, p->hi);
     if (nvalid == 8 * C) memcpy(yr + ox0, acc, sizeof(v8) * C);
     else { float tmp[32]; memcpy(tmp, acc, sizeof(v8) * C); memcpy(yr + ox0, tmp, nvalid * sizeof(float)); }
 }
+
+/* the output rows of one channel, with the stride SW a compile-time constant (0: any stride, read at run time) */
+#define DW_ROWS(SW) { \
+    for (int oy = 0; oy < p->oh; oy++) { \
+        const float *row0 = buf + (size_t)oy * p->sh * p->wq; \
+        float *yr = y + (size_t)oy * p->ow; \
+        int ox = 0; \
+        for (; ox + 32 <= p->ow; ox += 32) dw_tile(p, row0, wt, bias, 4, SW, yr, ox, 32); \
+        int left = p->ow - ox; \
+        if (left > 24) dw_tile(p, row0, wt, bias, 4, SW, yr, ox, left); \
+        else if (left > 16) dw_tile(p, row0, wt, bias, 3, SW, yr, ox, left); \
+        else if (left > 8) dw_tile(p, row0, wt, bias, 2, SW, yr, ox, left); \
+        else if (left > 0) dw_tile(p, row0, wt, bias, 1, SW, yr, ox, left); \
+    } }
 
 void ck_dwconv2d(const ck_dw *p, int n, intptr_t xp, intptr_t yp) {
     const float *x = (const float *)xp;
@@ -186,17 +236,7 @@ void ck_dwconv2d(const ck_dw *p, int n, intptr_t xp, intptr_t yp) {
             for (int r = 0; r < p->h; r++) memcpy(buf + (size_t)(r + p->ph) * p->wq + p->pw, x + (size_t)r * p->w, p->w * sizeof(float));
             const float *wt = p->wt + (size_t)c * p->kh * p->kw;
             float bias = p->bias[c];
-            for (int oy = 0; oy < p->oh; oy++) {
-                const float *row0 = buf + (size_t)oy * p->sh * p->wq;
-                float *yr = y + (size_t)oy * p->ow;
-                int ox = 0;
-                for (; ox + 32 <= p->ow; ox += 32) dw_tile(p, row0, wt, bias, 4, yr, ox, 32);
-                int left = p->ow - ox;
-                if (left > 24) dw_tile(p, row0, wt, bias, 4, yr, ox, left);
-                else if (left > 16) dw_tile(p, row0, wt, bias, 3, yr, ox, left);
-                else if (left > 8) dw_tile(p, row0, wt, bias, 2, yr, ox, left);
-                else if (left > 0) dw_tile(p, row0, wt, bias, 1, yr, ox, left);
-            }
+            if (p->sw == 1) DW_ROWS(1) else if (p->sw == 2) DW_ROWS(2) else DW_ROWS(0)
         }
 }
 '''
@@ -269,7 +309,6 @@ static void gemv_t(const float *a, int rows, const float *w, int n, const float 
 /* exp over 8 lanes: exp(x) = 2^k exp(r), k = floor(x log2(e) + 1/2), r = x - k ln2 (ln2 in two parts, so r is exact enough),
    exp(r) by the degree-6 polynomial of Cephes' expf (about 1 ulp on |r| <= ln2/2); x is clamped to [-87.3, 88.7] so 2^k
    is a normal float. NaN stays NaN: the clamps compare false and the polynomial of NaN is NaN */
-static inline v8 vsel(v8i m, v8 a, v8 b) { return (v8)(((v8i)a & m) | ((v8i)b & ~m)); }
 static inline v8 vexp(v8 x) {
     const v8 lo = (v8){0} - 87.3f, hi = (v8){0} + 88.7f;
     x = vsel(x < lo, lo, x);
