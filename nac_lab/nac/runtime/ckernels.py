@@ -241,6 +241,7 @@ void ck_dwconv2d(const ck_dw *p, int n, intptr_t xp, intptr_t yp) {
 }
 '''
 
+# %% ../../../nbs/19f_nac_ckernels.ipynb #7eaef1a8
 C_POOL = r'''
 /* max pooling, NCHW. Each plane is copied into a scratch image padded with -inf (padding never wins; the extra columns on
    the right let every chunk read whole vectors). Then per output row, chunks of 8 outputs: for each tap one vector of
@@ -289,7 +290,7 @@ void ck_meanpool(const ck_pool *p, int n, intptr_t xp, intptr_t yp) {
 }
 '''
 
-# %% ../../../nbs/19f_nac_ckernels.ipynb #079bebf8
+# %% ../../../nbs/19f_nac_ckernels.ipynb #ae33667c
 C_GRU = r'''
 /* out[j] = bias[j] + sum_i a[i] * w[i][j] for j < n (n a multiple of 32): 32 outputs in four registers, the rows
    streamed through them, so each weight is loaded once and nothing else touches memory in the i loop */
@@ -359,7 +360,7 @@ void ck_gru_seq(const ck_gru *p, int n, int t, intptr_t xp, intptr_t h0p, intptr
 }
 '''
 
-# %% ../../../nbs/19f_nac_ckernels.ipynb #1a5cb6e1
+# %% ../../../nbs/19f_nac_ckernels.ipynb #14b8e357
 CDEFS = STRUCTS + '''
 int ck_abi(void);
 void ck_conv2d(const ck_conv *p, int n, intptr_t x, intptr_t y);
@@ -375,7 +376,7 @@ def source() -> str:
     "The whole C file: the header, the structs, the kernels."
     return C_HEAD.replace('typedef float v8', STRUCTS + 'typedef float v8', 1) + C_CONV + C_DW + C_POOL + C_GRU
 
-# %% ../../../nbs/19f_nac_ckernels.ipynb #22d3c73f
+# %% ../../../nbs/19f_nac_ckernels.ipynb #242e6445
 _state = {'lib': None, 'ffi': None, 'reason': 'not loaded yet', 'path': None}
 _lock = threading.Lock()
 
@@ -478,7 +479,7 @@ def reset():
     "Forget the loaded library (tests: the next `library()` looks at the environment and the cache again)."
     _state.update(lib=None, ffi=None, reason='not loaded yet')
 
-# %% ../../../nbs/19f_nac_ckernels.ipynb #5755bb06
+# %% ../../../nbs/19f_nac_ckernels.ipynb #09adf556
 _F32 = torch.float32
 MAX_SCRATCH = 1 << 24          #: floats of scratch a planned kernel may use (64 MiB); larger images keep PyTorch's kernel
 MAX_TAPS = 1 << 16             #: cin*kh*kw limit of the direct conv (its tap table)
@@ -654,7 +655,7 @@ def pool_kernel(kind: str, args: tuple):
     kern.geometry = geo
     return kern
 
-# %% ../../../nbs/19f_nac_ckernels.ipynb #b71dbebd
+# %% ../../../nbs/19f_nac_ckernels.ipynb #918a4a99
 class CGru:
     "The C side of `GruKernel`: a whole batch-first sequence in one call of `ck_gru_seq` (weights as `GruKernel` lays them out)."
     def __init__(self, ffi, lib, wih_t, whh_t, b_ih, b_hh):
