@@ -179,3 +179,14 @@ def test_gru_nan_and_saturation():
         got, want = k(x, h0, P, True, 1, 0.0, False, False, True)[0], torch.gru(x, h0, P, True, 1, 0.0, False, False, True)[0]
         assert torch.equal(got.isnan(), want.isnan())
         assert float((got.nan_to_num() - want.nan_to_num()).abs().max()) <= 1e-6
+
+def test_concurrent_builds(tmp_path):
+    "Two processes building into the same empty cache at once: both load a whole library, one file remains, no temporaries."
+    code = 'from nac_lab.nac.runtime import ckernels as c; print(c.status(), c.library()[1].ck_abi())'
+    env = {**os.environ, 'NAC_LAB_CACHE': str(tmp_path)}
+    procs = [subprocess.Popen([sys.executable, '-c', code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [o.strip() for o, _ in outs] == [f'loaded {ck.ABI}'] * 2, [e[-500:] for _, e in outs]
+    files = [f.name for f in tmp_path.iterdir()]
+    assert len(files) == 1 and files[0].startswith('ckernels-') and ck.elf_complete(tmp_path / files[0])
