@@ -1,11 +1,11 @@
-"""The compiled CPU kernels (nac_lab.nac.runtime.ckernels) against PyTorch, their build cache and their fallback.
+"""The compiled CPU kernels (nac_lab.nac.runtime.ckernels, their objects in .cwrap) against PyTorch, their build cache and fallback.
 
 Every case compares with PyTorch's own kernel within 1e-5 relative (max |c - torch| / max |torch|). Tests build into
 `NAC_LAB_CACHE` (a temporary folder: conftest.py, or `tmp_path` here), never into the user's cache.
 """
 import itertools, json, os, subprocess, sys
 import pytest, torch
-from nac_lab.nac.runtime import ckernels as ck
+from nac_lab.nac.runtime import ckernels as ck, cwrap as cw
 from nac_lab.nac.runtime.gru import GruKernel
 
 pytestmark = pytest.mark.skipif(ck.status() != 'loaded', reason=f'C kernels not built here: {ck.status()}')
@@ -29,8 +29,8 @@ def test_conv_case_count():
 def test_conv2d(k, s, p, d, ci, co, h, w, n):
     g = torch.Generator().manual_seed(k * 1000 + s * 100 + p * 10 + d + ci)
     wt, b, x = torch.randn(co, ci, k, k, generator=g), torch.randn(co, generator=g), torch.randn(n, ci, h, w, generator=g)
-    kern = ck.conv_kernel(wt, b, [s, s], [p, p], [d, d], 1)
-    assert type(kern) is ck.CConv2d
+    kern = cw.conv_kernel(wt, b, [s, s], [p, p], [d, d], 1)
+    assert type(kern) is cw.CConv2d
     got = kern(x, wt, b, [s, s], [p, p], [d, d], 1)
     assert kern.plans[(n, ci, h, w)] is not None          # the C path ran, not the fallback
     assert rel(got, torch.conv2d(x, wt, b, s, p, d)) <= 1e-5
@@ -41,8 +41,8 @@ def test_depthwise(k, s, p, d, c, h, w, n):
     if h + 2 * p < d * (k - 1) + 1 or w + 2 * p < d * (k - 1) + 1: pytest.skip('empty output')
     g = torch.Generator().manual_seed(k * 1000 + s * 100 + p * 10 + d + c)
     wt, b, x = torch.randn(c, 1, k, k, generator=g), torch.randn(c, generator=g), torch.randn(n, c, h, w, generator=g)
-    kern = ck.conv_kernel(wt, b, [s, s], [p, p], [d, d], c)
-    assert type(kern) is ck.CDwConv2d
+    kern = cw.conv_kernel(wt, b, [s, s], [p, p], [d, d], c)
+    assert type(kern) is cw.CDwConv2d
     assert rel(kern(x, wt, b, [s, s], [p, p], [d, d], c), torch.conv2d(x, wt, b, s, p, d, c)) <= 1e-5
 
 @pytest.mark.parametrize('act,lo,hi', [(('relu',), 0.0, None), (('clamp', 0.0, 6.0), 0.0, 6.0), (('clamp', -1.0, 0.5), -1.0, 0.5)])
@@ -50,7 +50,7 @@ def test_fused_clamp(act, lo, hi):
     g = torch.Generator().manual_seed(3)
     x = torch.randn(2, 4, 7, 6, generator=g); x[0, 0, 0, 0] = float('nan')
     for wt, grp in ((torch.randn(9, 4, 3, 3, generator=g), 1), (torch.randn(4, 1, 3, 3, generator=g), 4)):
-        kern = ck.conv_kernel(wt, None, [1, 1], [1, 1], [1, 1], grp, act)
+        kern = cw.conv_kernel(wt, None, [1, 1], [1, 1], [1, 1], grp, act)
         got, want = kern(x, wt, None, [1, 1], [1, 1], [1, 1], grp), torch.conv2d(x, wt, None, 1, 1, 1, grp).clamp(lo, hi)
         assert torch.equal(got.isnan(), want.isnan()) and got.isnan().any()      # NaN passes through the clamp, as in torch
         assert rel(got.nan_to_num(), want.nan_to_num()) <= 1e-5 and float(got.nan_to_num().min()) >= lo
@@ -72,7 +72,7 @@ def test_guards_fall_back():
     "Calls the plan does not cover run PyTorch's kernel: other weights, float64, strided input, other geometry, empty batch."
     g = torch.Generator().manual_seed(0)
     wt, b, x = torch.randn(8, 4, 3, 3, generator=g), torch.randn(8, generator=g), torch.randn(2, 4, 6, 6, generator=g)
-    k = ck.conv_kernel(wt, b, [1, 1], [1, 1], [1, 1], 1)
+    k = cw.conv_kernel(wt, b, [1, 1], [1, 1], [1, 1], 1)
     w2 = wt.clone()
     assert torch.equal(k(x, w2, b, [1, 1], [1, 1], [1, 1], 1), torch.conv2d(x, w2, b, 1, 1))
     xd, wd, bd = x.double(), wt.double(), b.double()
@@ -85,21 +85,21 @@ def test_guards_fall_back():
 
 def test_scratch_cap(monkeypatch):
     "An image whose padded copy would pass MAX_SCRATCH floats is not planned: PyTorch's kernel runs."
-    monkeypatch.setattr(ck, 'MAX_SCRATCH', 1000)
+    monkeypatch.setattr(cw, 'MAX_SCRATCH', 1000)
     wt = torch.randn(2, 3, 3, 3)
-    k = ck.conv_kernel(wt, None, [1, 1], [1, 1], [1, 1], 1)
+    k = cw.conv_kernel(wt, None, [1, 1], [1, 1], [1, 1], 1)
     x = torch.randn(1, 3, 20, 20)
     assert torch.equal(k(x, wt, None, [1, 1], [1, 1], [1, 1], 1), torch.conv2d(x, wt, None, 1, 1))
     assert k.plans[(1, 3, 20, 20)] is None and k(torch.ones(1, 3, 4, 4), wt, None, [1, 1], [1, 1], [1, 1], 1).shape == (1, 2, 4, 4)
     assert k.plans[(1, 3, 4, 4)] is not None
 
 def test_plan_refusals():
-    assert ck.conv_kernel(torch.ones(4, 2, 3, 3), None, [1, 1], [0, 0], [1, 1], 2) is None          # grouped, not depthwise
-    assert ck.conv_kernel(torch.ones(4, 1, 3, 3).double(), None, [1, 1], [0, 0], [1, 1], 1) is None
-    assert ck.conv_kernel(torch.ones(4, 1, 3, 3), torch.ones(3), [1, 1], [0, 0], [1, 1], 1) is None   # bias of the wrong size
-    assert ck.conv_kernel(torch.ones(4, 1, 3, 3), None, [0, 1], [0, 0], [1, 1], 1) is None           # stride 0
-    assert ck.conv_kernel(torch.ones(4, 1, 3, 3), None, [1, 1], [-1, 0], [1, 1], 1) is None          # negative padding
-    assert ck.conv_kernel(torch.ones(4, 1, 3, 3), None, 'same', [0, 0], [1, 1], 1) is None
+    assert cw.conv_kernel(torch.ones(4, 2, 3, 3), None, [1, 1], [0, 0], [1, 1], 2) is None          # grouped, not depthwise
+    assert cw.conv_kernel(torch.ones(4, 1, 3, 3).double(), None, [1, 1], [0, 0], [1, 1], 1) is None
+    assert cw.conv_kernel(torch.ones(4, 1, 3, 3), torch.ones(3), [1, 1], [0, 0], [1, 1], 1) is None   # bias of the wrong size
+    assert cw.conv_kernel(torch.ones(4, 1, 3, 3), None, [0, 1], [0, 0], [1, 1], 1) is None           # stride 0
+    assert cw.conv_kernel(torch.ones(4, 1, 3, 3), None, [1, 1], [-1, 0], [1, 1], 1) is None          # negative padding
+    assert cw.conv_kernel(torch.ones(4, 1, 3, 3), None, 'same', [0, 0], [1, 1], 1) is None
 
 def test_cache_name_and_rebuild(tmp_path):
     src = ck.source()
@@ -125,7 +125,7 @@ from nac_lab.nac.compiler.compile import compile as nac_compile
 from nac_lab.nac.runtime import ckernels
 m = build_model('mobilenet')
 nm = nac_compile(m, example_inputs('mobilenet', 2), dynamic_shapes=({0: Dim.AUTO},))
-kinds = sorted({type(k).__name__ for k in nm.interpreter.kernel_plan.values() if type(k).__module__.endswith('ckernels')})
+kinds = sorted({type(k).__name__ for k in nm.interpreter.kernel_plan.values() if type(k).__module__.endswith('cwrap')})
 print(json.dumps([ckernels.status(), kinds, nm.run(*example_inputs('mobilenet', 3, seed=5))[0].tolist()]))
 '''
 
@@ -154,16 +154,16 @@ def test_max_pool2d(k, s, p, d, shape):
     x = torch.randn(*shape, generator=g)
     x[0, 0, 1, 1], x[-1, -1, 2, 3], x[0, -1, 0, :] = float('nan'), float('-inf'), float('inf')
     args = ([k, k], [] if s == [] else [s, s], [p, p], [d, d], False)
-    kern = ck.pool_kernel('max', args)
+    kern = cw.pool_kernel('max', args)
     got, want = kern(x, *args), torch.max_pool2d(x, *args)
     assert kern.plans[shape] is not None
     assert got.shape == want.shape and torch.equal(got.isnan(), want.isnan()) and torch.equal(got.nan_to_num(), want.nan_to_num())
 
 def test_pool_refusals_and_mean():
-    assert ck.pool_kernel('max', ([2, 2], [2, 2], [0, 0], [1, 1], True)) is None       # ceil mode: PyTorch's kernel
-    assert ck.pool_kernel('max', ([2, 2], [2, 2], [2, 2], [1, 1], False)) is None      # padding over half the window
-    assert ck.pool_kernel('mean', ([2, 2],)) is None                                    # only the global 1×1 average
-    kern = ck.pool_kernel('mean', ([1, 1],))
+    assert cw.pool_kernel('max', ([2, 2], [2, 2], [0, 0], [1, 1], True)) is None       # ceil mode: PyTorch's kernel
+    assert cw.pool_kernel('max', ([2, 2], [2, 2], [2, 2], [1, 1], False)) is None      # padding over half the window
+    assert cw.pool_kernel('mean', ([2, 2],)) is None                                    # only the global 1×1 average
+    kern = cw.pool_kernel('mean', ([1, 1],))
     x = torch.arange(2 * 3 * 2 * 2, dtype=torch.float32).reshape(2, 3, 2, 2)
     assert kern(x, [1, 1]).flatten().tolist() == [1.5 + 4 * i for i in range(6)]      # by hand: mean of 4i..4i+3
     g = torch.Generator().manual_seed(9)

@@ -14,10 +14,10 @@ from nac_lab.nac.compiler.zoo import zoo_names, build_model, example_inputs
 from nac_lab.nac.compiler.compile import compile as nac_compile
 from nac_lab.nac.runtime.kernels import rounds_differently, conv2d_thnn, gelu_native
 from nac_lab.nac.runtime.gru import GruKernel
-from nac_lab.nac.runtime import ckernels
+from nac_lab.nac.runtime import ckernels, cwrap
 
 C = ckernels.status() == 'loaded'         # the compiled kernels are planned only where they were built
-CONV, DW, POOL = ckernels.CConv2d, ckernels.CDwConv2d, ckernels.CPool
+CONV, DW, POOL = cwrap.CConv2d, cwrap.CDwConv2d, cwrap.CPool
 # which zoo models hold a kernel that rounds differently from the step's own (the others must be bitwise equal)
 ROUNDING_MODELS = {'mlp': {gelu_native}, 'vit_tiny': {gelu_native, CONV if C else conv2d_thnn}, 'gru': {GruKernel}}
 if C: ROUNDING_MODELS.update(cnn={CONV}, resnet18={CONV, 'mean'}, mobilenet={CONV, DW, 'mean'}, unet={CONV})

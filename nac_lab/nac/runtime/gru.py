@@ -6,7 +6,7 @@
 from __future__ import annotations
 import numpy as np
 import torch
-from .ckernels import gru_kernel
+from .cwrap import gru_kernel
 
 # %% auto #0
 __all__ = ['GruKernel', 'plan_gru']

@@ -6,7 +6,7 @@
 from __future__ import annotations
 import torch
 from .gru import plan_gru, GruKernel
-from . import ckernels
+from . import cwrap
 
 # %% auto #0
 __all__ = ['INPLACE', 'FRESH', 'REBIND', 'ROUNDING', 'readers', 'conv2d_thnn', 'single_threaded', 'gelu_native',
@@ -61,8 +61,8 @@ ROUNDING = (conv2d_thnn, gelu_native)
 
 def rounds_differently(plan: dict) -> bool:
     "True when some kernel of `plan` may round differently from the kernel it replaces (else the results are bitwise equal)."
-    return any(k in ROUNDING or isinstance(k, (GruKernel, ckernels.CConv2d, ckernels.CDwConv2d))
-               or (isinstance(k, ckernels.CPool) and k.kind == 'mean') for k in plan.values())     # max pooling is exact
+    return any(k in ROUNDING or isinstance(k, (GruKernel, cwrap.CConv2d, cwrap.CDwConv2d))
+               or (isinstance(k, cwrap.CPool) and k.kind == 'mean') for k in plan.values())     # max pooling is exact
 
 def is_patch_conv(s, params: dict, steps) -> bool:
     "True for a `conv2d` step with a 4-D parameter weight, stride = kernel size (not 1×1), padding 0, dilation 1, one group."
@@ -84,7 +84,7 @@ def _fresh_only_reader(s, rd, steps) -> bool:
     return p is not None and p.kind == 'op' and (p.fn in FRESH) and len(rd.get(j, ())) == 1
 
 def c_conv(s, params: dict, steps, act=None):
-    "A compiled kernel (`nac_lab.nac.runtime.ckernels`) for a `conv2d` step with parameter weight and bias and constant geometry, or None."
+    "A compiled kernel (`nac_lab.nac.runtime.cwrap`) for a `conv2d` step with parameter weight and bias and constant geometry, or None."
     if s.kind != 'op' or s.fn is not torch.conv2d or len(s.args) != 7 or s.kwargs: return None
     (kw, w), (kb, b), *rest = s.args[1:]
     if kw != 'ref' or steps[w].kind != 'param' or any(k != 'const' for k, _ in rest): return None
@@ -94,13 +94,13 @@ def c_conv(s, params: dict, steps, act=None):
     st, pd, dl, g = (v for _, v in rest)
     if b is False or not isinstance(w, torch.Tensor) or w.dim() != 4: return None
     if g == 1 and w.shape[2] * w.shape[3] == 1 and _pair(st) == [1, 1]: return None      # 1×1: PyTorch's GEMM is faster
-    return ckernels.conv_kernel(w, b, st, pd, dl, g, act)
+    return cwrap.conv_kernel(w, b, st, pd, dl, g, act)
 
 def c_pool(s):
     "A compiled `max_pool2d` (floor mode) or global `adaptive_avg_pool2d` for a step with constant arguments, or None."
     if s.kind != 'op' or s.kwargs or not s.args or s.args[0][0] != 'ref' or any(k != 'const' for k, _ in s.args[1:]): return None
     kind = 'max' if s.fn is torch.max_pool2d else 'mean' if s.fn is torch._C._nn.adaptive_avg_pool2d else None
-    return None if kind is None else ckernels.pool_kernel(kind, tuple(v for _, v in s.args[1:]))
+    return None if kind is None else cwrap.pool_kernel(kind, tuple(v for _, v in s.args[1:]))
 
 def _pair(v): return [v, v] if isinstance(v, int) else list(v) if isinstance(v, (list, tuple)) else None
 
@@ -120,7 +120,7 @@ def plan_kernels(steps, params: dict, device=None) -> dict:
         elif is_patch_conv(s, params, steps): plan[s.index] = conv2d_thnn
         elif s.fn is torch._C._nn.gelu and not s.kwargs: plan[s.index] = gelu_native
     for s in steps:     # a C conv whose result only a ReLU reads applies it itself; the ReLU step passes its input on
-        if plan.get(s.index) is torch.relu_ and isinstance(plan.get(s.args[0][1]), ckernels.CConv2d | ckernels.CDwConv2d):
+        if plan.get(s.index) is torch.relu_ and isinstance(plan.get(s.args[0][1]), cwrap.CConv2d | cwrap.CDwConv2d):
             p = steps[s.args[0][1]]
             plan[p.index], plan[s.index] = c_conv(p, params, steps, ('relu',)), _same
     if cpu: plan.update(plan_gru(steps, params, device))     # single-layer float32 GRUs (nac_lab.nac.runtime.gru)
