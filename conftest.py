@@ -8,12 +8,14 @@ nbval runs every notebook in `nbs/` cell by cell. Three nbdev conventions need h
 * `nbdev_clean` removes execution counts but keeps outputs; nbval would call such a cell "unrun" and refuse
   it, so a cell with saved outputs is treated as run and its outputs are compared.
 """
-import configparser, os
+import configparser, os, tempfile
 from pathlib import Path
 import pytest
 from nac_lab.docs import split_directives  # the one parser of nbdev's `#| name: value` cell directives
 
 ROOT = Path(__file__).parent
+# the compiled CPU kernels (nac_lab.nac.runtime.ckernels) are cached in a temporary folder during tests, never in the user's home
+os.environ.setdefault('NAC_LAB_CACHE', os.path.join(tempfile.gettempdir(), f'nac_lab-test-cache-{os.getuid()}'))
 
 # Property tests draw the same examples on every run, on every machine and in every worker: hypothesis derives them
 # from each test's source instead of a fresh random seed, and keeps no example database between runs.

@@ -18,6 +18,8 @@ apt_install() {  # apt_install PKG... : install Debian packages (as root, or thr
 }
 
 command -v dot >/dev/null || { echo "bootstrap: installing graphviz"; apt_install graphviz; }
+command -v cc >/dev/null || { echo "bootstrap: installing gcc (the interpreter's compiled CPU kernels)";
+  apt_install gcc || echo "bootstrap: gcc could not be installed; the interpreter keeps PyTorch's kernels" >&2; }
 if [ "$mode" = "--test" ] && ! command -v chromium >/dev/null; then
   echo "bootstrap: installing chromium (for the docs browser test)"
   apt_install chromium || echo "bootstrap: chromium could not be installed; the browser test will be skipped" >&2

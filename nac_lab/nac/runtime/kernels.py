@@ -6,10 +6,11 @@
 from __future__ import annotations
 import torch
 from .gru import plan_gru, GruKernel
+from . import cwrap
 
 # %% auto #0
 __all__ = ['INPLACE', 'FRESH', 'REBIND', 'ROUNDING', 'readers', 'conv2d_thnn', 'single_threaded', 'gelu_native',
-           'rounds_differently', 'is_patch_conv', 'plan_kernels']
+           'rounds_differently', 'is_patch_conv', 'c_conv', 'c_pool', 'plan_kernels']
 
 # %% ../../../nbs/19d_nac_kernels.ipynb #1ee57012
 #: activations that have an in-place twin with the same kernel
@@ -60,7 +61,8 @@ ROUNDING = (conv2d_thnn, gelu_native)
 
 def rounds_differently(plan: dict) -> bool:
     "True when some kernel of `plan` may round differently from the kernel it replaces (else the results are bitwise equal)."
-    return any(k in ROUNDING or isinstance(k, GruKernel) for k in plan.values())
+    return any(k in ROUNDING or isinstance(k, (GruKernel, cwrap.CConv2d, cwrap.CDwConv2d))
+               or (isinstance(k, cwrap.CPool) and k.kind == 'mean') for k in plan.values())     # max pooling is exact
 
 def is_patch_conv(s, params: dict, steps) -> bool:
     "True for a `conv2d` step with a 4-D parameter weight, stride = kernel size (not 1×1), padding 0, dilation 1, one group."
@@ -81,6 +83,29 @@ def _fresh_only_reader(s, rd, steps) -> bool:
     p = steps[j] if 0 <= j < len(steps) else None
     return p is not None and p.kind == 'op' and (p.fn in FRESH) and len(rd.get(j, ())) == 1
 
+def c_conv(s, params: dict, steps, act=None):
+    "A compiled kernel (`nac_lab.nac.runtime.cwrap`) for a `conv2d` step with parameter weight and bias and constant geometry, or None."
+    if s.kind != 'op' or s.fn is not torch.conv2d or len(s.args) != 7 or s.kwargs: return None
+    (kw, w), (kb, b), *rest = s.args[1:]
+    if kw != 'ref' or steps[w].kind != 'param' or any(k != 'const' for k, _ in rest): return None
+    if kb == 'ref': b = params.get(steps[b].target) if steps[b].kind == 'param' else False
+    elif kb != 'const' or b is not None: return None
+    w = params.get(steps[w].target)
+    st, pd, dl, g = (v for _, v in rest)
+    if b is False or not isinstance(w, torch.Tensor) or w.dim() != 4: return None
+    if g == 1 and w.shape[2] * w.shape[3] == 1 and _pair(st) == [1, 1]: return None      # 1×1: PyTorch's GEMM is faster
+    return cwrap.conv_kernel(w, b, st, pd, dl, g, act)
+
+def c_pool(s):
+    "A compiled `max_pool2d` (floor mode) or global `adaptive_avg_pool2d` for a step with constant arguments, or None."
+    if s.kind != 'op' or s.kwargs or not s.args or s.args[0][0] != 'ref' or any(k != 'const' for k, _ in s.args[1:]): return None
+    kind = 'max' if s.fn is torch.max_pool2d else 'mean' if s.fn is torch._C._nn.adaptive_avg_pool2d else None
+    return None if kind is None else cwrap.pool_kernel(kind, tuple(v for _, v in s.args[1:]))
+
+def _pair(v): return [v, v] if isinstance(v, int) else list(v) if isinstance(v, (list, tuple)) else None
+
+def _same(x, *a): return x
+
 def plan_kernels(steps, params: dict, device=None) -> dict:
     "`{instruction: kernel}` for the op `steps` whose call the rules above replace (`params` by id, for weight shapes)."
     steps = list(steps)
@@ -91,7 +116,12 @@ def plan_kernels(steps, params: dict, device=None) -> dict:
         if s.fn in REBIND: plan[s.index] = REBIND[s.fn]
         elif s.fn in INPLACE and _fresh_only_reader(s, rd, steps): plan[s.index] = INPLACE[s.fn]
         elif not cpu: continue
+        elif (k := c_conv(s, params, steps) or c_pool(s)) is not None: plan[s.index] = k
         elif is_patch_conv(s, params, steps): plan[s.index] = conv2d_thnn
         elif s.fn is torch._C._nn.gelu and not s.kwargs: plan[s.index] = gelu_native
+    for s in steps:     # a C conv whose result only a ReLU reads applies it itself; the ReLU step passes its input on
+        if plan.get(s.index) is torch.relu_ and isinstance(plan.get(s.args[0][1]), cwrap.CConv2d | cwrap.CDwConv2d):
+            p = steps[s.args[0][1]]
+            plan[p.index], plan[s.index] = c_conv(p, params, steps, ('relu',)), _same
     if cpu: plan.update(plan_gru(steps, params, device))     # single-layer float32 GRUs (nac_lab.nac.runtime.gru)
     return plan
