@@ -11,9 +11,9 @@ from .emit import ESIZE, qdesc, qchan, conv_rows, chunks, arena_name, epilogue_o
 from .emit import _arena_region
 
 # %% auto #0
-__all__ = ['CASCADE_ACTS', 'cascade_pairs', 'cascade_l1', 'plan_cascades', 'emit_cascade']
+__all__ = ['CASCADE_ACTS', 'cascade_pairs', 'emit_cascade', 'cascade_l1', 'plan_cascades']
 
-# %% ../../nbs/69l_lower_cascade.ipynb #cas00005
+# %% ../../nbs/69l_lower_cascade.ipynb #cas00006
 CASCADE_ACTS = ('relu', 'clamp')      # epilogue ops a cascaded layer may carry (ReLU6 imports as clamp)
 
 def _r64(n): return -(-n // 64) * 64
@@ -24,6 +24,7 @@ def _is_expand(l) -> bool:
             and not any(a['pads']) and not a.get('affine'))
 
 def _is_depthwise(l) -> bool:
+    if l.op != 'conv2d': return False
     w, a = l.params['w'], l.attrs
     return (l.op == 'conv2d' and w.shape[1] == 1 and a.get('groups', 1) == w.shape[0] and list(a['dilations']) == [1, 1]
             and not a.get('affine'))
@@ -50,35 +51,7 @@ def cascade_pairs(g) -> list:
         out.append((p, c))
     return out
 
-# %% ../../nbs/69l_lower_cascade.ipynb #cas00006
-def cascade_l1(p, c, th, slots=2, elem='i8') -> int:
-    ("L1 bytes per engine of cascade (expand `p`, depthwise `c`) in bands of `th` depthwise output rows: both weight sets and biases "
-     "resident, and per slot the input band, the expanded band and its activated copy, the depthwise band and its activated copy.")
-    e = ESIZE[elem]; Ci, Cm, H, W = p.params['w'].shape[1], p.shape[1], p.shape[2], p.shape[3]
-    Wo = c.shape[3]
-    s, kh = c.attrs['strides'][0], c.params['w'].shape[2]
-    rin = min(H, (th - 1) * s + kh)
-    wts = _r64(Ci * Cm * e) + _r64(Cm * 4) + _r64(kh * c.params['w'].shape[3] * Cm * e) + _r64(Cm * 4)
-    band = _r64(rin * W * Ci * e) + 2 * _r64(rin * W * Cm * e) + 2 * _r64(th * Wo * Cm * e)
-    return wts + slots * band
-
-def plan_cascades(g, dev, elem, bands_per_engine=2) -> dict:
-    ("Mark each cascadable (expand, depthwise) pair of `g` (`cascade_pairs`) whose bands fit L1 of `dev`: the depthwise layer gets "
-     "`l.cascade` (the expand layer, its input, band height `th`, engines); returns {depthwise name: th}. Only int8 is cascaded.")
-    if elem != 'i8': return {}
-    rd = getattr(dev, 'resolved', None)
-    nE = rd.topology['num_engines'] if rd is not None else 1
-    out = {}
-    for p, c in cascade_pairs(g):
-        Ho = c.shape[2]
-        th = next((t for t in range(Ho, 0, -1) if cascade_l1(p, c, t, 2, elem) <= dev.l1), None)
-        if th is None: continue                                # does not fit: today's per-layer emission
-        th = min(th, -(-Ho // (bands_per_engine * nE)))      # a few bands per engine: loads, convs and stores overlap
-        c.cascade = dict(expand=p, src=p.inputs[0], th=th, engines=min(nE, -(-Ho // th)), emit=emit_cascade)
-        out[c.name] = th
-    return out
-
-# %% ../../nbs/69l_lower_cascade.ipynb #cas00007
+# %% ../../nbs/69l_lower_cascade.ipynb #cas00009
 def _conv_attrs(a, pt, pb, groups):
     return (f'pads=[{pt}, {a["pads"][1]}, {pb}, {a["pads"][3]}] strides=[{", ".join(map(str, a["strides"]))}] '
             f'dilations=[{", ".join(map(str, a["dilations"]))}] groups={groups}')
@@ -157,3 +130,31 @@ def emit_cascade(E, c, ctx, xv, yv, prev) -> list:
         E.line(f'{ts} = store.async(dst=region({yv.buf}, {yv.at(r0 * Wo * Cm * e)}, {(r1 - r0) * Wo * Cm * e}), src={cur}, deps=[{last}])')
         done[k] = mine
     return [t for v in done.values() for t in v if t in E.live]
+
+# %% ../../nbs/69l_lower_cascade.ipynb #cas00012
+def cascade_l1(p, c, th, slots=2, elem='i8') -> int:
+    ("L1 bytes per engine of cascade (expand `p`, depthwise `c`) in bands of `th` depthwise output rows: both weight sets and biases "
+     "resident, and per slot the input band, the expanded band and its activated copy, the depthwise band and its activated copy.")
+    e = ESIZE[elem]; Ci, Cm, H, W = p.params['w'].shape[1], p.shape[1], p.shape[2], p.shape[3]
+    Wo = c.shape[3]
+    s, kh = c.attrs['strides'][0], c.params['w'].shape[2]
+    rin = min(H, (th - 1) * s + kh)
+    wts = _r64(Ci * Cm * e) + _r64(Cm * 4) + _r64(kh * c.params['w'].shape[3] * Cm * e) + _r64(Cm * 4)
+    band = _r64(rin * W * Ci * e) + 2 * _r64(rin * W * Cm * e) + 2 * _r64(th * Wo * Cm * e)
+    return wts + slots * band
+
+def plan_cascades(g, dev, elem, bands_per_engine=2) -> dict:
+    ("Mark each cascadable (expand, depthwise) pair of `g` (`cascade_pairs`) whose bands fit L1 of `dev`: the depthwise layer gets "
+     "`l.cascade` (the expand layer, its input, band height `th`, engines); returns {depthwise name: th}. Only int8 is cascaded.")
+    if elem != 'i8': return {}
+    rd = getattr(dev, 'resolved', None)
+    nE = rd.topology['num_engines'] if rd is not None else 1
+    out = {}
+    for p, c in cascade_pairs(g):
+        Ho = c.shape[2]
+        th = next((t for t in range(Ho, 0, -1) if cascade_l1(p, c, t, 2, elem) <= dev.l1), None)
+        if th is None: continue                                # does not fit: today's per-layer emission
+        th = min(th, -(-Ho // (bands_per_engine * nE)))      # a few bands per engine: loads, convs and stores overlap
+        c.cascade = dict(expand=p, src=p.inputs[0], th=th, engines=min(nE, -(-Ho // th)), emit=emit_cascade)
+        out[c.name] = th
+    return out
