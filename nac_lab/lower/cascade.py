@@ -143,7 +143,7 @@ def cascade_l1(p, c, th, slots=2, elem='i8') -> int:
     band = _r64(rin * W * Ci * e) + 2 * _r64(rin * W * Cm * e) + 2 * _r64(th * Wo * Cm * e)
     return wts + slots * band
 
-def plan_cascades(g, dev, elem, bands_per_engine=2) -> dict:
+def plan_cascades(g, dev, elem, bands_per_engine=1) -> dict:
     ("Mark each cascadable (expand, depthwise) pair of `g` (`cascade_pairs`) whose bands fit L1 of `dev`: the depthwise layer gets "
      "`l.cascade` (the expand layer, its input, band height `th`, engines); returns {depthwise name: th}. Only int8 is cascaded.")
     if elem != 'i8': return {}
@@ -154,7 +154,7 @@ def plan_cascades(g, dev, elem, bands_per_engine=2) -> dict:
         Ho = c.shape[2]
         th = next((t for t in range(Ho, 0, -1) if cascade_l1(p, c, t, 2, elem) <= dev.l1), None)
         if th is None: continue                                # does not fit: today's per-layer emission
-        th = min(th, -(-Ho // (bands_per_engine * nE)))      # a few bands per engine: loads, convs and stores overlap
+        th = min(th, -(-Ho // (bands_per_engine * nE)))      # one band per engine measured best on mobilenet_v2 (see below)
         c.cascade = dict(expand=p, src=p.inputs[0], th=th, engines=min(nE, -(-Ho // th)), emit=emit_cascade)
         out[c.name] = th
     return out
