@@ -74,3 +74,12 @@ def test_mobilenet_v2_64_cascaded_bit_exact():
     assert cascades(low) == 16                  # the 16 blocks with an expand conv (the first block has none)
     assert not low.check().errors
     assert_int8_bit_exact(low, shape, [0])
+
+def test_cascade_with_project_bit_exact(toy, cal):
+    "cascade='project': the project 1x1 conv and its shortcut add run in the cascade too; only the blocks' outputs reach L2."
+    pr, on = (lower(toy, 'npm_pro', mode='int8', calib=cal, cascade=c) for c in ('project', True))
+    assert [l.cascade['project'] is not None for l in pr.graph.layers if getattr(l, 'cascade', None)] == [True, True]
+    assert not pr.check().errors
+    assert_int8_bit_exact(pr, SHAPE, [0, 1])
+    # the two depthwise results (20*18*48 and 10*9*48 bytes) are neither stored nor loaded again
+    assert act_l2_bytes(on.program) - act_l2_bytes(pr.program) >= 2 * (17280 + 4320)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 import numpy as np
-from .emit import ESIZE, qdesc, qchan, conv_rows, chunks, arena_name, epilogue_ops, stored_nhwc
+from .emit import ESIZE, qdesc, qchan, conv_rows, chunks, arena_name, epilogue_ops, stored_nhwc, epi_regions, emit_epilogue
 from .emit import _arena_region
 
 # %% auto #0
@@ -32,8 +32,9 @@ def _is_depthwise(l) -> bool:
 def _acts_only(l) -> bool: return all(e['op'] in CASCADE_ACTS for e in getattr(l, 'epi', None) or ())
 
 def cascade_pairs(g) -> list:
-    ("(expand, depthwise) conv2d layer pairs of layer graph `g` that can run as one cascade: a 1x1 stride-1 conv whose result (after its "
-     "fused activations) is read only by a depthwise conv, both NHWC at batch 1, with no residual add in either epilogue.")
+    ("(expand, depthwise, project) conv2d layers of layer graph `g` that can run as one cascade: a 1x1 stride-1 conv whose result (after "
+     "its fused activations) is read only by a depthwise conv, both NHWC at batch 1, with no residual add in either epilogue; project is "
+     "the 1x1 stride-1 conv that alone reads the depthwise result (its epilogue may add the shortcut), else None.")
     readers = defaultdict(list)
     for l in g.layers:
         for n in dict.fromkeys(l.inputs): readers[n].append(l)
@@ -48,7 +49,11 @@ def cascade_pairs(g) -> list:
         if shp is None or len(shp) != 4 or shp[0] != 1 or c.shape[0] != 1: continue
         if not (stored_nhwc(g, src, shp) and stored_nhwc(g, fin, p.shape) and stored_nhwc(g, c.epi[-1]['name'] if c.epi else c.name,
                                                                                            c.shape)): continue
-        out.append((p, c))
+        cf = c.epi[-1]['name'] if getattr(c, 'epi', None) else c.name
+        r = readers[cf][0] if len(readers[cf]) == 1 and cf not in g.outputs else None
+        if r is not None and not (r.op == 'conv2d' and _is_expand(r) and r.inputs == [cf]
+                                  and stored_nhwc(g, r.epi[-1]['name'] if getattr(r, 'epi', None) else r.name, r.shape)): r = None
+        out.append((p, c, r))
     return out
 
 # %% ../../nbs/69l_lower_cascade.ipynb #cas00009
@@ -66,39 +71,43 @@ def _acts(E, ops, ys, elem, cur, last, offs, nm, ar, tok):
         cur, last = r, t
     return L, cur, last
 
-def emit_cascade(E, c, ctx, xv, yv, prev) -> list:
-    ("Emit the cascade of depthwise layer `c` (see `plan_cascades`) from the expand layer's input `xv` in L2 to the depthwise result "
-     "`yv` in L2: per band, the expand 1x1 of its input rows (halo included: recomputed) and the depthwise conv, both in L1; band k on "
-     "engine k mod engines. Returns the live tokens.")
-    cs = c.cascade; p, th, nE = cs['expand'], cs['th'], cs['engines']
-    elem = ctx.elem; e = ESIZE[elem]
-    _, H, W, Ci = xv.shape; _, Ho, Wo, Cm = yv.shape
-    qp, ql = ctx.qp, ctx.ql
-    sets = []
-    for l in (p, c):                                           # weights and bias of each conv, resident on every engine
-        q = ql[l.name]; wt = np.transpose(q.wq, (2, 3, 1, 0))
+def _resident(E, layers, ctx, nE, prev) -> tuple:
+    "Weights and bias of each conv of `layers`, loaded into the L1 of each of `nE` engines: per engine [(W, B, tokens)], and L1 used."
+    e = ESIZE[ctx.elem]; sets = []
+    for l in layers:
+        q = ctx.ql[l.name]; wt = np.transpose(q.wq, (2, 3, 1, 0))
         sets.append((E.const(f'{l.name}_w', wt, split=True, ring=True), E.const(f'{l.name}_b', q.bq), wt.shape, qchan(q.sw, 3)))
-    kh = c.params['w'].shape[2]; s = c.attrs['strides'][0]
-    rin = min(H, (th - 1) * s + kh)
-    WB, off0 = [], 0
+    WB, off = [], 0
     for q in range(nE):
         ar, off, mine = arena_name(q), 0, []
-        for k, (l, (wc, bc, shp, wd)) in enumerate(zip((p, c), sets)):
+        for l, (wc, bc, shp, wd) in zip(layers, sets):
             wn, bn = f'{l.name}_W{q}', f'{l.name}_B{q}'; nb = math.prod(shp) * e; O = shp[3]
-            E.line(f'{wn} = {_arena_region(E, off, shp, elem, wd, "HWIO", ar)}'); wo = off; off += _r64(nb)
+            E.line(f'{wn} = {_arena_region(E, off, shp, ctx.elem, wd, "HWIO", ar)}'); wo = off; off += _r64(nb)
             tw = []
             for j, (o, m) in enumerate(chunks(nb)):
                 t = E.tok(f'{l.name}_w{q}_{j}'); tw.append(t)
                 E.line(f'{t} = transfer.async(dst={_arena_region(E, wo + o, (m,), "i8", ar=ar) if m < nb else wn}, '
                        f'src={E.src(wc[0], o, m)}, deps=[{", ".join(prev + [wc[1]] if wc[1] else prev)}])')
             E.line(f'{bn} = {_arena_region(E, off, (O,), "i32", ar=ar)}'); off += _r64(O * 4)
-            tb = E.tok(f'{l.name}_b{q}')
-            bd = ', '.join(prev + [bc[1]] if bc[1] else prev)
+            tb = E.tok(f'{l.name}_b{q}'); bd = ', '.join(prev + [bc[1]] if bc[1] else prev)
             E.line(f'{tb} = transfer.async(dst={bn}, src=region({bc[0]}, 0, {O * 4}), deps=[{bd}])')
             mine.append((wn, bn, tw + [tb]))
-        WB.append(mine); off0 = off
-    SX, SE, SD = _r64(rin * W * Ci * e), _r64(rin * W * Cm * e), _r64(th * Wo * Cm * e)
-    slot = SX + 2 * SE + 2 * SD
+        WB.append(mine)
+    return WB, off
+
+def emit_cascade(E, l, ctx, xv, yv, prev) -> list:
+    ("Emit the cascade ending at layer `l` (see `plan_cascades`) from the expand layer's input `xv` in L2 to the cascade's result `yv` "
+     "in L2: per band, the expand 1x1 of its input rows (halo included: recomputed), the depthwise conv and, when cascaded, the project "
+     "1x1 with its epilogue (the shortcut add reads its band from L2), all in L1; band k on engine k mod engines. Returns live tokens.")
+    cs = l.cascade; p, c, r, th, nE = cs['expand'], cs['dw'], cs['project'], cs['th'], cs['engines']
+    elem = ctx.elem; e = ESIZE[elem]; qp = ctx.qp
+    _, H, W, Ci = xv.shape; _, Ho, Wo, Co = yv.shape; Cm = c.shape[1]
+    WB, off0 = _resident(E, [p, c] + ([r] if r else []), ctx, nE, prev)
+    kh = c.params['w'].shape[2]; s = c.attrs['strides'][0]
+    rin = min(H, (th - 1) * s + kh)
+    SX, SE, SD, SY = _r64(rin * W * Ci * e), _r64(rin * W * Cm * e), _r64(th * Wo * Cm * e), _r64(th * Wo * Co * e)
+    NY = (1 + epi_regions(r)) if r else 0
+    slot = SX + 2 * SE + 2 * SD + NY * SY
     E.arena = max(E.arena, off0 + 2 * slot); E.engines = max(E.engines, nE)
     qx = qdesc(xv.q) if xv.q else None
     qe, qd = qdesc(qp[p.name]), qdesc(qp[c.name])
@@ -107,8 +116,8 @@ def emit_cascade(E, c, ctx, xv, yv, prev) -> list:
     for k, (r0, r1, lo, hi, pt, pb) in enumerate(conv_rows(c, th, H, Ho)):
         q = k % nE; sl = (k // nE) % 2; ar = arena_name(q); b = off0 + sl * slot
         E.retire([t for t in done.pop(k - 2 * nE, []) if t in E.live])     # the band that used this slot of this engine is done
-        (we, be, te), (wdn, bdn, td) = WB[q]
-        nm = f'{c.name}_k{k}'; xs, es, ds = (1, hi - lo, W, Ci), (1, hi - lo, W, Cm), (1, r1 - r0, Wo, Cm)
+        (we, be, te), (wdn, bdn, td) = WB[q][:2]
+        nm = f'{l.name}_k{k}'; xs, es, ds = (1, hi - lo, W, Ci), (1, hi - lo, W, Cm), (1, r1 - r0, Wo, Cm)
         mine = []
         def T(sfx, nm=nm, mine=mine): mine.append(E.tok(f'{nm}_{sfx}')); return mine[-1]
         xr = f'{nm}_x'; E.line(f'{xr} = {_arena_region(E, b, xs, elem, qx, ar=ar)}')
@@ -126,35 +135,55 @@ def emit_cascade(E, c, ctx, xv, yv, prev) -> list:
                f'accum_type=i32 deps=[{", ".join([last] + [t for t in td if t in E.live])}]')
         L, cur, last = _acts(E, cops, ds, elem, dr, tdw, [b + SX + 2 * SE + SD, b + SX + 2 * SE], f'{nm}_d', ar, T)
         for ln in L: E.line(ln)
+        if r:                                                  # the project 1x1 and its epilogue on the band, still in L1
+            wrn, brn, tr = WB[q][2]; ys = (1, r1 - r0, Wo, Co); oy = b + SX + 2 * SE + 2 * SD
+            yr = f'{nm}_y'; E.line(f'{yr} = {_arena_region(E, oy, ys, elem, qdesc(qp[r.name]), ar=ar)}')
+            tp = T('proj')
+            E.line(f'{tp} = conv2d.async in {cur}, {wrn} @readonly, {brn} @readonly out {yr} {_conv_attrs(r.attrs, 0, 0, 1)} '
+                   f'accum_type=i32 deps=[{", ".join([last] + [t for t in tr if t in E.live])}]')
+            cur, last = yr, tp
+            if getattr(r, 'epi', None):
+                L, cur, last = emit_epilogue(E, epilogue_ops(r, ctx), ys, elem, (yr, oy), oy + SY, oy + 2 * SY, r0 * Wo * Co * e, tp,
+                                             T, f'{nm}_y', [t for t in prev if t in E.live], '', ar)
+                for ln in L: E.line(ln)
         ts = T('s')
-        E.line(f'{ts} = store.async(dst=region({yv.buf}, {yv.at(r0 * Wo * Cm * e)}, {(r1 - r0) * Wo * Cm * e}), src={cur}, deps=[{last}])')
+        E.line(f'{ts} = store.async(dst=region({yv.buf}, {yv.at(r0 * Wo * Co * e)}, {(r1 - r0) * Wo * Co * e}), src={cur}, deps=[{last}])')
         done[k] = mine
     return [t for v in done.values() for t in v if t in E.live]
 
 # %% ../../nbs/69l_lower_cascade.ipynb #cas00012
-def cascade_l1(p, c, th, slots=2, elem='i8') -> int:
-    ("L1 bytes per engine of cascade (expand `p`, depthwise `c`) in bands of `th` depthwise output rows: both weight sets and biases "
-     "resident, and per slot the input band, the expanded band and its activated copy, the depthwise band and its activated copy.")
+def cascade_l1(p, c, th, slots=2, elem='i8', r=None) -> int:
+    ("L1 bytes per engine of cascade (expand `p`, depthwise `c`, project `r` or None) in bands of `th` depthwise output rows: every weight "
+     "set and bias resident, and per slot the input band, the expanded band and its activated copy, the depthwise band and its activated "
+     "copy, and the project band with its epilogue's bands.")
     e = ESIZE[elem]; Ci, Cm, H, W = p.params['w'].shape[1], p.shape[1], p.shape[2], p.shape[3]
     Wo = c.shape[3]
     s, kh = c.attrs['strides'][0], c.params['w'].shape[2]
     rin = min(H, (th - 1) * s + kh)
     wts = _r64(Ci * Cm * e) + _r64(Cm * 4) + _r64(kh * c.params['w'].shape[3] * Cm * e) + _r64(Cm * 4)
     band = _r64(rin * W * Ci * e) + 2 * _r64(rin * W * Cm * e) + 2 * _r64(th * Wo * Cm * e)
+    if r is not None:
+        Co = r.shape[1]
+        wts += _r64(Cm * Co * e) + _r64(Co * 4); band += (1 + epi_regions(r)) * _r64(th * Wo * Co * e)
     return wts + slots * band
 
-def plan_cascades(g, dev, elem, bands_per_engine=1) -> dict:
-    ("Mark each cascadable (expand, depthwise) pair of `g` (`cascade_pairs`) whose bands fit L1 of `dev`: the depthwise layer gets "
-     "`l.cascade` (the expand layer, its input, band height `th`, engines); returns {depthwise name: th}. Only int8 is cascaded.")
+def plan_cascades(g, dev, elem, bands_per_engine=1, project=False) -> dict:
+    ("Mark each cascade of `g` (`cascade_pairs`) whose bands fit L1 of `dev`: its last layer (the project conv when `project` and it "
+     "fits, else the depthwise conv) gets `l.cascade` (the layers, the input, band height `th`, engines, the layers it runs); returns "
+     "{that layer's name: th}. Only int8 is cascaded.")
     if elem != 'i8': return {}
     rd = getattr(dev, 'resolved', None)
     nE = rd.topology['num_engines'] if rd is not None else 1
     out = {}
-    for p, c in cascade_pairs(g):
+    for p, c, r in cascade_pairs(g):
         Ho = c.shape[2]
-        th = next((t for t in range(Ho, 0, -1) if cascade_l1(p, c, t, 2, elem) <= dev.l1), None)
+        for rr in ([r] if r is not None and project else []) + [None]:
+            th = next((t for t in range(Ho, 0, -1) if cascade_l1(p, c, t, 2, elem, rr) <= dev.l1), None)
+            if th is not None: break
         if th is None: continue                                # does not fit: today's per-layer emission
         th = min(th, -(-Ho // (bands_per_engine * nE)))      # one band per engine measured best on mobilenet_v2 (see below)
-        c.cascade = dict(expand=p, src=p.inputs[0], th=th, engines=min(nE, -(-Ho // th)), emit=emit_cascade)
-        out[c.name] = th
+        last = rr if rr is not None else c
+        last.cascade = dict(expand=p, dw=c, project=rr, src=p.inputs[0], th=th, engines=min(nE, -(-Ho // th)), emit=emit_cascade,
+                            skip=[p.name] + ([c.name] if rr is not None else []))
+        out[last.name] = th
     return out

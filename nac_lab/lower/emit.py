@@ -500,7 +500,7 @@ def emit_program(g, E, mode, qp=None, ql=None, tilings=None, probe=False, prefet
     E.nhwc = g.nhwc                  # which 4-D values are stored NHWC (`_l2` reads it)
     ctx = EmitCtx(g, elem, vals, flat, tilings, qp, ql)
     into = {e['name'] for l in g.layers for e in getattr(l, 'epi', None) or ()}     # layers run in a conv's fused epilogue
-    casc = {l.cascade['expand'].name for l in g.layers if getattr(l, 'cascade', None)}    # run inside a later layer's cascade
+    casc = {n for l in g.layers if getattr(l, 'cascade', None) for n in l.cascade['skip']}    # run inside a later layer's cascade
     alias, last = {}, {}
     for i, l in enumerate(g.layers):
         for n in l.inputs + ([l.cascade['src']] if getattr(l, 'cascade', None) else []): last[alias.get(n, n)] = i
