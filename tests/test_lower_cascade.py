@@ -71,7 +71,7 @@ def test_mobilenet_v2_64_cascaded_bit_exact():
     m = nac_compile(tv.models.mobilenet_v2(weights=None).eval(), (torch.zeros(shape),))
     rng = np.random.default_rng(0)
     low = lower(m, 'npm_pro', mode='int8', calib=[rng.standard_normal(shape).astype(np.float32) for _ in range(2)])
-    assert cascades(low) == 16                  # the 16 blocks with an expand conv (the first block has none)
+    assert cascades(low) == 17                  # 16 blocks with an expand conv; the first (depthwise -> project) cascades too
     assert not low.check().errors
     assert_int8_bit_exact(low, shape, [0])
 
@@ -83,3 +83,22 @@ def test_cascade_with_project_bit_exact(toy, cal):
     assert_int8_bit_exact(pr, SHAPE, [0, 1])
     # the two depthwise results (20*18*48 and 10*9*48 bytes) are neither stored nor loaded again
     assert act_l2_bytes(on.program) - act_l2_bytes(pr.program) >= 2 * (17280 + 4320)
+
+
+class Lone(nn.Module):
+    "MobileNetV2's first block: a stem conv, then a depthwise 3x3 + ReLU6 and a project 1x1 with no expand conv before them."
+    def __init__(s):
+        super().__init__()
+        s.stem = nn.Conv2d(3, 16, 3, 2, 1); s.dw = nn.Conv2d(16, 16, 3, 1, 1, groups=16); s.pr = nn.Conv2d(16, 8, 1)
+    def forward(s, x): return s.pr(nn.functional.relu6(s.dw(nn.functional.relu6(s.stem(x)))))
+
+def test_lone_depthwise_with_project(cal):
+    torch.manual_seed(2)
+    m = nac_compile(Lone().eval(), (torch.zeros(SHAPE),))
+    on, off = (lower(m, 'npm_pro', mode='int8', calib=cal, cascade=c) for c in (True, False))
+    cs = [l.cascade for l in on.graph.layers if getattr(l, 'cascade', None)]
+    assert len(cs) == 1 and cs[0]['expand'] is None and cs[0]['project'] is not None
+    assert not on.check().errors
+    assert_int8_bit_exact(on, SHAPE, [0, 1])
+    # the depthwise result (10*9*16 = 1440 bytes) is neither stored nor loaded again
+    assert act_l2_bytes(off.program) - act_l2_bytes(on.program) == 2 * 1440

@@ -32,27 +32,27 @@ def _is_depthwise(l) -> bool:
 def _acts_only(l) -> bool: return all(e['op'] in CASCADE_ACTS for e in getattr(l, 'epi', None) or ())
 
 def cascade_pairs(g) -> list:
-    ("(expand, depthwise, project) conv2d layers of layer graph `g` that can run as one cascade: a 1x1 stride-1 conv whose result (after "
-     "its fused activations) is read only by a depthwise conv, both NHWC at batch 1, with no residual add in either epilogue; project is "
-     "the 1x1 stride-1 conv that alone reads the depthwise result (its epilogue may add the shortcut), else None.")
+    ("(expand, depthwise, project) conv2d layers of layer graph `g` that can run as one cascade, all NHWC at batch 1: a depthwise conv "
+     "with no residual add in its epilogue; expand is the 1x1 stride-1 conv whose result (after its fused activations) only the depthwise "
+     "conv reads, else None; project is the 1x1 stride-1 conv that alone reads the depthwise result (its epilogue may add the shortcut), "
+     "else None. A depthwise conv with neither is not listed.")
     readers = defaultdict(list)
     for l in g.layers:
         for n in dict.fromkeys(l.inputs): readers[n].append(l)
     by, out = {l.name: l for l in g.layers}, []
-    for p in g.layers:
-        if p.op != 'conv2d' or not _is_expand(p) or not _acts_only(p): continue
-        fin = p.epi[-1]['name'] if getattr(p, 'epi', None) else p.name
-        rd = readers[fin]
-        if fin in g.outputs or len(rd) != 1 or not _is_depthwise(rd[0]) or not _acts_only(rd[0]) or rd[0].inputs != [fin]: continue
-        c = rd[0]; src = p.inputs[0]
-        shp = g.inputs.get(src) or (by[src].shape if src in by else None)
-        if shp is None or len(shp) != 4 or shp[0] != 1 or c.shape[0] != 1: continue
-        if not (stored_nhwc(g, src, shp) and stored_nhwc(g, fin, p.shape) and stored_nhwc(g, c.epi[-1]['name'] if c.epi else c.name,
-                                                                                           c.shape)): continue
-        cf = c.epi[-1]['name'] if getattr(c, 'epi', None) else c.name
+    fin = lambda l: l.epi[-1]['name'] if getattr(l, 'epi', None) else l.name
+    made = {fin(l): l for l in g.layers if l.op == 'conv2d'}           # a conv's final value (after its fused epilogue) -> the conv
+    def shape(n): return g.inputs.get(n) or (by[n].shape if n in by else None)
+    for c in g.layers:
+        if not _is_depthwise(c) or not _acts_only(c) or c.shape[0] != 1: continue
+        p = made.get(c.inputs[0])
+        if p is None or not _is_expand(p) or not _acts_only(p) or readers[c.inputs[0]] != [c] or c.inputs[0] in g.outputs: p = None
+        cf = fin(c)
         r = readers[cf][0] if len(readers[cf]) == 1 and cf not in g.outputs else None
-        if r is not None and not (r.op == 'conv2d' and _is_expand(r) and r.inputs == [cf]
-                                  and stored_nhwc(g, r.epi[-1]['name'] if getattr(r, 'epi', None) else r.name, r.shape)): r = None
+        if r is not None and not (_is_expand(r) and r.inputs == [cf] and stored_nhwc(g, fin(r), r.shape)): r = None
+        src = p.inputs[0] if p else c.inputs[0]; shp = shape(src)
+        if (p is None and r is None) or shp is None or len(shp) != 4 or shp[0] != 1: continue
+        if not (stored_nhwc(g, src, shp) and stored_nhwc(g, c.inputs[0], shape(c.inputs[0])) and stored_nhwc(g, cf, c.shape)): continue
         out.append((p, c, r))
     return out
 
@@ -102,33 +102,36 @@ def emit_cascade(E, l, ctx, xv, yv, prev) -> list:
     cs = l.cascade; p, c, r, th, nE = cs['expand'], cs['dw'], cs['project'], cs['th'], cs['engines']
     elem = ctx.elem; e = ESIZE[elem]; qp = ctx.qp
     _, H, W, Ci = xv.shape; _, Ho, Wo, Co = yv.shape; Cm = c.shape[1]
-    WB, off0 = _resident(E, [p, c] + ([r] if r else []), ctx, nE, prev)
+    WB, off0 = _resident(E, [x for x in (p, c, r) if x is not None], ctx, nE, prev)
     kh = c.params['w'].shape[2]; s = c.attrs['strides'][0]
     rin = min(H, (th - 1) * s + kh)
-    SX, SE, SD, SY = _r64(rin * W * Ci * e), _r64(rin * W * Cm * e), _r64(th * Wo * Cm * e), _r64(th * Wo * Co * e)
+    SX, SE, SD, SY = _r64(rin * W * Ci * e), _r64(rin * W * Cm * e) if p else 0, _r64(th * Wo * Cm * e), _r64(th * Wo * Co * e)
     NY = (1 + epi_regions(r)) if r else 0
     slot = SX + 2 * SE + 2 * SD + NY * SY
     E.arena = max(E.arena, off0 + 2 * slot); E.engines = max(E.engines, nE)
     qx = qdesc(xv.q) if xv.q else None
-    qe, qd = qdesc(qp[p.name]), qdesc(qp[c.name])
-    pops, cops = epilogue_ops(p, ctx), epilogue_ops(c, ctx)
+    qe, qd = qdesc(qp[p.name]) if p else None, qdesc(qp[c.name])
+    pops, cops = epilogue_ops(p, ctx) if p else [], epilogue_ops(c, ctx)
     done = {}
     for k, (r0, r1, lo, hi, pt, pb) in enumerate(conv_rows(c, th, H, Ho)):
         q = k % nE; sl = (k // nE) % 2; ar = arena_name(q); b = off0 + sl * slot
         E.retire([t for t in done.pop(k - 2 * nE, []) if t in E.live])     # the band that used this slot of this engine is done
-        (we, be, te), (wdn, bdn, td) = WB[q][:2]
+        ws = list(WB[q]); pw = ws.pop(0) if p else None; (wdn, bdn, td) = ws[0]
         nm = f'{l.name}_k{k}'; xs, es, ds = (1, hi - lo, W, Ci), (1, hi - lo, W, Cm), (1, r1 - r0, Wo, Cm)
         mine = []
         def T(sfx, nm=nm, mine=mine): mine.append(E.tok(f'{nm}_{sfx}')); return mine[-1]
         xr = f'{nm}_x'; E.line(f'{xr} = {_arena_region(E, b, xs, elem, qx, ar=ar)}')
         tx = T('x'); E.line(f'{tx} = transfer.async(dst={xr}, src=region({xv.buf}, {xv.at(lo * W * Ci * e)}, {(hi - lo) * W * Ci * e}), '
                             f'deps=[{", ".join(t for t in prev if t in E.live)}])')
-        er = f'{nm}_e'; E.line(f'{er} = {_arena_region(E, b + SX, es, elem, qe, ar=ar)}')
-        te_ = T('exp')
-        E.line(f'{te_} = conv2d.async in {xr}, {we} @readonly, {be} @readonly out {er} {_conv_attrs(p.attrs, 0, 0, 1)} accum_type=i32 '
-               f'deps=[{", ".join([tx] + [t for t in te if t in E.live])}]')
-        L, cur, last = _acts(E, pops, es, elem, er, te_, [b + SX + SE, b + SX], f'{nm}_e', ar, T)
-        for ln in L: E.line(ln)
+        cur, last = xr, tx
+        if p:                                                  # the expand 1x1 and its activations on the input rows
+            we, be, te = pw
+            er = f'{nm}_e'; E.line(f'{er} = {_arena_region(E, b + SX, es, elem, qe, ar=ar)}')
+            te_ = T('exp')
+            E.line(f'{te_} = conv2d.async in {xr}, {we} @readonly, {be} @readonly out {er} {_conv_attrs(p.attrs, 0, 0, 1)} '
+                   f'accum_type=i32 deps=[{", ".join([tx] + [t for t in te if t in E.live])}]')
+            L, cur, last = _acts(E, pops, es, elem, er, te_, [b + SX + SE, b + SX], f'{nm}_e', ar, T)
+            for ln in L: E.line(ln)
         dr = f'{nm}_d'; E.line(f'{dr} = {_arena_region(E, b + SX + 2 * SE, ds, elem, qd, ar=ar)}')
         tdw = T('dw')
         E.line(f'{tdw} = conv2d.async in {cur}, {wdn} @readonly, {bdn} @readonly out {dr} {_conv_attrs(c.attrs, pt, pb, Cm)} '
@@ -136,7 +139,7 @@ def emit_cascade(E, l, ctx, xv, yv, prev) -> list:
         L, cur, last = _acts(E, cops, ds, elem, dr, tdw, [b + SX + 2 * SE + SD, b + SX + 2 * SE], f'{nm}_d', ar, T)
         for ln in L: E.line(ln)
         if r:                                                  # the project 1x1 and its epilogue on the band, still in L1
-            wrn, brn, tr = WB[q][2]; ys = (1, r1 - r0, Wo, Co); oy = b + SX + 2 * SE + 2 * SD
+            wrn, brn, tr = ws[1]; ys = (1, r1 - r0, Wo, Co); oy = b + SX + 2 * SE + 2 * SD
             yr = f'{nm}_y'; E.line(f'{yr} = {_arena_region(E, oy, ys, elem, qdesc(qp[r.name]), ar=ar)}')
             tp = T('proj')
             E.line(f'{tp} = conv2d.async in {cur}, {wrn} @readonly, {brn} @readonly out {yr} {_conv_attrs(r.attrs, 0, 0, 1)} '
@@ -152,38 +155,44 @@ def emit_cascade(E, l, ctx, xv, yv, prev) -> list:
     return [t for v in done.values() for t in v if t in E.live]
 
 # %% ../../nbs/69l_lower_cascade.ipynb #cas00012
-def cascade_l1(p, c, th, slots=2, elem='i8', r=None) -> int:
+def cascade_l1(p, c, th, slots=2, elem='i8', r=None, hw=None) -> int:
     ("L1 bytes per engine of cascade (expand `p`, depthwise `c`, project `r` or None) in bands of `th` depthwise output rows: every weight "
      "set and bias resident, and per slot the input band, the expanded band and its activated copy, the depthwise band and its activated "
-     "copy, and the project band with its epilogue's bands.")
-    e = ESIZE[elem]; Ci, Cm, H, W = p.params['w'].shape[1], p.shape[1], p.shape[2], p.shape[3]
-    Wo = c.shape[3]
+     "copy, and the project band with its epilogue's bands. `p` None: no expand conv; `hw` gives the depthwise input's (H, W).")
+    e = ESIZE[elem]; Cm = c.shape[1]
+    H, W = (p.shape[2], p.shape[3]) if p is not None else hw
+    Ci, Wo = p.params['w'].shape[1] if p is not None else Cm, c.shape[3]
     s, kh = c.attrs['strides'][0], c.params['w'].shape[2]
     rin = min(H, (th - 1) * s + kh)
-    wts = _r64(Ci * Cm * e) + _r64(Cm * 4) + _r64(kh * c.params['w'].shape[3] * Cm * e) + _r64(Cm * 4)
-    band = _r64(rin * W * Ci * e) + 2 * _r64(rin * W * Cm * e) + 2 * _r64(th * Wo * Cm * e)
+    wts = _r64(kh * c.params['w'].shape[3] * Cm * e) + _r64(Cm * 4)
+    band = _r64(rin * W * Ci * e) + 2 * _r64(th * Wo * Cm * e)
+    if p is not None: wts += _r64(Ci * Cm * e) + _r64(Cm * 4); band += 2 * _r64(rin * W * Cm * e)
     if r is not None:
         Co = r.shape[1]
         wts += _r64(Cm * Co * e) + _r64(Co * 4); band += (1 + epi_regions(r)) * _r64(th * Wo * Co * e)
     return wts + slots * band
 
-def plan_cascades(g, dev, elem, bands_per_engine=1, project=False) -> dict:
+def plan_cascades(g, dev, elem, bands_per_engine=1, project=False, lone=True) -> dict:
     ("Mark each cascade of `g` (`cascade_pairs`) whose bands fit L1 of `dev`: its last layer (the project conv when `project` and it "
      "fits, else the depthwise conv) gets `l.cascade` (the layers, the input, band height `th`, engines, the layers it runs); returns "
-     "{that layer's name: th}. Only int8 is cascaded.")
+     "{that layer's name: th}. `lone`: a depthwise conv with no expand conv cascades with its project conv (whatever `project` says). "
+     "Only int8 is cascaded.")
     if elem != 'i8': return {}
     rd = getattr(dev, 'resolved', None)
     nE = rd.topology['num_engines'] if rd is not None else 1
     out = {}
     for p, c, r in cascade_pairs(g):
         Ho = c.shape[2]
-        for rr in ([r] if r is not None and project else []) + [None]:
-            th = next((t for t in range(Ho, 0, -1) if cascade_l1(p, c, t, 2, elem, rr) <= dev.l1), None)
+        if p is None and not (lone and r is not None): continue
+        src = p.inputs[0] if p is not None else c.inputs[0]
+        hw = tuple((g.inputs.get(src) or g.layer(src).shape)[2:])
+        for rr in ([r] if r is not None and (project or p is None) else []) + ([None] if p is not None else []):
+            th = next((t for t in range(Ho, 0, -1) if cascade_l1(p, c, t, 2, elem, rr, hw) <= dev.l1), None)
             if th is not None: break
         if th is None: continue                                # does not fit: today's per-layer emission
         th = min(th, -(-Ho // (bands_per_engine * nE)))      # one band per engine measured best on mobilenet_v2 (see below)
         last = rr if rr is not None else c
-        last.cascade = dict(expand=p, dw=c, project=rr, src=p.inputs[0], th=th, engines=min(nE, -(-Ho // th)), emit=emit_cascade,
-                            skip=[p.name] + ([c.name] if rr is not None else []))
+        last.cascade = dict(expand=p, dw=c, project=rr, src=src, th=th, engines=min(nE, -(-Ho // th)), emit=emit_cascade,
+                            skip=[x.name for x in (p, c) if x is not None and x is not last])
         out[last.name] = th
     return out
