@@ -102,3 +102,10 @@ def test_lone_depthwise_with_project(cal):
     assert_int8_bit_exact(on, SHAPE, [0, 1])
     # the depthwise result (10*9*16 = 1440 bytes) is neither stored nor loaded again
     assert act_l2_bytes(off.program) - act_l2_bytes(on.program) == 2 * 1440
+
+def test_report_of_a_cascaded_program(toy, cal):
+    "The per-layer report times each layer alone: a cascaded layer is then emitted by itself (no KeyError for the cascade's input)."
+    low = lower(toy, 'npm_pro', mode='int8', calib=cal)
+    rows = {r['layer']: r for r in low.report()}
+    for l in low.graph.layers:
+        if getattr(l, 'cascade', None): assert rows[l.name]['cycles'] > 0 and rows[l.cascade['expand'].name]['cycles'] > 0
