@@ -169,11 +169,12 @@ def program_name(model) -> str:
     return n if re.match(r'[A-Za-z_]', n) else f'm_{n}'
 
 @with_steps(lambda model, device, **kw: f'lower to {getattr(device, "name", device)}', ('import', 'calibrate', 'tile', 'emit', 'check'))
-def lower(model, device, *, mode=None, calib=None, example=None, tiling='search', batch=None, fuse=True) -> Lowered:
+def lower(model, device, *, mode=None, calib=None, example=None, tiling='search', batch=None, fuse=True, cascade=True) -> Lowered:
     ("Lower NAC `model` (a path, `NacFile` or `NacModel`) to a tiled NEM program for `device`: `mode` 'int8' (needs `calib` samples) or "
      "'float' / 'f32' / 'bf16' / 'f16'; by default int8 when `calib` is given, else float. The shapes come from `example`, else the "
      "first calibration sample, else the file's input signature (a symbolic batch dim set to `batch`, default 1), as `nem lower` does. "
-     "`fuse`: activations and residual adds run in their conv's epilogue (`lower.fuse`).")
+     "`fuse`: activations and residual adds run in their conv's epilogue (`lower.fuse`); `cascade` (with `fuse`, int8): an expand 1x1 "
+     "conv and the depthwise conv reading it run band by band in L1 (`lower.cascade`); 'project': the project 1x1 conv too.")
     dev = resolve_device(device)
     samples = [tuple(s) if isinstance(s, (tuple, list)) else (s,) for s in (calib or [])]
     mode = mode or ('int8' if samples else 'float')
@@ -202,6 +203,9 @@ def lower(model, device, *, mode=None, calib=None, example=None, tiling='search'
         plan_epilogues(g)
     stage('tile')
     tl, naive, costs = choose_tilings(g, dev, elem, qp, ql, tiling)
+    if fuse and cascade and tiling != 'naive':
+        from nac_lab.lower.cascade import plan_cascades
+        plan_cascades(g, dev, elem, project=cascade == 'project')
     stage('emit')
     seq = (dev.resolved.unit_chars.get('SEQ', {}) if dev.resolved is not None else {}).get('max_active_tokens') or 16
     ahead = max(4, seq // 3)                   # constant loads in flight ahead: 5, or 10 where the sequencer tracks 32 tokens

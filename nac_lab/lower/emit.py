@@ -500,9 +500,10 @@ def emit_program(g, E, mode, qp=None, ql=None, tilings=None, probe=False, prefet
     E.nhwc = g.nhwc                  # which 4-D values are stored NHWC (`_l2` reads it)
     ctx = EmitCtx(g, elem, vals, flat, tilings, qp, ql)
     into = {e['name'] for l in g.layers for e in getattr(l, 'epi', None) or ()}     # layers run in a conv's fused epilogue
+    casc = {n for l in g.layers if getattr(l, 'cascade', None) for n in l.cascade['skip']}    # run inside a later layer's cascade
     alias, last = {}, {}
     for i, l in enumerate(g.layers):
-        for n in l.inputs: last[alias.get(n, n)] = i
+        for n in l.inputs + ([l.cascade['src']] if getattr(l, 'cascade', None) else []): last[alias.get(n, n)] = i
         if l.op == 'reshape': alias[l.name] = alias.get(l.inputs[0], l.inputs[0])
     for n in g.outputs: last[alias.get(n, n)] = len(g.layers)
     for n, shp in g.inputs.items():
@@ -522,10 +523,12 @@ def emit_program(g, E, mode, qp=None, ql=None, tilings=None, probe=False, prefet
             if j == li: E.l2.free(n)
         if last.get(l.name) is None: E.l2.free(l.name)
     for li, l in enumerate(g.layers):
-        if l.name in into: chunks.append(([], [])); free(li, l); continue
+        if l.name in into or l.name in casc: chunks.append(([], [])); free(li, l); continue
         start = len(E.body); E.loads = []; E.layer = li
         E.line(f'# {l.name}: NAC instruction {l.nac} -> {l.op} {list(l.shape)}')
-        xv = vals[l.inputs[0]] if l.inputs else None
+        cs = getattr(l, 'cascade', None)              # a cascade (`lower.cascade`) reads the expand layer's input
+        if cs and cs['src'] not in vals: cs = None    # a layer timed alone (`lower.tile.layer_program`): emitted by itself
+        xv = vals[cs['src'] if cs else l.inputs[0]] if l.inputs else None
         if l.op in VIEW_OPS:
             src = g.inputs.get(l.inputs[0]) or g.layer(l.inputs[0]).shape
             h = stored_nhwc(g, l.name, l.shape)
@@ -537,7 +540,7 @@ def emit_program(g, E, mode, qp=None, ql=None, tilings=None, probe=False, prefet
             vals[l.name] = v; chunks.append(([], E.body[start:])); del E.body[start:]; continue
         fin = l.epi[-1]['name'] if getattr(l, 'epi', None) else l.name       # a fused conv stores its epilogue's result
         yv = _l2(E, fin, l.shape, elem, Q(fin)); vals[fin] = yv
-        fn = LAYER_EMITTERS.get(l.op)
+        fn = cs['emit'] if cs else LAYER_EMITTERS.get(l.op)
         if fn is None: raise LowerError(f'{l.name} (NAC instruction {l.nac}): {l.op} on {list(l.shape)} has no NEM emission')
         prev = fn(E, l, ctx, xv, yv, prev)
         E.retire(); prev = []
