@@ -9,7 +9,7 @@ from .layers import Layer, LowerError
 from .emit import register_emitters, ESIZE, emit_whole, fnum, qdesc, to_elem, _arena_region
 
 # %% auto #0
-__all__ = ['IMAGE_OPS', 'TORCH_OPS', 'POS4', 'plan_layouts', 'nem_axis', 'nem_perm', 'fuse_masks']
+__all__ = ['IMAGE_OPS', 'TORCH_OPS', 'POS4', 'plan_layouts', 'nem_axis', 'nem_perm', 'island_rows', 'island_block', 'fuse_masks']
 
 # %% ../../nbs/69g_lower_ops.ipynb #c63ff3f6
 IMAGE_OPS = ('conv2d', 'maxpool', 'avgpool', 'bmul')                       # read and write NHWC
@@ -82,43 +82,99 @@ def _emit_view(E, l, ctx, xv, yv, prev):
     return emit_whole(E, l, l.op, ins, [], yv, f'axis={nem_axis(l.attrs["axis"], len(l.shape), _nhwc(yv))}', prev, ctx.elem)[0]
 
 # %% ../../nbs/69g_lower_ops.ipynb #ee80ecd9
+def _r64(n): return -(-int(n) // 64) * 64
+
+def island_rows(l, xv) -> tuple | None:
+    ("(rows, D, axis attribute): the island's value as independent rows of D elements, each normalized or softmaxed on its own (the "
+     "op's axes last in storage), or None when they are not (then the island is one block).")
+    if l.op in ('layernorm', 'rmsnorm'):
+        a = int(l.attrs['axis']) % len(xv.shape)
+        return int(np.prod(xv.shape[:a])), int(np.prod(xv.shape[a:])), f'axis=1 epsilon={fnum(l.attrs["epsilon"])}'
+    if nem_axis(l.attrs['axis'], len(l.shape), _nhwc(xv)) != len(xv.shape) - 1: return None
+    return int(np.prod(xv.shape[:-1])), int(xv.shape[-1]), 'axis=1'
+
+def island_block(l, xv, l1) -> tuple:
+    ("(rows per block, sets) of an island too large for L1 as one block: two sets of L1 regions (block i+1 loads while block i "
+     "computes) when a block of one row fits twice next to the constants, else one; rows: the most that fit (`LowerError` if none).")
+    r = island_rows(l, xv)
+    if r is None: raise LowerError(f'{l.name} (NAC instruction {l.nac}): {l.op} as an f16 island of {list(xv.shape)} does not fit L1 '
+                                   f'({l1} bytes) and its axis is not the last one stored, so it is not split into row blocks')
+    rows, D, _ = r
+    fixed = sum(_r64(D * 2) for k in ('scale', 'bias') if k in l.params or (k == 'scale' and 'bias' in l.params))
+    per = lambda n: _r64(n * D) * 2 + _r64(n * D * 2) * (2 + 2 * ('mask' in l.params))      # xi, yi (i8); xf, yf (+ mask, xm) in f16
+    for sets in (2, 1):
+        n = next((n for n in range(rows, 0, -1) if fixed + sets * per(n) <= l1), 0) if fixed + sets * per(1) <= l1 else 0
+        if n: return n, sets
+    raise LowerError(f'{l.name} (NAC instruction {l.nac}): {l.op} as an f16 island needs {fixed + per(1)} bytes of L1 for one row '
+                     f'of {D} elements, the device has {l1}')
+
 def _emit_island(E, l, xv, yv, prev, attrs) -> list:
-    "An int8 layer run in f16: dequantize, the op (`l.op`) with its f16 constants, quantize into `yv`'s parameters."
-    off, toks, lines = 0, [], []
+    ("An int8 layer run in f16: dequantize, the op (`l.op`) with its f16 constants, quantize into `yv`'s parameters. Too large for L1 "
+     "as one block: row blocks (`island_block`), each loaded, computed and stored on its own.")
+    whole = _r64(xv.nbytes) * 2 + _r64(xv.nbytes * 2) * (2 + 2 * ('mask' in l.params)) + \
+        sum(_r64(np.size(l.params[k]) * 2) for k in ('scale', 'bias') if k in l.params) + \
+        (_r64(np.size(l.params['bias']) * 2) if 'bias' in l.params and 'scale' not in l.params else 0)
+    if whole <= E.l1: blocks, sets, D, shape, lay = [(0, 1)], 1, None, xv.shape, xv.layout
+    else:
+        rows, D, attrs = island_rows(l, xv); n, sets = island_block(l, xv, E.l1)
+        blocks = [(r0, min(rows, r0 + n)) for r0 in range(0, rows, n)]; shape, lay = None, 'MN'
+    off, toks = 0, []
     def reg(shape, elem, q=None, lay=None):
         nonlocal off
-        r = _arena_region(E, off, shape, elem, q, lay); off += -(-int(np.prod(shape)) * ESIZE[elem] // 64) * 64; return r
-    xi = f'{l.name}_xi'; E.line(f'{xi} = {reg(xv.shape, "i8", qdesc(xv.q), xv.layout)}')
-    t0 = E.tok(f'{l.name}_in'); E.line(f'{t0} = transfer.async(dst={xi}, src=region({xv.buf}, {xv.base}, {xv.nbytes}), '
-                                       f'deps=[{", ".join(prev)}])')
-    xf = f'{l.name}_xf'; E.line(f'{xf} = {reg(xv.shape, "f16", None, xv.layout)}')
-    t1 = E.tok(f'{l.name}_deq'); E.line(f'{t1} = dequantize.async in {xi} out {xf} deps=[{t0}]')
+        r = _arena_region(E, off, shape, elem, q, lay); off += _r64(int(np.prod(shape)) * ESIZE[elem]); return r
     p = {k: v for k, v in l.params.items() if k in ('scale', 'bias')}
     if 'bias' in p and 'scale' not in p: p['scale'] = np.ones_like(p['bias'])
     ks, kt = [], []
-    for k in ('scale', 'bias'):
-        if k not in p: continue
-        a = np.asarray(p[k], np.float32); c = E.const(f'{l.name}_{k}', to_elem(a, 'f16'))
-        r = f'{l.name}_r{k}'; E.line(f'{r} = {reg(a.shape, "f16", None, "C" if a.ndim == 1 else "MN" if a.ndim == 2 else "NHW")}')
-        t = E.tok(f'{l.name}_{k}'); E.line(f'{t} = transfer.async(dst={r}, src=region({c[0]}, 0, {a.size * 2}), '
-                                           f'deps=[{", ".join(prev + [c[1]] * (c[1] is not None))}])')
-        ks.append(r + ' @readonly'); kt.append(t)
+    def consts():
+        "The op's scale and bias in f16 (loaded once for every block)."
+        for k in ('scale', 'bias'):
+            if k not in p: continue
+            a = np.asarray(p[k], np.float32)
+            if D is not None: a = a.reshape(-1)
+            c = E.const(f'{l.name}_{k}', to_elem(a, 'f16'))
+            r = f'{l.name}_r{k}'; E.line(f'{r} = {reg(a.shape, "f16", None, "C" if a.ndim == 1 else "MN" if a.ndim == 2 else "NHW")}')
+            t = E.tok(f'{l.name}_{k}'); E.line(f'{t} = transfer.async(dst={r}, src=region({c[0]}, 0, {a.size * 2}), '
+                                               f'deps=[{", ".join(prev + [c[1]] * (c[1] is not None))}])')
+            ks.append(r + ' @readonly'); kt.append(t)
+    mc = None
     if 'mask' in l.params:                       # an attention mask added in f16 (fuse_masks): -inf exists there
-        m = np.asarray(l.params['mask'], np.float32); c = E.const(f'{l.name}_mask', to_elem(m, 'f16'))
-        mr = f'{l.name}_rm'; E.line(f'{mr} = {reg(xv.shape, "f16", None, xv.layout)}')
-        tm = E.tok(f'{l.name}_mask'); E.line(f'{tm} = transfer.async(dst={mr}, src=region({c[0]}, 0, {m.size * 2}), '
-                                             f'deps=[{", ".join(prev + [c[1]] * (c[1] is not None))}])')
-        xm = f'{l.name}_xm'; E.line(f'{xm} = {reg(xv.shape, "f16", None, xv.layout)}')
-        t1b = E.tok(f'{l.name}_addm'); E.line(f'{t1b} = add.async in {xf}, {mr} @readonly out {xm} deps=[{t1}, {tm}]')
-        xf, t1 = xm, t1b
-    yf = f'{l.name}_yf'; E.line(f'{yf} = {reg(yv.shape, "f16", None, yv.layout)}')
-    t2 = E.tok(f'{l.name}_{l.op}'); E.line(f'{t2} = {l.op}.async in {", ".join([xf] + ks)} out {yf} {attrs} deps=[{", ".join([t1] + kt)}]')
-    yi = f'{l.name}_out'; E.line(f'{yi} = {reg(yv.shape, "i8", qdesc(yv.q), yv.layout)}')
-    t3 = E.tok(f'{l.name}_q'); E.line(f'{t3} = quantize.async in {yf} out {yi} deps=[{t2}]')
-    if off > E.l1: raise LowerError(f'{l.name}: {l.op} as an f16 island needs {off} bytes of L1, the device has {E.l1} (not tiled yet)')
-    E.arena = max(E.arena, off)
-    ts = E.tok(f'{l.name}_s'); E.line(f'{ts} = store.async(dst=region({yv.buf}, {yv.base}, {yv.nbytes}), src={yi}, deps=[{t3}])')
-    return [ts]
+        m = np.asarray(l.params['mask'], np.float32); mc = E.const(f'{l.name}_mask', to_elem(m, 'f16'))
+    if D is not None: consts()
+    base, stores, mine, per_set = off, [], [], 0
+    for i, (r0, r1) in enumerate(blocks):
+        s = '' if len(blocks) == 1 else str(i)
+        sh = shape if D is None else (r1 - r0, D)
+        if i >= sets: E.retire(mine[i - sets])       # the block that used these regions is stored before they are reused
+        off = base + (i % sets) * per_set
+        live = [t for t in prev if t in E.live]
+        xi = f'{l.name}_xi{s}'; E.line(f'{xi} = {reg(sh, "i8", qdesc(xv.q), lay)}')
+        t0 = E.tok(f'{l.name}_in{s}'); E.line(f'{t0} = transfer.async(dst={xi}, src=region({xv.buf}, {xv.at(r0 * (D or 0))}, '
+                                              f'{xv.nbytes if D is None else (r1 - r0) * D}), deps=[{", ".join(live)}])')
+        xf = f'{l.name}_xf{s}'; E.line(f'{xf} = {reg(sh, "f16", None, lay)}')
+        t1 = E.tok(f'{l.name}_deq{s}'); E.line(f'{t1} = dequantize.async in {xi} out {xf} deps=[{t0}]')
+        ts = [t0, t1]
+        if D is None: consts()
+        if mc is not None:
+            mr = f'{l.name}_rm{s}'; E.line(f'{mr} = {reg(sh, "f16", None, lay)}')
+            mo, mn = (0, m.size * 2) if D is None else (r0 * D * 2, (r1 - r0) * D * 2)
+            tm = E.tok(f'{l.name}_mask{s}'); E.line(f'{tm} = transfer.async(dst={mr}, src=region({mc[0]}, {mo}, {mn}), '
+                                                    f'deps=[{", ".join(live + [mc[1]] * (mc[1] is not None))}])')
+            xm = f'{l.name}_xm{s}'; E.line(f'{xm} = {reg(sh, "f16", None, lay)}')
+            t1b = E.tok(f'{l.name}_addm{s}'); E.line(f'{t1b} = add.async in {xf}, {mr} @readonly out {xm} deps=[{t1}, {tm}]')
+            xf, t1 = xm, t1b; ts += [tm, t1b]
+        yf = f'{l.name}_yf{s}'; E.line(f'{yf} = {reg(sh, "f16", None, lay)}')
+        t2 = E.tok(f'{l.name}_{l.op}{s}')
+        E.line(f'{t2} = {l.op}.async in {", ".join([xf] + ks)} out {yf} {attrs} deps=[{", ".join([t1] + kt)}]')
+        yi = f'{l.name}_out{s}'; E.line(f'{yi} = {reg(sh, "i8", qdesc(yv.q), lay)}')
+        t3 = E.tok(f'{l.name}_q{s}'); E.line(f'{t3} = quantize.async in {yf} out {yi} deps=[{t2}]')
+        if i == 0: per_set = off - base
+        if off > E.l1: raise LowerError(f'{l.name}: {l.op} as an f16 island needs {off} bytes of L1, the device has {E.l1}')
+        E.arena = max(E.arena, off if sets == 1 or len(blocks) == 1 else base + 2 * per_set)
+        st = E.tok(f'{l.name}_s{s}')
+        E.line(f'{st} = store.async(dst=region({yv.buf}, {yv.at(r0 * (D or 0))}, {yv.nbytes if D is None else (r1 - r0) * D}), '
+               f'src={yi}, deps=[{t3}])')
+        stores.append(st); mine.append(ts + [t2, t3, st])
+    return stores[-sets:] if len(blocks) > 1 else stores
 
 # %% ../../nbs/69g_lower_ops.ipynb #e1522dc0
 def fuse_masks(g):
