@@ -1,5 +1,6 @@
 """Norms and softmaxes larger than L1 (issue #30, Swin's 3136 tokens): the int8 f16 island is split into row blocks, and a linear
 whose M/4 row block does not fit tries more row blocks; bit-exact in int8 against the independent integer reference on a small L1."""
+import re
 import numpy as np, torch, torch.nn as nn
 from nac_lab.nac.compiler.compile import compile as nac_compile
 from nac_lab.lower.api import lower
@@ -34,3 +35,18 @@ def test_int8_island_row_blocks_bit_exact(tmp_path):
     raw = low.run_raw(*low.quantize_inputs(x).values())
     ref = reference_int8(low.graph, low.qp, low.ql, low.qp[next(iter(low.graph.inputs))].quantize(x))
     for o in low.graph.outputs: np.testing.assert_array_equal(raw[o], ref[o])
+
+def test_f32_norm_and_softmax_row_blocks(tmp_path):
+    # npm_pro_x1 with f32 norm/softmax variants and a 16 KiB L1: the f32 layer_norm of 200 x 16 needs 12800 + 12800 bytes whole
+    from f32_device import f32_device
+    d = small_device(tmp_path, 16384)
+    dev = f32_device(tmp_path, ('norm<f32>.default', 'softmax<f32>.default', 'gemm.float<f32>.no_bias'))
+    text = dev.read_text().replace('extends npm_pro_x1', 'extends npm_small').replace('include "npm_pro_x1.nem"', f'include "{d.name}"')
+    dev.write_text(text)
+    torch.manual_seed(0)
+    m = nac_compile(NormLin().eval(), (torch.zeros(1, 200, 16),))
+    x = np.random.default_rng(1).standard_normal((1, 200, 16)).astype(np.float32)
+    low = lower(m, dev, mode='f32', example=(x,))
+    assert not low.check().errors
+    assert re.search(r'L\d+_layer_norm_x1 = ', low.program) and re.search(r'L\d+_softmax_x1 = ', low.program)
+    np.testing.assert_allclose(low.run(x)[0], m.run(torch.from_numpy(x))[0].numpy(), atol=1e-4, rtol=0)

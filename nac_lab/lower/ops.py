@@ -93,20 +93,67 @@ def island_rows(l, xv) -> tuple | None:
     if nem_axis(l.attrs['axis'], len(l.shape), _nhwc(xv)) != len(xv.shape) - 1: return None
     return int(np.prod(xv.shape[:-1])), int(xv.shape[-1]), 'axis=1'
 
-def island_block(l, xv, l1) -> tuple:
-    ("(rows per block, sets) of an island too large for L1 as one block: two sets of L1 regions (block i+1 loads while block i "
-     "computes) when a block of one row fits twice next to the constants, else one; rows: the most that fit (`LowerError` if none).")
+def island_block(l, xv, l1, elem=None) -> tuple:
+    ("(rows per block, sets) of an island (`elem` None; a float norm or softmax: its element type) too large for L1 as one block: two "
+     "sets of L1 regions (block i+1 loads while block i computes) when a block of one row fits twice next to the constants, else "
+     "one; rows: the most that fit (`LowerError` if none).")
     r = island_rows(l, xv)
-    if r is None: raise LowerError(f'{l.name} (NAC instruction {l.nac}): {l.op} as an f16 island of {list(xv.shape)} does not fit L1 '
+    what = 'an f16 island' if elem is None else f'{elem} on whole tensors'
+    if r is None: raise LowerError(f'{l.name} (NAC instruction {l.nac}): {l.op} as {what} of {list(xv.shape)} does not fit L1 '
                                    f'({l1} bytes) and its axis is not the last one stored, so it is not split into row blocks')
-    rows, D, _ = r
-    fixed = sum(_r64(D * 2) for k in ('scale', 'bias') if k in l.params or (k == 'scale' and 'bias' in l.params))
-    per = lambda n: _r64(n * D) * 2 + _r64(n * D * 2) * (2 + 2 * ('mask' in l.params))      # xi, yi (i8); xf, yf (+ mask, xm) in f16
+    rows, D, _ = r; e = 2 if elem is None else ESIZE[elem]
+    fixed = sum(_r64(D * e) for k in ('scale', 'bias') if k in l.params or (k == 'scale' and 'bias' in l.params))
+    if elem is None: per = lambda n: _r64(n * D) * 2 + _r64(n * D * 2) * (2 + 2 * ('mask' in l.params))   # xi, yi; xf, yf (+ mask, xm)
+    else: per = lambda n: _r64(n * D * e) * 2                                                         # x, y
     for sets in (2, 1):
-        n = next((n for n in range(rows, 0, -1) if fixed + sets * per(n) <= l1), 0) if fixed + sets * per(1) <= l1 else 0
-        if n: return n, sets
-    raise LowerError(f'{l.name} (NAC instruction {l.nac}): {l.op} as an f16 island needs {fixed + per(1)} bytes of L1 for one row '
+        if fixed + sets * per(1) > l1: continue
+        lo, hi = 1, rows                               # the most rows that fit: per(n) grows with n
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if fixed + sets * per(mid) <= l1: lo = mid
+            else: hi = mid - 1
+        return lo, sets
+    raise LowerError(f'{l.name} (NAC instruction {l.nac}): {l.op} as {what} needs {fixed + per(1)} bytes of L1 for one row '
                      f'of {D} elements, the device has {l1}')
+
+def _emit_rows(E, l, xv, yv, prev, elem) -> list:
+    "A float norm or softmax too large for L1 whole: row blocks (`island_rows`, `island_block`), each loaded, computed and stored."
+    rows, D, attrs = island_rows(l, xv); n, sets = island_block(l, xv, E.l1, elem); e = ESIZE[elem]
+    off = 0
+    def reg(shape, lay):
+        nonlocal off
+        r = _arena_region(E, off, shape, elem, None, lay); off += _r64(int(np.prod(shape)) * e); return r
+    p = {k: v for k, v in l.params.items() if k in ('scale', 'bias')}
+    if 'bias' in p and 'scale' not in p: p['scale'] = np.ones_like(p['bias'])          # operands are positional: scale before bias
+    ks, kt = [], []
+    for k in ('scale', 'bias'):
+        if k not in p: continue
+        a = np.asarray(p[k], np.float32).reshape(-1); c = E.const(f'{l.name}_{k}', to_elem(a, elem))
+        r = f'{l.name}_r{k}'; E.line(f'{r} = {reg(a.shape, "C")}')
+        t = E.tok(f'{l.name}_{k}'); E.line(f'{t} = transfer.async(dst={r}, src=region({c[0]}, 0, {a.size * e}), '
+                                           f'deps=[{", ".join(prev + [c[1]] * (c[1] is not None))}])')
+        ks.append(r + ' @readonly'); kt.append(t)
+    base, per_set, stores, mine = off, 2 * _r64(n * D * e), [], []
+    for i, r0 in enumerate(range(0, rows, n)):
+        r1 = min(rows, r0 + n)
+        if i >= sets: E.retire(mine[i - sets])       # the block that used these regions is stored before they are reused
+        off = base + (i % sets) * per_set
+        xr = f'{l.name}_x{i}'; E.line(f'{xr} = {reg((r1 - r0, D), "MN")}')
+        t0 = E.tok(f'{l.name}_in{i}'); E.line(f'{t0} = transfer.async(dst={xr}, src=region({xv.buf}, {xv.at(r0 * D * e)}, '
+                                              f'{(r1 - r0) * D * e}), deps=[{", ".join(t for t in prev if t in E.live)}])')
+        yr = f'{l.name}_y{i}'; E.line(f'{yr} = {reg((r1 - r0, D), "MN")}')
+        tc = E.tok(f'{l.name}_{l.op}{i}')
+        E.line(f'{tc} = {l.op}.async in {", ".join([xr] + ks)} out {yr} {attrs} deps=[{", ".join([t0] + kt)}]')
+        ts = E.tok(f'{l.name}_s{i}')
+        E.line(f'{ts} = store.async(dst=region({yv.buf}, {yv.at(r0 * D * e)}, {(r1 - r0) * D * e}), src={yr}, deps=[{tc}])')
+        E.arena = max(E.arena, off); stores.append(ts); mine.append([t0, tc, ts])
+    return stores[-sets:]
+
+def _fits_whole(E, l, xv, elem) -> bool:
+    "Whether a float norm or softmax fits L1 as one block (input, output and its constants)."
+    n = [np.size(v) for k, v in l.params.items() if k in ('scale', 'bias')]
+    if 'bias' in l.params and 'scale' not in l.params: n.append(n[0])              # a scale of ones is made
+    return 2 * _r64(xv.nbytes) + sum(_r64(k * ESIZE[elem]) for k in n) <= E.l1
 
 def _emit_island(E, l, xv, yv, prev, attrs) -> list:
     ("An int8 layer run in f16: dequantize, the op (`l.op`) with its f16 constants, quantize into `yv`'s parameters. Too large for L1 "
@@ -199,6 +246,7 @@ def fuse_masks(g):
 def _emit_norm(E, l, ctx, xv, yv, prev):
     _torch_order(l, xv, l.op)
     if ctx.elem == 'i8': return _emit_island(E, l, xv, yv, prev, f'axis={l.attrs["axis"]} epsilon={fnum(l.attrs["epsilon"])}')
+    if not _fits_whole(E, l, xv, ctx.elem): return _emit_rows(E, l, xv, yv, prev, ctx.elem)
     p = dict(l.params)
     if 'bias' in p and 'scale' not in p: p['scale'] = np.ones_like(p['bias'])          # operands are positional: scale before bias
     consts = []
@@ -211,6 +259,7 @@ def _emit_norm(E, l, ctx, xv, yv, prev):
 
 def _emit_softmax(E, l, ctx, xv, yv, prev):
     if ctx.elem == 'i8': return _emit_island(E, l, xv, yv, prev, f'axis={nem_axis(l.attrs["axis"], len(l.shape), _nhwc(xv))}')
+    if not _fits_whole(E, l, xv, ctx.elem): return _emit_rows(E, l, xv, yv, prev, ctx.elem)
     return emit_whole(E, l, 'softmax', [xv], [], yv, f'axis={nem_axis(l.attrs["axis"], len(l.shape), _nhwc(xv))}', prev, ctx.elem)[0]
 
 # %% ../../nbs/69g_lower_ops.ipynb #af7b496c
