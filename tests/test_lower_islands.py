@@ -50,3 +50,55 @@ def test_f32_norm_and_softmax_row_blocks(tmp_path):
     assert not low.check().errors
     assert re.search(r'L\d+_layer_norm_x1 = ', low.program) and re.search(r'L\d+_softmax_x1 = ', low.program)
     np.testing.assert_allclose(low.run(x)[0], m.run(torch.from_numpy(x))[0].numpy(), atol=1e-4, rtol=0)
+
+class PatchPermute(nn.Module):
+    "Swin's patch embedding: conv, permute(0, 2, 3, 1) to channels last, layer_norm; then a window transpose of rows."
+    def __init__(s):
+        super().__init__(); s.c, s.ln = nn.Conv2d(3, 16, 2, stride=2), nn.LayerNorm(16)
+    def forward(s, x):
+        y = s.ln(s.c(x).permute(0, 2, 3, 1))                                   # [1, 12, 12, 16]
+        return y.reshape(1, 3, 4, 12, 16).permute(0, 1, 3, 2, 4).reshape(1, 144, 16)
+
+def test_transpose_blocks_rule():
+    from nac_lab.lower.ops import transpose_blocks
+    # [1, 3, 4, 12, 16] moved as (0, 1, 3, 2, 4): size-1 axis dropped, axis 0 (3 rows) stays first; a row is 4*12*16 = 768 i8 bytes,
+    # two sets of in + out: 2 * 2 * 768 = 3072 <= 4096 (one row per block), 2 * 2 * 2304 = 9216 <= 16384 (all three)
+    assert transpose_blocks([1, 3, 4, 12, 16], [0, 1, 3, 2, 4], 1, 4096) == (3, 1, 2, [3, 4, 12, 16], [0, 2, 1, 3], 1)
+    assert transpose_blocks([1, 3, 4, 12, 16], [0, 1, 3, 2, 4], 1, 16384)[1] == 3
+    # Swin's qkv split [1, 3136, 3, 96] -> [1, 3, 3136, 96] in i8: rows of 288 bytes, 1 MiB / 4 = 262144 -> 910 rows, 3 pieces
+    assert transpose_blocks([1, 3136, 3, 96], [0, 2, 1, 3], 1, 1 << 20) == (3136, 910, 2, [3136, 3, 96], [1, 0, 2], 3)
+    assert transpose_blocks([4, 40], [1, 0], 1, 1 << 20) is None                          # 40 output pieces per block
+    assert transpose_blocks([4, 12], [1, 0], 1, 64) is None                              # one row does not fit twice
+
+class QKV(nn.Module):
+    "A [1, 40, 3, 8] split moved to [1, 3, 40, 8] (the qkv permute): the first axis moves, 3 pieces per block."
+    def forward(s, x): return (x.reshape(1, 40, 3, 8).permute(0, 2, 1, 3) * 1.5).reshape(1, 120, 8)
+
+def test_moving_the_first_axis_stores_pieces(tmp_path):
+    dev = small_device(tmp_path, 1024)        # 960 i8 bytes in and out: 1920 > 1024; rows of 24 bytes, 2 sets: 10 rows per block
+    m = nac_compile(nn.Sequential(nn.Linear(24, 24), QKV()).eval(), (torch.zeros(1, 40, 24),))
+    rng = np.random.default_rng(5)
+    xs = [rng.standard_normal((1, 40, 24)).astype(np.float32) for _ in range(3)]
+    low = lower(m, dev, mode='int8', calib=xs)
+    assert not low.check().errors and re.search(r'_s3_2 = store', low.program)
+    x = xs[0]
+    raw = low.run_raw(*low.quantize_inputs(x).values())
+    ref = reference_int8(low.graph, low.qp, low.ql, low.qp[next(iter(low.graph.inputs))].quantize(x))
+    for o in low.graph.outputs: np.testing.assert_array_equal(raw[o], ref[o])
+
+def test_nhwc_permute_is_a_view_and_transposes_split(tmp_path):
+    from nac_lab.lower.graph import import_nac
+    torch.manual_seed(0)
+    m = nac_compile(PatchPermute().eval(), (torch.zeros(1, 3, 24, 24),))
+    g = import_nac(m, np.zeros((1, 3, 24, 24), np.float32))
+    assert [l.attrs.get('view', False) for l in g.layers if l.op == 'transpose'] == [True, False]
+    assert 'relayout' not in [l.op for l in g.layers]
+    dev = small_device(tmp_path, 2048)        # the window transpose: 2304 i8 bytes in and out > 2048: blocks of one row
+    rng = np.random.default_rng(3)
+    xs = [rng.standard_normal((1, 3, 24, 24)).astype(np.float32) for _ in range(3)]
+    low = lower(m, dev, mode='int8', calib=xs)
+    assert not low.check().errors and re.search(r'L\d+_\w*permute\w*_x2 = ', low.program)
+    x = xs[0]
+    raw = low.run_raw(*low.quantize_inputs(x).values())
+    ref = reference_int8(low.graph, low.qp, low.ql, low.qp[next(iter(low.graph.inputs))].quantize(x))
+    for o in low.graph.outputs: np.testing.assert_array_equal(raw[o], ref[o])

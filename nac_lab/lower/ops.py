@@ -9,7 +9,8 @@ from .layers import Layer, LowerError
 from .emit import register_emitters, ESIZE, emit_whole, fnum, qdesc, to_elem, _arena_region
 
 # %% auto #0
-__all__ = ['IMAGE_OPS', 'TORCH_OPS', 'POS4', 'plan_layouts', 'nem_axis', 'nem_perm', 'island_rows', 'island_block', 'fuse_masks']
+__all__ = ['IMAGE_OPS', 'TORCH_OPS', 'POS4', 'MAX_CHUNKS', 'plan_layouts', 'nem_axis', 'nem_perm', 'transpose_blocks',
+           'island_rows', 'island_block', 'fuse_masks']
 
 # %% ../../nbs/69g_lower_ops.ipynb #c63ff3f6
 IMAGE_OPS = ('conv2d', 'maxpool', 'avgpool', 'bmul')                       # read and write NHWC
@@ -43,6 +44,9 @@ def plan_layouts(g):
         elif l.op == 'transpose': h = four[0] in nhwc if four else False
         else: h = four[0] in nhwc if four else False
         l.inputs = [want(n, h, l) for n in l.inputs]
+        if l.op == 'transpose' and len(l.shape) == 4 and four and four[0] in nhwc and \
+                nem_perm(l.attrs['perm'], True, False) == [0, 1, 2, 3]:
+            l.attrs['view'] = True          # NHWC bytes read as PyTorch order (e.g. permute(0, 2, 3, 1)): a view, no NEM task
         out.append(l)
         if len(l.shape) == 4 and (l.op in IMAGE_OPS or (h and l.op not in ('reshape', 'transpose'))): nhwc.add(l.name)
     g.layers, g.nhwc = out, nhwc
@@ -71,11 +75,65 @@ def _torch_order(l, v, what):
     if _nhwc(v): raise LowerError(f'{l.name} (NAC instruction {l.nac}): {what} of a 4-D value stored NHWC is not lowered '
                                   '(run lower.ops.plan_layouts on the graph: it stores such values in PyTorch order)')
 
+_LAY = {1: 'C', 2: 'MN', 3: 'NHW', 4: 'NCHW'}
+
+MAX_CHUNKS = 16        # a blocked transpose stores each block as at most this many contiguous pieces
+
+def transpose_blocks(shape, sp, esize, l1) -> tuple | None:
+    ("(rows, block rows, sets, merged shape, merged permutation, pieces) of a stored transpose `sp` of `shape` split along its first "
+     "input axis (size-1 axes dropped, leading axes it keeps in place merged into one): each block of rows is one contiguous range "
+     "of the input, and `pieces` contiguous ranges of the output (the product of the output axes before the split axis, at most "
+     "`MAX_CHUNKS`); None when that product is larger or one row does not fit `l1` twice.")
+    keep = [i for i in range(len(shape)) if shape[i] > 1]
+    sh, pm = [shape[i] for i in keep], [keep.index(a) for a in sp if shape[a] > 1]
+    p = 0
+    while p < len(pm) and pm[p] == p: p += 1
+    if p == len(pm): return None
+    if p > 1: sh, pm = [int(np.prod(sh[:p]))] + sh[p:], [0] + [a - p + 1 for a in pm[p:]]
+    k = pm.index(0); pieces = int(np.prod([sh[a] for a in pm[:k]]))
+    if pieces > MAX_CHUNKS or len(sh) < 2: return None
+    rows, inner = sh[0], int(np.prod(sh[1:])) * esize
+    r64 = lambda n: -(-n // 64) * 64
+    for sets in (2, 1):
+        n = min(rows, (l1 // (2 * sets)) // 64 * 64 // inner)
+        while n > 0 and 2 * sets * r64(n * inner) > l1: n -= 1
+        if n: return rows, n, sets, sh, pm, pieces
+    return None
+
+def _emit_transpose_blocks(E, l, xv, yv, sp, prev) -> list:
+    "A transpose too large for L1 whole: blocks of rows of its first input axis (see `transpose_blocks`)."
+    e = ESIZE[xv.elem]; tb = transpose_blocks(list(xv.shape), sp, e, E.l1)
+    if tb is None: raise LowerError(f'{l.name} (NAC instruction {l.nac}): transpose {sp} of {list(xv.shape)} needs '
+                                    f'{2 * -(-xv.nbytes // 64) * 64} bytes of L1, the device has {E.l1}, and no split along its first '
+                                    f'axis stores at most {MAX_CHUNKS} contiguous pieces per block')
+    rows, n, sets, sh, pm, pieces = tb; inner = int(np.prod(sh[1:])); per = 2 * (-(-n * inner * e // 64) * 64)
+    k = pm.index(0); T = int(np.prod([sh[a] for a in pm[k + 1:]]))          # elements after the split axis in the output
+    q = qdesc(xv.q) if xv.q else None; stores, mine = [], []
+    for i, r0 in enumerate(range(0, rows, n)):
+        r1 = min(rows, r0 + n); b = r1 - r0; off = (i % sets) * per
+        if i >= sets: E.retire(mine[i - sets])       # the block that used these regions is stored before they are reused
+        ish = [b] + sh[1:]; osh = [ish[a] for a in pm]
+        xr = f'{l.name}_x{i}'; E.line(f'{xr} = {_arena_region(E, off, ish, xv.elem, q, _LAY.get(len(ish)))}')
+        t0 = E.tok(f'{l.name}_in{i}'); E.line(f'{t0} = transfer.async(dst={xr}, src=region({xv.buf}, {xv.at(r0 * inner * e)}, '
+                                              f'{b * inner * e}), deps=[{", ".join(t for t in prev if t in E.live)}])')
+        yo = off + per // 2
+        yr = f'{l.name}_y{i}'; E.line(f'{yr} = {_arena_region(E, yo, osh, yv.elem, q, _LAY.get(len(osh)))}')
+        tc = E.tok(f'{l.name}_transpose{i}')
+        E.line(f'{tc} = transpose.async in {xr} out {yr} perm=[{", ".join(map(str, pm))}] deps=[{t0}]')
+        ts = []
+        for o in range(pieces):                      # piece o: rows r0..r1 of output slab o
+            t = E.tok(f'{l.name}_s{i}' + (f'_{o}' if pieces > 1 else '')); ts.append(t)
+            E.line(f'{t} = store.async(dst=region({yv.buf}, {yv.at((o * rows + r0) * T * e)}, {b * T * e}), '
+                   f'src=region(ARENA, {yo + o * b * T * e}, {b * T * e}), deps=[{tc}])')
+        E.arena = max(E.arena, off + per); stores += ts; mine.append([t0, tc] + ts)
+    return [t for ts in mine[-sets:] for t in ts[2:]]
+
 def _emit_view(E, l, ctx, xv, yv, prev):
     if l.op in ('transpose', 'relayout'):
         perm = l.attrs['perm'] if l.op == 'transpose' else [0, 1, 2, 3]
-        return emit_whole(E, l, 'transpose', [xv], [], yv, f'perm=[{", ".join(map(str, nem_perm(perm, _nhwc(xv), _nhwc(yv))))}]', prev,
-                          ctx.elem)[0]
+        sp = nem_perm(perm, _nhwc(xv), _nhwc(yv))
+        if 2 * -(-xv.nbytes // 64) * 64 > E.l1: return _emit_transpose_blocks(E, l, xv, yv, sp, prev)
+        return emit_whole(E, l, 'transpose', [xv], [], yv, f'perm=[{", ".join(map(str, sp))}]', prev, ctx.elem)[0]
     ins = [ctx.vals[n] for n in l.inputs]
     if len({_nhwc(v) for v in ins}) > 1:
         raise LowerError(f'{l.name} (NAC instruction {l.nac}): concat of 4-D values stored in different layouts')
