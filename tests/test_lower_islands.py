@@ -102,3 +102,28 @@ def test_nhwc_permute_is_a_view_and_transposes_split(tmp_path):
     raw = low.run_raw(*low.quantize_inputs(x).values())
     ref = reference_int8(low.graph, low.qp, low.ql, low.qp[next(iter(low.graph.inputs))].quantize(x))
     for o in low.graph.outputs: np.testing.assert_array_equal(raw[o], ref[o])
+
+class Unbind(nn.Module):
+    "q, k, v = a [1, 40, 3, 8] split unbound along axis 2 after a permute: slices of [3, 1, 40, 8] along its first axis."
+    def forward(s, x):
+        q, k, v = x.reshape(1, 40, 3, 8).permute(2, 0, 1, 3).unbind(0)
+        return q * 2.0 + k - v
+
+def test_slice_pieces_rule():
+    from nac_lab.lower.attn import slice_pieces
+    # [3, 40, 8] i8, keep [1, 2) of axis 0: one run of 320 bytes at 320; pieces of at most 256 // 2 // 64 * 64 = 128 bytes
+    assert slice_pieces((3, 40, 8), 0, 1, 2, 1, 256) == [(320, 0, 128), (448, 128, 128), (576, 256, 64)]
+    # axis 1 of [2, 5, 4] f32, keep [1, 3): runs of 2 * 4 * 4 = 32 bytes at (o * 5 + 1) * 16
+    assert slice_pieces((2, 5, 4), 1, 1, 3, 4, 1024) == [(16, 0, 32), (96, 32, 32)]
+
+def test_large_slices_copy_through_l1(tmp_path):
+    dev = small_device(tmp_path, 1024)       # each slice: 960 + 320 i8 bytes > 1024: copied through L1 (one piece of 320 bytes)
+    m = nac_compile(nn.Sequential(nn.Linear(24, 24), Unbind()).eval(), (torch.zeros(1, 40, 24),))
+    rng = np.random.default_rng(6)
+    xs = [rng.standard_normal((1, 40, 24)).astype(np.float32) for _ in range(3)]
+    low = lower(m, dev, mode='int8', calib=xs)
+    assert not low.check().errors and re.search(r'getitem\w*_in0 = transfer', low.program)
+    x = xs[0]
+    raw = low.run_raw(*low.quantize_inputs(x).values())
+    ref = reference_int8(low.graph, low.qp, low.ql, low.qp[next(iter(low.graph.inputs))].quantize(x))
+    for o in low.graph.outputs: np.testing.assert_array_equal(raw[o], ref[o])

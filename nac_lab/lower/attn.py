@@ -8,10 +8,11 @@ import math
 from dataclasses import dataclass
 import numpy as np
 from .layers import Layer, LowerError
-from .emit import register_emitters, Val, emit_whole, to_elem
+from .emit import register_emitters, Val, emit_whole, to_elem, ESIZE
 
 # %% auto #0
-__all__ = ['ATTN_BLOCK_BYTES', 'ATTN_MAX_BLOCKS', 'MORE', 'Parts', 'ImportCtx', 'attn_rows', 'import_more']
+__all__ = ['ATTN_BLOCK_BYTES', 'ATTN_MAX_BLOCKS', 'MORE', 'MAX_SLICE_PIECES', 'Parts', 'ImportCtx', 'attn_rows', 'import_more',
+           'slice_pieces']
 
 # %% ../../nbs/69h_lower_attn.ipynb #b4d490bf
 @dataclass
@@ -345,9 +346,38 @@ def _emit_gather(E, l, ctx, xv, yv, prev):
     return emit_whole(E, l, 'gather', [Val(c[0], T.shape, ctx.elem, q), xv], [], yv, 'axis=0',
                       prev + [c[1]] * (c[1] is not None), ctx.elem)[0]      # a table left in DDR has no load token
 
+MAX_SLICE_PIECES = 256     # a slice larger than L1 is copied through it in at most this many contiguous pieces
+
+def slice_pieces(shape, ax, a, b, esize, l1) -> list | None:
+    ("The (source byte offset, destination byte offset, bytes) copies of a step-1 slice [a, b) along stored axis `ax` of `shape` "
+     "through L1 in pieces of at most half of `l1` (two buffers, 64-aligned): one contiguous run per index of the axes before `ax`; "
+     "None when that takes more than `MAX_SLICE_PIECES` pieces.")
+    outer, T = int(np.prod(shape[:ax])), int(np.prod(shape[ax + 1:])) * esize
+    run, piece = (b - a) * T, l1 // 2 // 64 * 64
+    if piece <= 0 or outer * -(-run // piece) > MAX_SLICE_PIECES: return None
+    return [((o * shape[ax] + a) * T + s, o * run + s, min(piece, run - s)) for o in range(outer) for s in range(0, run, piece)]
+
+def _emit_slice_pieces(E, l, xv, yv, ps, prev) -> list:
+    "Copy the slice through L1 piece by piece (`slice_pieces`), two buffers: each piece loaded, then stored."
+    half, mine = E.l1 // 2 // 64 * 64, []
+    for i, (so, do, n) in enumerate(ps):
+        if i >= 2: E.retire(mine[i - 2])            # the piece that used this buffer is stored before it is reused
+        off = (i % 2) * half
+        t0 = E.tok(f'{l.name}_in{i}')
+        E.line(f'{t0} = transfer.async(dst=region(ARENA, {off}, {n}), src=region({xv.buf}, {xv.at(so)}, {n}), '
+               f'deps=[{", ".join(t for t in prev if t in E.live)}])')
+        ts = E.tok(f'{l.name}_s{i}')
+        E.line(f'{ts} = store.async(dst=region({yv.buf}, {yv.at(do)}, {n}), src=region(ARENA, {off}, {n}), '
+               f'deps=[{t0}])')
+        E.arena = max(E.arena, off + n); mine.append([t0, ts])
+    return [t for ts in mine[-2:] for t in ts[1:]]
+
 def _emit_slice(E, l, ctx, xv, yv, prev):
     from nac_lab.lower.ops import nem_axis
     ax = nem_axis(l.attrs['axis'], len(l.shape), xv.layout == 'NHWC')
+    if l.attrs.get('step', 1) == 1 and -(-xv.nbytes // 64) * 64 + -(-yv.nbytes // 64) * 64 > E.l1:
+        ps = slice_pieces(xv.shape, ax, l.attrs['start'], l.attrs['end'], ESIZE[xv.elem], E.l1)
+        if ps is not None: return _emit_slice_pieces(E, l, xv, yv, ps, prev)
     return emit_whole(E, l, 'slice', [xv], [], yv, f'starts=[{l.attrs["start"]}] ends=[{l.attrs["end"]}] axes=[{ax}] '
                       f'steps=[{l.attrs.get("step", 1)}]', prev,
                       ctx.elem)[0]
