@@ -127,3 +127,29 @@ def test_large_slices_copy_through_l1(tmp_path):
     raw = low.run_raw(*low.quantize_inputs(x).values())
     ref = reference_int8(low.graph, low.qp, low.ql, low.qp[next(iter(low.graph.inputs))].quantize(x))
     for o in low.graph.outputs: np.testing.assert_array_equal(raw[o], ref[o])
+
+class Scores(nn.Module):
+    "Window attention scores: [4, 10, 24] @ its transpose, batched over the 4 windows."
+    def __init__(s):
+        super().__init__(); s.fc = nn.Linear(24, 24)
+    def forward(s, x):
+        y = s.fc(x).reshape(4, 10, 24)
+        return y @ y.transpose(1, 2)
+
+def test_batched_matmul_blocks(tmp_path):
+    from nac_lab.lower.ops import matmul_blocks
+    from nac_lab.lower.nemtext import Val
+    a, b, y = Val('a', (4, 10, 24), 'i8'), Val('b', (4, 24, 10), 'i8'), Val('y', (4, 10, 10), 'i8')
+    # one item: 240 + 240 + 100 bytes, each region rounded to 64: 256 + 256 + 128 = 640; two sets need 1280
+    assert matmul_blocks(a, b, y, 1024) == (4, 1, 1) and matmul_blocks(a, b, y, 1280) == (4, 1, 2)
+    assert matmul_blocks(a, b, y, 2600) == (4, 2, 2) and matmul_blocks(a, b, y, 600) is None
+    dev = small_device(tmp_path, 1024)       # 960 + 960 + 400 bytes whole > 1024: blocks of one window
+    m = nac_compile(Scores().eval(), (torch.zeros(1, 40, 24),))
+    rng = np.random.default_rng(7)
+    xs = [rng.standard_normal((1, 40, 24)).astype(np.float32) for _ in range(3)]
+    low = lower(m, dev, mode='int8', calib=xs)
+    assert not low.check().errors and re.search(r'matmul\w*_s3 = store', low.program)
+    x = xs[0]
+    raw = low.run_raw(*low.quantize_inputs(x).values())
+    ref = reference_int8(low.graph, low.qp, low.ql, low.qp[next(iter(low.graph.inputs))].quantize(x))
+    for o in low.graph.outputs: np.testing.assert_array_equal(raw[o], ref[o])

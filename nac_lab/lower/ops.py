@@ -10,7 +10,7 @@ from .emit import register_emitters, ESIZE, emit_whole, fnum, qdesc, to_elem, _a
 
 # %% auto #0
 __all__ = ['IMAGE_OPS', 'TORCH_OPS', 'POS4', 'MAX_CHUNKS', 'plan_layouts', 'nem_axis', 'nem_perm', 'transpose_blocks',
-           'island_rows', 'island_block', 'fuse_masks']
+           'island_rows', 'island_block', 'fuse_masks', 'matmul_blocks']
 
 # %% ../../nbs/69g_lower_ops.ipynb #c63ff3f6
 IMAGE_OPS = ('conv2d', 'maxpool', 'avgpool', 'bmul')                       # read and write NHWC
@@ -321,13 +321,53 @@ def _emit_softmax(E, l, ctx, xv, yv, prev):
     return emit_whole(E, l, 'softmax', [xv], [], yv, f'axis={nem_axis(l.attrs["axis"], len(l.shape), _nhwc(xv))}', prev, ctx.elem)[0]
 
 # %% ../../nbs/69g_lower_ops.ipynb #af7b496c
+def matmul_blocks(a, b, y, l1) -> tuple | None:
+    ("(batch, items per block, sets) of a batched matmul of Vals `a` [*B, M, K] and `b` [*B, K, N] into `y` too large for L1 whole: "
+     "blocks of whole batch items (contiguous in all three), two sets of regions when one item fits twice; None without a batch or "
+     "when one item does not fit.")
+    if len(a.shape) < 3 or tuple(a.shape[:-2]) != tuple(b.shape[:-2]): return None
+    B = int(np.prod(a.shape[:-2])); r64 = lambda n: -(-n // 64) * 64
+    per = lambda n: sum(r64(n * int(np.prod(v.shape[-2:])) * ESIZE[v.elem]) for v in (a, b, y))
+    for sets in (2, 1):
+        n = min(B, l1 // sets // max(1, per(1)))
+        while n > 0 and sets * per(n) > l1: n -= 1
+        if n: return B, n, sets
+    return None
+
+def _emit_matmul_blocks(E, l, a, b, yv, attrs, prev) -> list:
+    "A batched matmul too large for L1 whole, in blocks of batch items (see `matmul_blocks`)."
+    B, n, sets = matmul_blocks(a, b, yv, E.l1); mine = []
+    r64 = lambda k: -(-k // 64) * 64
+    sz = lambda v, k: k * int(np.prod(v.shape[-2:])) * ESIZE[v.elem]
+    per = sum(r64(sz(v, n)) for v in (a, b, yv))
+    for i, r0 in enumerate(range(0, B, n)):
+        k = min(B, r0 + n) - r0; off = (i % sets) * per
+        if i >= sets: E.retire(mine[i - sets])       # the block that used these regions is stored before they are reused
+        regs, toks = [], []
+        for j, v in enumerate((a, b)):
+            r = f'{l.name}_in{j}_{i}'
+            E.line(f'{r} = {_arena_region(E, off, (k,) + tuple(v.shape[-2:]), v.elem, qdesc(v.q) if v.q else None, "NHW")}')
+            t = E.tok(r); E.line(f'{t} = transfer.async(dst={r}, src=region({v.buf}, {v.at(sz(v, r0))}, {sz(v, k)}), '
+                                 f'deps=[{", ".join(x for x in prev if x in E.live)}])')
+            off += r64(sz(v, n)); regs.append(r); toks.append(t)
+        yr = f'{l.name}_out{i}'
+        E.line(f'{yr} = {_arena_region(E, off, (k,) + tuple(yv.shape[-2:]), yv.elem, qdesc(yv.q) if yv.q else None, "NHW")}')
+        tc = E.tok(f'{l.name}_matmul{i}'); E.line(f'{tc} = matmul.async in {", ".join(regs)} out {yr} {attrs} deps=[{", ".join(toks)}]')
+        ts = E.tok(f'{l.name}_s{i}')
+        E.line(f'{ts} = store.async(dst=region({yv.buf}, {yv.at(sz(yv, r0))}, {sz(yv, k)}), src={yr}, deps=[{tc}])')
+        E.arena = max(E.arena, off + r64(sz(yv, n))); mine.append(toks + [tc, ts])
+    return [ts[-1] for ts in mine[-sets:]]
+
 def _emit_matmul(E, l, ctx, xv, yv, prev):
     "Activation × activation (batched over leading axes): int8 per decision NEM E3 with both zero points, float with an f32 accumulator."
     a, b = (ctx.vals[n] for n in l.inputs)
     for v in (a, b): _torch_order(l, v, 'matmul')
     if len(a.shape) != len(b.shape): raise LowerError(f'{l.name} (NAC instruction {l.nac}): matmul of ranks {len(a.shape)} and '
                                                       f'{len(b.shape)} (broadcast batch) is not lowered')
-    return emit_whole(E, l, 'matmul', [a, b], [], yv, f'accum_type={"i32" if ctx.elem == "i8" else "f32"}', prev, ctx.elem)[0]
+    attrs = f'accum_type={"i32" if ctx.elem == "i8" else "f32"}'
+    if sum(-(-v.nbytes // 64) * 64 for v in (a, b, yv)) > E.l1 and matmul_blocks(a, b, yv, E.l1):
+        return _emit_matmul_blocks(E, l, a, b, yv, attrs, prev)
+    return emit_whole(E, l, 'matmul', [a, b], [], yv, attrs, prev, ctx.elem)[0]
 
 register_emitters(transpose=_emit_view, relayout=_emit_view, concat=_emit_view, layernorm=_emit_norm, rmsnorm=_emit_norm,
                       softmax=_emit_softmax, matmul=_emit_matmul)
