@@ -114,3 +114,22 @@ def test_large_attention_is_split_into_query_blocks():
     g = import_nac(m, np.zeros(shape, np.float32))
     assert [l.op for l in g.layers].count('softmax') == 2 and [l.shape for l in g.layers if l.op == 'softmax'] == [(1, 2, 183, 240),
                                                                                                                    (1, 2, 57, 240)]
+
+def test_attention_blocks_follow_the_l1_size(tmp_path):
+    from nac_lab.lower.graph import import_nac
+    from nac_lab.lower.attn import attn_block_bytes, attn_rows
+    from test_lower_tiling import small_device
+    # 3/8 of L1: 393216 for 1 MiB; a halved L1 (512 KiB) gives 196608: (196608 - 23040) // 2016 = 86 rows per block
+    assert attn_block_bytes(1 << 20) == 393216 and attn_block_bytes(1 << 19) == 196608
+    assert attn_rows(2, 240, 240, 6, 6, attn_block_bytes(1 << 19)) == 86
+    m, shape = _model('sdpa_query_blocks')
+    g = import_nac(m, np.zeros(shape, np.float32), l1=1 << 19)
+    assert [l.shape for l in g.layers if l.op == 'softmax'] == [(1, 2, 86, 240), (1, 2, 86, 240), (1, 2, 68, 240)]
+    dev = small_device(tmp_path, 1 << 19)
+    rng = np.random.default_rng(3)
+    xs = [rng.standard_normal(shape).astype(np.float32) for _ in range(3)]
+    low = lower(m, dev, mode='int8', calib=xs)
+    assert not low.check().errors and [l.op for l in low.graph.layers].count('softmax') == 3
+    raw = low.run_raw(*low.quantize_inputs(xs[0]).values())
+    ref = reference_int8(low.graph, low.qp, low.ql, low.qp[next(iter(low.graph.inputs))].quantize(xs[0]))
+    for o in low.graph.outputs: np.testing.assert_array_equal(raw[o], ref[o])
