@@ -36,13 +36,18 @@ def test_int8_island_row_blocks_bit_exact(tmp_path):
     ref = reference_int8(low.graph, low.qp, low.ql, low.qp[next(iter(low.graph.inputs))].quantize(x))
     for o in low.graph.outputs: np.testing.assert_array_equal(raw[o], ref[o])
 
-def test_f32_norm_and_softmax_row_blocks(tmp_path):
-    # npm_pro_x1 with f32 norm/softmax variants and a 16 KiB L1: the f32 layer_norm of 200 x 16 needs 12800 + 12800 bytes whole
+def small_f32(tmp_path, l1):
+    "npm_pro_x1 with f32 norm/softmax/gemm variants and an L1 of `l1` bytes."
     from f32_device import f32_device
-    d = small_device(tmp_path, 16384)
-    dev = f32_device(tmp_path, ('norm<f32>.default', 'softmax<f32>.default', 'gemm.float<f32>.no_bias'))
+    d = small_device(tmp_path, l1)
+    dev = f32_device(tmp_path, ('norm<f32>.default', 'softmax<f32>.default', 'gemm.float<f32>.no_bias', 'view<f32>.default'))
     text = dev.read_text().replace('extends npm_pro_x1', 'extends npm_small').replace('include "npm_pro_x1.nem"', f'include "{d.name}"')
     dev.write_text(text)
+    return dev
+
+def test_f32_norm_and_softmax_row_blocks(tmp_path):
+    # npm_pro_x1 with f32 norm/softmax variants and a 16 KiB L1: the f32 layer_norm of 200 x 16 needs 12800 + 12800 bytes whole
+    dev = small_f32(tmp_path, 16384)
     torch.manual_seed(0)
     m = nac_compile(NormLin().eval(), (torch.zeros(1, 200, 16),))
     x = np.random.default_rng(1).standard_normal((1, 200, 16)).astype(np.float32)
@@ -153,3 +158,18 @@ def test_batched_matmul_blocks(tmp_path):
     raw = low.run_raw(*low.quantize_inputs(x).values())
     ref = reference_int8(low.graph, low.qp, low.ql, low.qp[next(iter(low.graph.inputs))].quantize(x))
     for o in low.graph.outputs: np.testing.assert_array_equal(raw[o], ref[o])
+
+def test_f32_roll_concat_pieces(tmp_path):
+    from nac_lab.lower.attn import concat_pieces
+    # [2, 5, 4] f32 and [2, 3, 4] along axis 1 into [2, 8, 4]: runs of 80 and 48 bytes, rows of 128 bytes in the output
+    assert concat_pieces([(2, 5, 4), (2, 3, 4)], 1, 4, 1024) == [(0, 0, 0, 80), (0, 80, 128, 80), (1, 0, 80, 48), (1, 48, 208, 48)]
+    dev = small_f32(tmp_path, 4096)     # the roll's concat of [1, 40, 24] f32: 3840 bytes in, 3840 out > 4096: copied in pieces
+    torch.manual_seed(0)
+    m = nac_compile(nn.Sequential(nn.Linear(24, 24), Roll()).eval(), (torch.zeros(1, 40, 24),))
+    x = np.random.default_rng(1).standard_normal((1, 40, 24)).astype(np.float32)
+    low = lower(m, dev, mode='f32', example=(x,))
+    assert not low.check().errors and re.search(r'roll\w*_s1 = store', low.program)
+    np.testing.assert_allclose(low.run(x)[0], m.run(torch.from_numpy(x))[0].numpy(), atol=1e-4, rtol=0)
+
+class Roll(nn.Module):
+    def forward(s, x): return torch.roll(x, 7, 1) * 2.0

@@ -137,6 +137,11 @@ def _emit_view(E, l, ctx, xv, yv, prev):
     ins = [ctx.vals[n] for n in l.inputs]
     if len({_nhwc(v) for v in ins}) > 1:
         raise LowerError(f'{l.name} (NAC instruction {l.nac}): concat of 4-D values stored in different layouts')
+    if sum(-(-v.nbytes // 64) * 64 for v in ins + [yv]) > E.l1:             # larger than L1: copied through it in pieces
+        from .attn import concat_pieces, emit_copies
+        ps = concat_pieces([v.shape for v in ins], nem_axis(l.attrs['axis'], len(l.shape), _nhwc(yv)), ESIZE[yv.elem], E.l1)
+        if ps is not None and len({v.elem for v in ins + [yv]}) == 1 and (ctx.elem != 'i8' or len({v.q for v in ins + [yv]}) == 1):
+            return emit_copies(E, l, [(ins[j], so, do, n) for j, so, do, n in ps], yv, prev)
     return emit_whole(E, l, l.op, ins, [], yv, f'axis={nem_axis(l.attrs["axis"], len(l.shape), _nhwc(yv))}', prev, ctx.elem)[0]
 
 # %% ../../nbs/69g_lower_ops.ipynb #ee80ecd9
