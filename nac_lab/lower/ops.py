@@ -9,7 +9,7 @@ from .layers import Layer, LowerError
 from .emit import register_emitters, ESIZE, emit_whole, fnum, qdesc, to_elem, _arena_region
 
 # %% auto #0
-__all__ = ['IMAGE_OPS', 'TORCH_OPS', 'POS4', 'MAX_CHUNKS', 'plan_layouts', 'nem_axis', 'nem_perm', 'transpose_blocks',
+__all__ = ['IMAGE_OPS', 'TORCH_OPS', 'POS4', 'MAX_CHUNKS', 'MASK_LOW', 'plan_layouts', 'nem_axis', 'nem_perm', 'transpose_blocks',
            'island_rows', 'island_block', 'fuse_masks', 'matmul_blocks']
 
 # %% ../../nbs/69g_lower_ops.ipynb #c63ff3f6
@@ -287,22 +287,49 @@ def _emit_island(E, l, xv, yv, prev, attrs) -> list:
     return stores[-sets:] if len(blocks) > 1 else stores
 
 # %% ../../nbs/69g_lower_ops.ipynb #e1522dc0
+MASK_LOW = -1e30       # a mask value at or below this (a fill of the lowest float, or a sum of two that overflowed) is -inf
+
+def _masky(v) -> bool:
+    "Whether constant `v` holds mask values (-inf, or at most `MASK_LOW`)."
+    v = np.asarray(v, np.float32)
+    return bool((~np.isfinite(v) | (v <= MASK_LOW)).any())
+
 def fuse_masks(g):
-    "int8: an `add` of a constant with infinite values read only by a softmax becomes that softmax's f16 mask; returns `g`."
+    ("int8: a softmax's input built from constants holding -inf or the lowest float (an `add` of such a constant; a masked fill "
+     "x·K1 + K2 with K1 of 0/1 and K2 ≤ `MASK_LOW` where K1 is 0) becomes the softmax's f16 mask, -inf where masked: exp gives 0 "
+     "there in f16 as in float, and no int8 value has to hold the lowest float; returns `g`.")
     by = {l.name: l for l in g.layers}; users = {}
     for l in g.layers:
         for n in l.inputs: users.setdefault(n, []).append(l)
+    const = lambda n: by[n].params['v'] if n in by and by[n].op == 'const' else None
+    only = lambda n, u: len(users.get(n, [])) == 1 and users[n][0] is u and n not in g.outputs and n in by
     drop = set()
-    for l in g.layers:
-        ks = [n for n in l.inputs if n in by and by[n].op == 'const' and not np.isfinite(by[n].params['v']).all()]
-        us = users.get(l.name, [])
-        if l.op != 'add' or len(l.inputs) != 2 or len(ks) != 1 or len(us) != 1 or us[0].op != 'softmax' or l.name in g.outputs: continue
-        x = next(n for n in l.inputs if n != ks[0])
-        if x in (g.nhwc or ()): continue
-        us[0].inputs = [x]; us[0].params = dict(us[0].params, mask=by[ks[0]].params['v'])
-        drop.add(l.name)
-        if all(u is l for u in users[ks[0]]): drop.add(ks[0])
+    for s in g.layers:
+        if s.op != 'softmax' or len(s.inputs) != 1: continue
+        cur, mask, gone, user = s.inputs[0], np.zeros(s.shape, np.float32), [], s
+        while only(cur, user) and by[cur].op == 'add' and len(by[cur].inputs) == 2:
+            l = by[cur]; ks = [n for n in l.inputs if const(n) is not None and np.shape(const(n)) == tuple(s.shape)]
+            if len(ks) == 1 and only(other := next(n for n in l.inputs if n != ks[0]), l) and by[other].op == 'mul':
+                m = by[other]; k1 = [n for n in m.inputs if const(n) is not None and np.shape(const(n)) == tuple(s.shape)]
+                K2 = np.asarray(const(ks[0]), np.float32)
+                if len(k1) == 1 and len(m.inputs) == 2:
+                    K1 = np.asarray(const(k1[0]), np.float32); off = K1 == 0
+                    if np.isin(K1, (0.0, 1.0)).all() and (K2[off] <= MASK_LOW).all() and np.isfinite(K2[~off]).all() and off.any():
+                        mask = mask + np.where(off, -np.inf, K2).astype(np.float32)      # x·K1 + K2: a masked fill
+                        gone += [l.name, m.name] + [k for k in (ks[0], k1[0]) if all(u in (l, m) for u in users[k])]
+                        cur, user = next(n for n in m.inputs if n != k1[0]), m
+                        continue
+            if len(ks) == 1 and _masky(const(ks[0])):                                # x + K
+                mask = mask + np.where(np.asarray(const(ks[0])) <= MASK_LOW, -np.inf, const(ks[0])).astype(np.float32)
+                gone += [l.name] + [ks[0]] * all(u is l for u in users[ks[0]]); cur, user = next(n for n in l.inputs if n != ks[0]), l
+                continue
+            break
+        if not gone or cur in (g.nhwc or ()): continue
+        s.inputs = [cur]; s.params = dict(s.params, mask=mask + s.params.get('mask', 0))
+        drop |= set(gone)
     g.layers = [l for l in g.layers if l.name not in drop]
+    used = {n for l in g.layers for n in l.inputs} | set(g.outputs)
+    g.layers = [l for l in g.layers if l.op != 'const' or l.name in used]      # a mask constant shared by fused layers
     return g
 
 # %% ../../nbs/69g_lower_ops.ipynb #c7413234
