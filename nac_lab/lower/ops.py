@@ -301,26 +301,30 @@ def fuse_masks(g):
     by = {l.name: l for l in g.layers}; users = {}
     for l in g.layers:
         for n in l.inputs: users.setdefault(n, []).append(l)
-    const = lambda n: by[n].params['v'] if n in by and by[n].op == 'const' else None
+    def const(n, shape):
+        "Constant layer `n`'s values broadcast to `shape` (None: not a constant, or not broadcastable)."
+        if n not in by or by[n].op != 'const': return None
+        try: return np.broadcast_to(np.asarray(by[n].params['v'], np.float32), shape)
+        except ValueError: return None
     only = lambda n, u: len(users.get(n, [])) == 1 and users[n][0] is u and n not in g.outputs and n in by
     drop = set()
     for s in g.layers:
         if s.op != 'softmax' or len(s.inputs) != 1: continue
         cur, mask, gone, user = s.inputs[0], np.zeros(s.shape, np.float32), [], s
         while only(cur, user) and by[cur].op == 'add' and len(by[cur].inputs) == 2:
-            l = by[cur]; ks = [n for n in l.inputs if const(n) is not None and np.shape(const(n)) == tuple(s.shape)]
+            l = by[cur]; ks = [n for n in l.inputs if const(n, s.shape) is not None]
             if len(ks) == 1 and only(other := next(n for n in l.inputs if n != ks[0]), l) and by[other].op == 'mul':
-                m = by[other]; k1 = [n for n in m.inputs if const(n) is not None and np.shape(const(n)) == tuple(s.shape)]
-                K2 = np.asarray(const(ks[0]), np.float32)
+                m = by[other]; k1 = [n for n in m.inputs if const(n, s.shape) is not None]
+                K2 = const(ks[0], s.shape)
                 if len(k1) == 1 and len(m.inputs) == 2:
-                    K1 = np.asarray(const(k1[0]), np.float32); off = K1 == 0
+                    K1 = const(k1[0], s.shape); off = K1 == 0
                     if np.isin(K1, (0.0, 1.0)).all() and (K2[off] <= MASK_LOW).all() and np.isfinite(K2[~off]).all() and off.any():
                         mask = mask + np.where(off, -np.inf, K2).astype(np.float32)      # x·K1 + K2: a masked fill
                         gone += [l.name, m.name] + [k for k in (ks[0], k1[0]) if all(u in (l, m) for u in users[k])]
                         cur, user = next(n for n in m.inputs if n != k1[0]), m
                         continue
-            if len(ks) == 1 and _masky(const(ks[0])):                                # x + K
-                mask = mask + np.where(np.asarray(const(ks[0])) <= MASK_LOW, -np.inf, const(ks[0])).astype(np.float32)
+            if len(ks) == 1 and _masky(const(ks[0], s.shape)):                                # x + K
+                K = const(ks[0], s.shape); mask = mask + np.where(K <= MASK_LOW, -np.inf, K).astype(np.float32)
                 gone += [l.name] + [ks[0]] * all(u is l for u in users[ks[0]]); cur, user = next(n for n in l.inputs if n != ks[0]), l
                 continue
             break
