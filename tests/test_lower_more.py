@@ -30,6 +30,11 @@ def _win(x):
     w = torch.roll(w, (1, -1), (1, 2))
     return w.view(1, 2, 2, 2, 2, 6).permute(0, 1, 3, 2, 4, 5).reshape(1, 4, 4, 6)
 
+def _ein(q):
+    "MaxViT's two einsums: scores q·kᵀ per head, then the weighted sum of values."
+    a = torch.einsum('b h i d, b h j d -> b h i j', q, q * 0.5)
+    return torch.einsum('b h i j, b h j d -> b h i d', torch.softmax(a, -1), q)
+
 CASES = {                                           # name: (f, input shape)
     'mean_tokens': (lambda y: y.mean(1), (1, 5, 6)),
     'mean_two_axes': (lambda y: y.mean((1, 2), keepdim=True), (1, 3, 4, 6)),
@@ -47,6 +52,8 @@ CASES = {                                           # name: (f, input shape)
     'expand_wide': (lambda y: y[:, :1].expand(1, 20, 6) * y.mean(1, keepdim=True).expand(1, 20, 6), (1, 5, 6)),
     'sdpa_query_blocks': (lambda y: F.scaled_dot_product_attention(y, y * 0.5, y, is_causal=True), (1, 2, 240, 6)),
     'sum_axis': (lambda y: y.sum(1) + y.sum(-1).sum(-1, keepdim=True), (1, 5, 6)),
+    'einsum_attention': (lambda y: _ein(y.reshape(1, 5, 2, 3).permute(0, 2, 1, 3)), (1, 5, 6)),
+    'einsum_permuted_out': (lambda y: torch.einsum('bij,bkj->kbi', y, y * 0.5), (1, 5, 6)),
 }
 
 def _model(name, seed=0):
