@@ -53,6 +53,8 @@ CASES = {                                           # name: (f, input shape)
     'sdpa_query_blocks': (lambda y: F.scaled_dot_product_attention(y, y * 0.5, y, is_causal=True), (1, 2, 240, 6)),
     'sum_axis': (lambda y: y.sum(1) + y.sum(-1).sum(-1, keepdim=True), (1, 5, 6)),
     'einsum_attention': (lambda y: _ein(y.reshape(1, 5, 2, 3).permute(0, 2, 1, 3)), (1, 5, 6)),
+    'bilinear_x2': (lambda y: F.interpolate(y, scale_factor=2, mode='bilinear'), (1, 3, 4, 6)),
+    'bilinear_size_corners': (lambda y: F.interpolate(y, size=(7, 5), mode='bilinear', align_corners=True), (1, 3, 4, 6)),
     'einsum_permuted_out': (lambda y: torch.einsum('bij,bkj->kbi', y, y * 0.5), (1, 5, 6)),
 }
 
@@ -140,3 +142,14 @@ def test_attention_blocks_follow_the_l1_size(tmp_path):
     raw = low.run_raw(*low.quantize_inputs(xs[0]).values())
     ref = reference_int8(low.graph, low.qp, low.ql, low.qp[next(iter(low.graph.inputs))].quantize(xs[0]))
     for o in low.graph.outputs: np.testing.assert_array_equal(raw[o], ref[o])
+
+def test_bilinear_matrix_by_hand():
+    from nac_lab.lower.more import bilinear_matrix
+    # 2 -> 4, half pixels: src = (i + 0.5) / 2 - 0.5 = -0.25 (clamped to 0), 0.25, 0.75, 1.25 (the last input repeated)
+    np.testing.assert_allclose(bilinear_matrix(2, 4, False), [[1, 0], [0.75, 0.25], [0.25, 0.75], [0, 1]])
+    # 3 -> 5 with corners aligned: src = i * 2 / 4 = 0, 0.5, 1, 1.5, 2
+    np.testing.assert_allclose(bilinear_matrix(3, 5, True), [[1, 0, 0], [0.5, 0.5, 0], [0, 1, 0], [0, 0.5, 0.5], [0, 0, 1]])
+    x = torch.arange(6.0).reshape(1, 1, 2, 3)
+    for ac in (False, True):
+        y = F.interpolate(x, size=(5, 4), mode='bilinear', align_corners=ac)[0, 0].numpy()
+        np.testing.assert_allclose(bilinear_matrix(2, 5, ac) @ x[0, 0].numpy() @ bilinear_matrix(3, 4, ac).T, y, atol=1e-6)

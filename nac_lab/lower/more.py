@@ -11,7 +11,8 @@ from .attn import MORE, _L, _binary as _attn_binary, _scalar
 from .cnn import CNN_OPS, _x
 
 # %% auto #0
-__all__ = ['MAX_CONCAT', 'MAX_RANK', 'MORE_OPS', 'reduce_last', 'widen', 'merged_perm', 'axis_moves', 'merge_views']
+__all__ = ['MAX_CONCAT', 'MAX_RANK', 'MORE_OPS', 'reduce_last', 'widen', 'merged_perm', 'axis_moves', 'merge_views',
+           'bilinear_matrix']
 
 # %% ../../nbs/69k_lower_more.ipynb #ff185a59
 def _dims(c, k, rank) -> list:
@@ -279,7 +280,33 @@ def _einsum(c):
     if perm != list(range(len(out))): ls.append(_L(c, '_o', 'transpose', [y], c.shape, attrs=dict(perm=perm)))
     return _finish(c, ls, ls[-1].name, ls[-1].shape)
 
-MORE_OPS = {'aten.einsum.default': _einsum, 'nac.einsum': _einsum,
+def bilinear_matrix(n_in:int, n_out:int, align_corners:bool, scale:float|None=None) -> np.ndarray:
+    ("The [n_out, n_in] weights of PyTorch's bilinear resampling along one axis (each row: 1 - λ at floor(src), λ at the next input, "
+     "src = i·(n_in - 1)/(n_out - 1) with align_corners, else (i + 0.5)/s - 0.5 clamped at 0, s the given scale factor or "
+     "n_out/n_in).")
+    if align_corners: r = (n_in - 1) / (n_out - 1) if n_out > 1 else 0.0
+    else: r = 1.0 / scale if scale else n_in / n_out
+    w = np.zeros((n_out, n_in), np.float64)
+    for i in range(n_out):
+        src = r * i if align_corners else max(r * (i + 0.5) - 0.5, 0.0)
+        i0 = min(int(src), n_in - 1); i1 = min(i0 + 1, n_in - 1); lam = src - i0
+        w[i, i0] += 1 - lam; w[i, i1] += lam
+    return w.astype(np.float32)
+
+def _upsample_bilinear(c):
+    "upsample_bilinear2d: a linear with a constant interpolation matrix along W, then along H (between two transposes)."
+    k = 'input' if 'input' in c.a else 'self'
+    x, (N, C, H, W) = c.A(k), c.S(k); Ho, Wo = c.shape[2:]
+    sf = c.C('scale_factors') or [None, None]; ac = bool(c.C('align_corners'))
+    aw, ah = bilinear_matrix(W, Wo, ac, sf[1]), bilinear_matrix(H, Ho, ac, sf[0])
+    n, sw = c.lname, [0, 1, 3, 2]
+    return [_L(c, '_w', 'linear', [x], (N, C, H, Wo), params=dict(w=aw)),
+            _L(c, '_t', 'transpose', [n + '_w'], (N, C, Wo, H), attrs=dict(perm=sw)),
+            _L(c, '_h', 'linear', [n + '_t'], (N, C, Wo, Ho), params=dict(w=ah)),
+            _L(c, '', 'transpose', [n + '_h'], c.shape, attrs=dict(perm=sw))], n
+
+MORE_OPS = {'aten.einsum.default': _einsum, 'nac.einsum': _einsum, 'nac.upsample_bilinear2d': _upsample_bilinear,
+            'aten.upsample_bilinear2d.vec': _upsample_bilinear,
             'nac.mean': _mean, 'nac.sum': _sum, 'aten.linalg_vector_norm.default': _vector_norm, 'nac.linalg_vector_norm': _vector_norm,
             'nac.leaky_relu': _leaky_relu, 'nac.add': _binary, 'nac.sub': _binary, 'nac.mul': _binary, 'nac.div': _binary,
             'aten.addcmul.default': _addcmul, 'nac.addcmul': _addcmul, 'nac.roll': _roll, 'nac.expand': _expand,
