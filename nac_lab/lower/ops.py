@@ -16,9 +16,10 @@ __all__ = ['IMAGE_OPS', 'TORCH_OPS', 'POS4', 'MAX_CHUNKS', 'MASK_LOW', 'plan_lay
 IMAGE_OPS = ('conv2d', 'maxpool', 'avgpool', 'bmul')                       # read and write NHWC
 TORCH_OPS = ('matmul', 'layernorm', 'rmsnorm', 'linear')                    # read and write PyTorch order
 
-def _flat_ok(src, out_rank) -> bool:
-    "A reshape of an NHWC value of PyTorch shape `src` that may read it in place (a flatten to 2-D, or no byte moves)."
-    return out_rank == 2 or src[1] == 1 or src[2] * src[3] == 1
+def _flat_ok(src, out_rank, to_linear=True) -> bool:
+    ("A reshape of an NHWC value of PyTorch shape `src` that may read it in place (a flatten to 2-D read only by linears, which "
+     "permute their weights to match, or no byte moves).")
+    return out_rank == 2 and to_linear or src[1] == 1 or src[2] * src[3] == 1
 
 # %% ../../nbs/69g_lower_ops.ipynb #18dcd7f3
 def plan_layouts(g):
@@ -26,7 +27,10 @@ def plan_layouts(g):
      "returns `g`.")
     shape = dict(g.inputs) | {l.name: tuple(l.shape) for l in g.layers}
     nhwc = {n for n, s in g.inputs.items() if len(s) == 4 and any(n in l.inputs and l.op in IMAGE_OPS for l in g.layers)}
-    made, out = {}, []
+    made, out, readers = {}, [], {}
+    for l in g.layers:
+        for n in l.inputs: readers.setdefault(n, []).append(l.op)
+    to_linear = lambda n: n not in g.outputs and bool(readers.get(n)) and all(o == 'linear' for o in readers[n])
     def want(n, h, l):
         "Value `n` as layer `l` wants it (`h`: NHWC), through a relayout when it is stored the other way."
         if len(shape[n]) != 4 or (n in nhwc) == h: return n
@@ -40,7 +44,7 @@ def plan_layouts(g):
         four = [n for n in l.inputs if len(shape[n]) == 4]
         if l.op in IMAGE_OPS: h = True
         elif l.op in TORCH_OPS: h = False
-        elif l.op == 'reshape': h = four[0] in nhwc if four and _flat_ok(shape[four[0]], len(l.shape)) else False
+        elif l.op == 'reshape': h = four[0] in nhwc if four and _flat_ok(shape[four[0]], len(l.shape), to_linear(l.name)) else False
         elif l.op == 'transpose': h = four[0] in nhwc if four else False
         else: h = four[0] in nhwc if four else False
         l.inputs = [want(n, h, l) for n in l.inputs]
