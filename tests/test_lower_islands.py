@@ -160,7 +160,7 @@ def test_batched_matmul_blocks(tmp_path):
     for o in low.graph.outputs: np.testing.assert_array_equal(raw[o], ref[o])
 
 def test_f32_roll_concat_pieces(tmp_path):
-    from nac_lab.lower.attn import concat_pieces
+    from nac_lab.lower.ops import concat_pieces
     # [2, 5, 4] f32 and [2, 3, 4] along axis 1 into [2, 8, 4]: runs of 80 and 48 bytes, rows of 128 bytes in the output
     assert concat_pieces([(2, 5, 4), (2, 3, 4)], 1, 4, 1024) == [(0, 0, 0, 80), (0, 80, 128, 80), (1, 0, 80, 48), (1, 48, 208, 48)]
     dev = small_f32(tmp_path, 4096)     # the roll's concat of [1, 40, 24] f32: 3840 bytes in, 3840 out > 4096: copied in pieces

@@ -12,7 +12,7 @@ from .emit import register_emitters, Val, emit_whole, to_elem, ESIZE
 
 # %% auto #0
 __all__ = ['ATTN_BLOCK_BYTES', 'ATTN_MAX_BLOCKS', 'MORE', 'MAX_SLICE_PIECES', 'Parts', 'ImportCtx', 'attn_block_bytes',
-           'attn_rows', 'import_more', 'slice_pieces', 'emit_copies', 'concat_pieces']
+           'attn_rows', 'import_more', 'slice_pieces']
 
 # %% ../../nbs/69h_lower_attn.ipynb #b4d490bf
 @dataclass
@@ -362,35 +362,8 @@ def slice_pieces(shape, ax, a, b, esize, l1) -> list | None:
     if piece <= 0 or outer * -(-run // piece) > MAX_SLICE_PIECES: return None
     return [((o * shape[ax] + a) * T + s, o * run + s, min(piece, run - s)) for o in range(outer) for s in range(0, run, piece)]
 
-def emit_copies(E, l, copies, yv, prev) -> list:
-    ("Copy (source Val, source byte offset, destination byte offset in `yv`, bytes) pieces through L1, two buffers of half of it: "
-     "each piece loaded, then stored (a slice or concat larger than L1).")
-    half, mine = E.l1 // 2 // 64 * 64, []
-    for i, (xv, so, do, n) in enumerate(copies):
-        if i >= 2: E.retire(mine[i - 2])            # the piece that used this buffer is stored before it is reused
-        off = (i % 2) * half
-        t0 = E.tok(f'{l.name}_in{i}')
-        E.line(f'{t0} = transfer.async(dst=region(ARENA, {off}, {n}), src=region({xv.buf}, {xv.at(so)}, {n}), '
-               f'deps=[{", ".join(t for t in prev if t in E.live)}])')
-        ts = E.tok(f'{l.name}_s{i}')
-        E.line(f'{ts} = store.async(dst=region({yv.buf}, {yv.at(do)}, {n}), src=region(ARENA, {off}, {n}), '
-               f'deps=[{t0}])')
-        E.arena = max(E.arena, off + n); mine.append([t0, ts])
-    return [t for ts in mine[-2:] for t in ts[1:]]
-
-def concat_pieces(shapes, ax, esize, l1) -> list | None:
-    ("The (input index, source byte offset, destination byte offset, bytes) copies of a concat of stored `shapes` along axis `ax` "
-     "through L1 in pieces of at most half of it; None when that takes more than `MAX_SLICE_PIECES` pieces.")
-    outer, T = int(np.prod(shapes[0][:ax])), int(np.prod(shapes[0][ax + 1:])) * esize
-    tot, piece, out, at = sum(s[ax] for s in shapes), l1 // 2 // 64 * 64, [], 0
-    for j, s in enumerate(shapes):
-        run = s[ax] * T
-        out += [(j, o * run + p, (o * tot + at) * T + p, min(piece, run - p)) for o in range(outer) for p in range(0, run, piece)]
-        at += s[ax]
-    return out if piece > 0 and len(out) <= MAX_SLICE_PIECES else None
-
 def _emit_slice(E, l, ctx, xv, yv, prev):
-    from nac_lab.lower.ops import nem_axis
+    from nac_lab.lower.ops import nem_axis, emit_copies
     ax = nem_axis(l.attrs['axis'], len(l.shape), xv.layout == 'NHWC')
     if l.attrs.get('step', 1) == 1 and -(-xv.nbytes // 64) * 64 + -(-yv.nbytes // 64) * 64 > E.l1:
         ps = slice_pieces(xv.shape, ax, l.attrs['start'], l.attrs['end'], ESIZE[xv.elem], E.l1)

@@ -9,8 +9,9 @@ from .layers import Layer, LowerError
 from .emit import register_emitters, ESIZE, emit_whole, fnum, qdesc, to_elem, _arena_region
 
 # %% auto #0
-__all__ = ['IMAGE_OPS', 'TORCH_OPS', 'POS4', 'MAX_CHUNKS', 'MASK_LOW', 'plan_layouts', 'nem_axis', 'nem_perm', 'transpose_blocks',
-           'island_rows', 'island_block', 'fuse_masks', 'matmul_blocks']
+__all__ = ['IMAGE_OPS', 'TORCH_OPS', 'POS4', 'MAX_CHUNKS', 'MAX_COPY_PIECES', 'MASK_LOW', 'plan_layouts', 'nem_axis', 'nem_perm',
+           'transpose_blocks', 'emit_copies', 'concat_pieces', 'island_rows', 'island_block', 'fuse_masks',
+           'matmul_blocks']
 
 # %% ../../nbs/69g_lower_ops.ipynb #c63ff3f6
 IMAGE_OPS = ('conv2d', 'maxpool', 'avgpool', 'bmul')                       # read and write NHWC
@@ -132,6 +133,35 @@ def _emit_transpose_blocks(E, l, xv, yv, sp, prev) -> list:
         E.arena = max(E.arena, off + per); stores += ts; mine.append([t0, tc] + ts)
     return [t for ts in mine[-sets:] for t in ts[2:]]
 
+MAX_COPY_PIECES = 256      # a concat larger than L1 is copied through it in at most this many contiguous pieces
+
+def emit_copies(E, l, copies, yv, prev) -> list:
+    ("Copy (source Val, source byte offset, destination byte offset in `yv`, bytes) pieces through L1, two buffers of half of it: "
+     "each piece loaded, then stored (a slice or concat larger than L1).")
+    half, mine = E.l1 // 2 // 64 * 64, []
+    for i, (xv, so, do, n) in enumerate(copies):
+        if i >= 2: E.retire(mine[i - 2])            # the piece that used this buffer is stored before it is reused
+        off = (i % 2) * half
+        t0 = E.tok(f'{l.name}_in{i}')
+        E.line(f'{t0} = transfer.async(dst=region(ARENA, {off}, {n}), src=region({xv.buf}, {xv.at(so)}, {n}), '
+               f'deps=[{", ".join(t for t in prev if t in E.live)}])')
+        ts = E.tok(f'{l.name}_s{i}')
+        E.line(f'{ts} = store.async(dst=region({yv.buf}, {yv.at(do)}, {n}), src=region(ARENA, {off}, {n}), '
+               f'deps=[{t0}])')
+        E.arena = max(E.arena, off + n); mine.append([t0, ts])
+    return [t for ts in mine[-2:] for t in ts[1:]]
+
+def concat_pieces(shapes, ax, esize, l1) -> list | None:
+    ("The (input index, source byte offset, destination byte offset, bytes) copies of a concat of stored `shapes` along axis `ax` "
+     "through L1 in pieces of at most half of it; None when that takes more than `MAX_COPY_PIECES` pieces.")
+    outer, T = int(np.prod(shapes[0][:ax])), int(np.prod(shapes[0][ax + 1:])) * esize
+    tot, piece, out, at = sum(s[ax] for s in shapes), l1 // 2 // 64 * 64, [], 0
+    for j, s in enumerate(shapes):
+        run = s[ax] * T
+        out += [(j, o * run + p, (o * tot + at) * T + p, min(piece, run - p)) for o in range(outer) for p in range(0, run, piece)]
+        at += s[ax]
+    return out if piece > 0 and len(out) <= MAX_COPY_PIECES else None
+
 def _emit_view(E, l, ctx, xv, yv, prev):
     if l.op in ('transpose', 'relayout'):
         perm = l.attrs['perm'] if l.op == 'transpose' else [0, 1, 2, 3]
@@ -142,7 +172,6 @@ def _emit_view(E, l, ctx, xv, yv, prev):
     if len({_nhwc(v) for v in ins}) > 1:
         raise LowerError(f'{l.name} (NAC instruction {l.nac}): concat of 4-D values stored in different layouts')
     if sum(-(-v.nbytes // 64) * 64 for v in ins + [yv]) > E.l1:             # larger than L1: copied through it in pieces
-        from .attn import concat_pieces, emit_copies
         ps = concat_pieces([v.shape for v in ins], nem_axis(l.attrs['axis'], len(l.shape), _nhwc(yv)), ESIZE[yv.elem], E.l1)
         if ps is not None and len({v.elem for v in ins + [yv]}) == 1 and (ctx.elem != 'i8' or len({v.q for v in ins + [yv]}) == 1):
             return emit_copies(E, l, [(ins[j], so, do, n) for j, so, do, n in ps], yv, prev)
