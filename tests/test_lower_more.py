@@ -30,6 +30,11 @@ def _win(x):
     w = torch.roll(w, (1, -1), (1, 2))
     return w.view(1, 2, 2, 2, 2, 6).permute(0, 1, 3, 2, 4, 5).reshape(1, 4, 4, 6)
 
+def _ein(q):
+    "MaxViT's two einsums: scores q·kᵀ per head, then the weighted sum of values."
+    a = torch.einsum('b h i d, b h j d -> b h i j', q, q * 0.5)
+    return torch.einsum('b h i j, b h j d -> b h i d', torch.softmax(a, -1), q)
+
 CASES = {                                           # name: (f, input shape)
     'mean_tokens': (lambda y: y.mean(1), (1, 5, 6)),
     'mean_two_axes': (lambda y: y.mean((1, 2), keepdim=True), (1, 3, 4, 6)),
@@ -47,6 +52,10 @@ CASES = {                                           # name: (f, input shape)
     'expand_wide': (lambda y: y[:, :1].expand(1, 20, 6) * y.mean(1, keepdim=True).expand(1, 20, 6), (1, 5, 6)),
     'sdpa_query_blocks': (lambda y: F.scaled_dot_product_attention(y, y * 0.5, y, is_causal=True), (1, 2, 240, 6)),
     'sum_axis': (lambda y: y.sum(1) + y.sum(-1).sum(-1, keepdim=True), (1, 5, 6)),
+    'einsum_attention': (lambda y: _ein(y.reshape(1, 5, 2, 3).permute(0, 2, 1, 3)), (1, 5, 6)),
+    'bilinear_x2': (lambda y: F.interpolate(y, scale_factor=2, mode='bilinear'), (1, 3, 4, 6)),
+    'bilinear_size_corners': (lambda y: F.interpolate(y, size=(7, 5), mode='bilinear', align_corners=True), (1, 3, 4, 6)),
+    'einsum_permuted_out': (lambda y: torch.einsum('bij,bkj->kbi', y, y * 0.5), (1, 5, 6)),
 }
 
 def _model(name, seed=0):
@@ -114,3 +123,33 @@ def test_large_attention_is_split_into_query_blocks():
     g = import_nac(m, np.zeros(shape, np.float32))
     assert [l.op for l in g.layers].count('softmax') == 2 and [l.shape for l in g.layers if l.op == 'softmax'] == [(1, 2, 183, 240),
                                                                                                                    (1, 2, 57, 240)]
+
+def test_attention_blocks_follow_the_l1_size(tmp_path):
+    from nac_lab.lower.graph import import_nac
+    from nac_lab.lower.attn import attn_block_bytes, attn_rows
+    from test_lower_tiling import small_device
+    # 3/8 of L1: 393216 for 1 MiB; a halved L1 (512 KiB) gives 196608: (196608 - 23040) // 2016 = 86 rows per block
+    assert attn_block_bytes(1 << 20) == 393216 and attn_block_bytes(1 << 19) == 196608
+    assert attn_rows(2, 240, 240, 6, 6, attn_block_bytes(1 << 19)) == 86
+    m, shape = _model('sdpa_query_blocks')
+    g = import_nac(m, np.zeros(shape, np.float32), l1=1 << 19)
+    assert [l.shape for l in g.layers if l.op == 'softmax'] == [(1, 2, 86, 240), (1, 2, 86, 240), (1, 2, 68, 240)]
+    dev = small_device(tmp_path, 1 << 19)
+    rng = np.random.default_rng(3)
+    xs = [rng.standard_normal(shape).astype(np.float32) for _ in range(3)]
+    low = lower(m, dev, mode='int8', calib=xs)
+    assert not low.check().errors and [l.op for l in low.graph.layers].count('softmax') == 3
+    raw = low.run_raw(*low.quantize_inputs(xs[0]).values())
+    ref = reference_int8(low.graph, low.qp, low.ql, low.qp[next(iter(low.graph.inputs))].quantize(xs[0]))
+    for o in low.graph.outputs: np.testing.assert_array_equal(raw[o], ref[o])
+
+def test_bilinear_matrix_by_hand():
+    from nac_lab.lower.more import bilinear_matrix
+    # 2 -> 4, half pixels: src = (i + 0.5) / 2 - 0.5 = -0.25 (clamped to 0), 0.25, 0.75, 1.25 (the last input repeated)
+    np.testing.assert_allclose(bilinear_matrix(2, 4, False), [[1, 0], [0.75, 0.25], [0.25, 0.75], [0, 1]])
+    # 3 -> 5 with corners aligned: src = i * 2 / 4 = 0, 0.5, 1, 1.5, 2
+    np.testing.assert_allclose(bilinear_matrix(3, 5, True), [[1, 0, 0], [0.5, 0.5, 0], [0, 1, 0], [0, 0.5, 0.5], [0, 0, 1]])
+    x = torch.arange(6.0).reshape(1, 1, 2, 3)
+    for ac in (False, True):
+        y = F.interpolate(x, size=(5, 4), mode='bilinear', align_corners=ac)[0, 0].numpy()
+        np.testing.assert_allclose(bilinear_matrix(2, 5, ac) @ x[0, 0].numpy() @ bilinear_matrix(3, 4, ac).T, y, atol=1e-6)

@@ -38,7 +38,7 @@ def test_registration_refuses_a_second_emitter_and_unknown_ops():
 def test_lower_runs_the_validity_check(monkeypatch):
     import nac_lab.lower.api as api
     bad = LayerGraph({'x': (1, 4)}, [Layer('a', 'add', ['x', 'nowhere'], shape=(1, 4), nac=3)], ['a'])
-    monkeypatch.setattr(api, 'import_nac', lambda m, *ex: bad)
+    monkeypatch.setattr(api, 'import_nac', lambda m, *ex, **kw: bad)
     monkeypatch.setattr(api, 'signature_example', lambda m, b: (np.zeros((1, 4), np.float32),))
     import nac_lab.nac.runtime.run as run
     monkeypatch.setattr(run, 'load', lambda p: object())

@@ -184,7 +184,7 @@ def lower(model, device, *, mode=None, calib=None, example=None, tiling='search'
     ex = example if example is not None else (samples[0] if samples else None)
     if ex is None: ex = signature_example(m, batch)       # a LowerError asking for an example when the signature leaves a dim open
     ex = tuple(ex) if isinstance(ex, (tuple, list)) else (ex,)
-    g = check_layers(import_nac(m, *ex))        # the validity check before anything reads the graph (lower.layers)
+    g = check_layers(import_nac(m, *ex, l1=dev.l1))     # the validity check before anything reads the graph (lower.layers)
     stage('calibrate')
     qp = ql = None
     if mode == 'int8':

@@ -8,10 +8,11 @@ import math
 from dataclasses import dataclass
 import numpy as np
 from .layers import Layer, LowerError
-from .emit import register_emitters, Val, emit_whole, to_elem
+from .emit import register_emitters, Val, emit_whole, to_elem, ESIZE
 
 # %% auto #0
-__all__ = ['ATTN_BLOCK_BYTES', 'ATTN_MAX_BLOCKS', 'MORE', 'Parts', 'ImportCtx', 'attn_rows', 'import_more']
+__all__ = ['ATTN_BLOCK_BYTES', 'ATTN_MAX_BLOCKS', 'MORE', 'MAX_SLICE_PIECES', 'Parts', 'ImportCtx', 'attn_block_bytes',
+           'attn_rows', 'import_more', 'slice_pieces']
 
 # %% ../../nbs/69h_lower_attn.ipynb #b4d490bf
 @dataclass
@@ -26,8 +27,8 @@ class Parts:
 # %% ../../nbs/69h_lower_attn.ipynb #54b3efe4
 class ImportCtx:
     "What a rewrite may read for one NAC instruction: bound arguments, value names so far, example values, constants made."
-    def __init__(s, step, a, names, vals, it, consts):
-        s.step, s.a, s.names, s.vals, s.it, s.consts = step, a, names, vals, it, consts
+    def __init__(s, step, a, names, vals, it, consts, l1=None):
+        s.step, s.a, s.names, s.vals, s.it, s.consts, s.l1 = step, a, names, vals, it, consts, l1
         s.where = f'instruction {step.index} ({step.name})'
         s.lname = f'L{step.index}_{step.name.split(".")[-1]}'
         v = vals[step.index]
@@ -146,7 +147,7 @@ def _sdpa(c):
         m = c.P('attn_mask'); m = np.where(m.astype(bool), 0.0, -np.inf) if m.dtype == bool else m
     elif c.kind('attn_mask') != 'const': raise c.err('sdpa with a computed attention mask is not lowered')
     if m is not None: m = np.broadcast_to(np.asarray(m, np.float32), att)
-    S = qs[-2]; rows = attn_rows(math.prod(qs[:-2]), S, ks[-2], qs[-1], vs[-1])
+    S = qs[-2]; rows = attn_rows(math.prod(qs[:-2]), S, ks[-2], qs[-1], vs[-1], attn_block_bytes(c.l1))
     if rows >= S: return out + _attend(c, q, kt.name, v, att, scale, m, '', c.shape), c.lname
     parts = []
     for b, a in enumerate(range(0, S, rows)):
@@ -156,14 +157,19 @@ def _sdpa(c):
         parts.append(out[-1].name)
     return out + [_L(c, '', 'concat', parts, c.shape, attrs=dict(axis=len(qs) - 2))], c.lname
 
-ATTN_BLOCK_BYTES = 384 * 1024    # f32 bytes of q, kᵀ, v and the scores of one query block: larger attention is split into blocks
+def attn_block_bytes(l1:int|None=None) -> int:
+    ("The f32 bytes of q, kᵀ, v and the scores one query block may take: 3/8 of the device's L1 (`l1` bytes; None: 1 MiB, npm_pro's), "
+     "so that the block's matmuls and its softmax island fit with room for their outputs and a second buffer.")
+    return (1 << 20 if l1 is None else int(l1)) * 3 // 8
+
+ATTN_BLOCK_BYTES = attn_block_bytes()    # 384 KiB: the budget when the device is not known (a 1 MiB L1)
 ATTN_MAX_BLOCKS = 16
 
-def attn_rows(nb, S, T, D, Dv) -> int:
+def attn_rows(nb, S, T, D, Dv, budget:int=ATTN_BLOCK_BYTES) -> int:
     "Query rows per block of an attention of `nb` heads, `S` queries, `T` keys, head sizes `D`/`Dv` (`S`: one block)."
     fixed, per_row = 4 * nb * T * (D + Dv), 4 * nb * (D + T + Dv)
-    if fixed + per_row * S <= ATTN_BLOCK_BYTES: return S
-    return max(-(-S // ATTN_MAX_BLOCKS), (ATTN_BLOCK_BYTES - fixed) // per_row)
+    if fixed + per_row * S <= budget: return S
+    return max(-(-S // ATTN_MAX_BLOCKS), (budget - fixed) // per_row)
 
 def _attend(c, q, kt, v, att, scale, m, sfx, oshape) -> list:
     "q·kᵀ, scale, + mask (when `m`), softmax, ·v for one block of queries; the last layer is named `c.lname + sfx`."
@@ -321,10 +327,10 @@ MORE = {'nac.split': _split, 'nac.split_with_sizes': _split, 'nac.unbind': _spli
         'nac.mul': _binary, 'nac.matmul': _matmul, 'nac.pow': _pow, 'nac.mean': _mean, 'nac.rsqrt': _rsqrt, 'nac.neg': _neg,
         'nac.cat': _cat, 'nac.expand': _expand, 'nac.where': _where, 'aten.baddbmm.default': _baddbmm}
 
-def import_more(step, a, names, vals, it, consts):
+def import_more(step, a, names, vals, it, consts, l1=None):
     "Layers and the value (a name or `Parts`) for NAC instruction `step` when it is one of `MORE`'s, else None (`lower.graph` maps it)."
     f = MORE.get(step.name)
-    return None if f is None else f(ImportCtx(step, a, names, vals, it, consts))
+    return None if f is None else f(ImportCtx(step, a, names, vals, it, consts, l1))
 
 # %% ../../nbs/69h_lower_attn.ipynb #5b72ad07
 def _emit_const(E, l, ctx, xv, yv, prev):
@@ -345,9 +351,23 @@ def _emit_gather(E, l, ctx, xv, yv, prev):
     return emit_whole(E, l, 'gather', [Val(c[0], T.shape, ctx.elem, q), xv], [], yv, 'axis=0',
                       prev + [c[1]] * (c[1] is not None), ctx.elem)[0]      # a table left in DDR has no load token
 
+MAX_SLICE_PIECES = 256     # a slice larger than L1 is copied through it in at most this many contiguous pieces
+
+def slice_pieces(shape, ax, a, b, esize, l1) -> list | None:
+    ("The (source byte offset, destination byte offset, bytes) copies of a step-1 slice [a, b) along stored axis `ax` of `shape` "
+     "through L1 in pieces of at most half of `l1` (two buffers, 64-aligned): one contiguous run per index of the axes before `ax`; "
+     "None when that takes more than `MAX_SLICE_PIECES` pieces.")
+    outer, T = int(np.prod(shape[:ax])), int(np.prod(shape[ax + 1:])) * esize
+    run, piece = (b - a) * T, l1 // 2 // 64 * 64
+    if piece <= 0 or outer * -(-run // piece) > MAX_SLICE_PIECES: return None
+    return [((o * shape[ax] + a) * T + s, o * run + s, min(piece, run - s)) for o in range(outer) for s in range(0, run, piece)]
+
 def _emit_slice(E, l, ctx, xv, yv, prev):
-    from nac_lab.lower.ops import nem_axis
+    from nac_lab.lower.ops import nem_axis, emit_copies
     ax = nem_axis(l.attrs['axis'], len(l.shape), xv.layout == 'NHWC')
+    if l.attrs.get('step', 1) == 1 and -(-xv.nbytes // 64) * 64 + -(-yv.nbytes // 64) * 64 > E.l1:
+        ps = slice_pieces(xv.shape, ax, l.attrs['start'], l.attrs['end'], ESIZE[xv.elem], E.l1)
+        if ps is not None: return emit_copies(E, l, [(xv,) + p for p in ps], yv, prev)
     return emit_whole(E, l, 'slice', [xv], [], yv, f'starts=[{l.attrs["start"]}] ends=[{l.attrs["end"]}] axes=[{ax}] '
                       f'steps=[{l.attrs.get("step", 1)}]', prev,
                       ctx.elem)[0]

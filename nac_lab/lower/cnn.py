@@ -84,6 +84,7 @@ def _pad(c):
     if mode not in _PAD_MODES: raise c.err(f'pad mode {mode!r} is not lowered (NEM pad: constant, reflect, replicate)')
     b, e = torch_pads(c.C('pad'), len(c.S('self')))
     if min(b + e) < 0: raise c.err(f'pad with negative amounts {list(c.C("pad"))} (a crop) is not lowered')
+    if not any(b + e): return [], c.A('self')                      # a pad of nothing (Swin at a multiple of its window)
     v = c.C('value')
     return [_L(c, '', 'pad', [c.A('self')], c.shape, attrs=dict(begins=b, ends=e, mode=_PAD_MODES[mode],
                                                                value=float(v or 0.0)))], c.lname

@@ -504,7 +504,7 @@ def emit_program(g, E, mode, qp=None, ql=None, tilings=None, probe=False, prefet
     alias, last = {}, {}
     for i, l in enumerate(g.layers):
         for n in l.inputs + ([l.cascade['src']] if getattr(l, 'cascade', None) else []): last[alias.get(n, n)] = i
-        if l.op == 'reshape': alias[l.name] = alias.get(l.inputs[0], l.inputs[0])
+        if l.op == 'reshape' or l.attrs.get('view'): alias[l.name] = alias.get(l.inputs[0], l.inputs[0])
     for n in g.outputs: last[alias.get(n, n)] = len(g.layers)
     for n, shp in g.inputs.items():
         v = _l2(E, n, shp, 'i32', None) if n in (getattr(g, 'ints', None) or ()) else _l2(E, n, shp, elem, Q(n)); vals[n] = v
@@ -529,11 +529,11 @@ def emit_program(g, E, mode, qp=None, ql=None, tilings=None, probe=False, prefet
         cs = getattr(l, 'cascade', None)              # a cascade (`lower.cascade`) reads the expand layer's input
         if cs and cs['src'] not in vals: cs = None    # a layer timed alone (`lower.tile.layer_program`): emitted by itself
         xv = vals[cs['src'] if cs else l.inputs[0]] if l.inputs else None
-        if l.op in VIEW_OPS:
+        if l.op in VIEW_OPS or l.attrs.get('view'):       # a transpose marked 'view' (lower.ops.plan_layouts): same bytes
             src = g.inputs.get(l.inputs[0]) or g.layer(l.inputs[0]).shape
             h = stored_nhwc(g, l.name, l.shape)
             v = Val(xv.buf, nem_shape(l.shape, h), elem, xv.q, xv.base, len(l.shape) == 4 and not h)
-            if len(src) == 4 and src[2] * src[3] > 1 and src[1] > 1 and stored_nhwc(g, l.inputs[0], src):
+            if l.op in VIEW_OPS and len(src) == 4 and src[2] * src[3] > 1 and src[1] > 1 and stored_nhwc(g, l.inputs[0], src):
                 if len(l.shape) != 2: raise LowerError(f'{l.name} (NAC instruction {l.nac}): reshape of an NCHW tensor to {list(l.shape)} '
                                                        f'needs a transpose first; not lowered')
                 flat[l.name] = src                  # bytes are in NHWC order: a following linear permutes its weights

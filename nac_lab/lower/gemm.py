@@ -61,11 +61,15 @@ def gemm_candidates(M, K, N, elem, l1, keep=3) -> list:
     ("The `GemmTiling`s considered for an M x K x N linear layer that fit `l1` bytes: for each row block (see `tile_sizes`, at most 4 "
      "blocks) and slot count, the `keep` widest column tiles that fit (column tiles of `ceil(N/d)` for every d and the multiples of "
      "16, down to 16 columns).")
-    out = []
-    for tm in tile_sizes(M, 1, 4):
-        for s in (1, 2):
-            fit = [tn for tn in tile_sizes(N, min(N, 16)) if (s == 1 or tn < N) and gemm_layout(M, K, N, tm, tn, s, elem)['end'] <= l1]
-            out += [GemmTiling(tm, tn, s, gemm_layout(M, K, N, tm, tn, s, elem)['end']) for tn in fit[:keep]]
+    out, most = [], 4
+    while not out:             # no row block of M/4 fits (many rows, e.g. Swin's 3136 tokens): 4 times as many blocks, the 4 tallest
+        for tm in tile_sizes(M, 1, most):
+            for s in (1, 2):
+                fit = [tn for tn in tile_sizes(N, min(N, 16)) if (s == 1 or tn < N) and gemm_layout(M, K, N, tm, tn, s, elem)['end'] <= l1]
+                out += [GemmTiling(tm, tn, s, gemm_layout(M, K, N, tm, tn, s, elem)['end']) for tn in fit[:keep]]
+            if most > 4 and len({t.tm for t in out}) >= 4: break
+        if most >= M: break
+        most = min(M, most * 4)
     return out
 
 # %% ../../nbs/69f_lower_gemm.ipynb #17ee53ba

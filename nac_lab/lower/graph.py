@@ -43,8 +43,9 @@ _SCALAR = object()          # the value of an instruction that computes a scalar
 def _np(t): return t.detach().to(torch.float32).cpu().numpy() if isinstance(t, torch.Tensor) else np.asarray(t, np.float32)
 
 # %% ../../nbs/66_lower_import.ipynb #d317cfc2
-def import_nac(model, *example) -> LayerGraph:
-    "The layer graph of NAC model `model` (path, `NacFile` or `NacModel`), shapes from its typed graph for `example` inputs."
+def import_nac(model, *example, l1:int|None=None) -> LayerGraph:
+    ("The layer graph of NAC model `model` (path, `NacFile` or `NacModel`), shapes from its typed graph for `example` inputs; "
+     "`l1`: the device's L1 bytes (the size of attention's query blocks, `lower.attn.attn_block_bytes`).")
     from nac_lab.nac.runtime.run import NacModel, load
     from nac_lab.nac.format import NacFile
     from nac_lab.nac.format.graph import NacGraph, TensorType, ScalarType
@@ -76,7 +77,7 @@ def import_nac(model, *example) -> LayerGraph:
         a = _args(s)
         if isinstance(vals[s.index], ScalarType):            # a size (symbolic batch): the example fixed it; views read their shapes
             names[s.index] = _SCALAR; continue
-        r = import_more(s, a, names, vals, it, consts)         # the ops of lower.attn (transformers)
+        r = import_more(s, a, names, vals, it, consts, l1)         # the ops of lower.attn (transformers)
         if r is not None: g.layers += r[0]; names[s.index] = r[1]; continue
         shape = tuple(vals[s.index].shape) if isinstance(vals[s.index], TensorType) else None
         if shape is None:

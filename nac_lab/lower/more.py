@@ -11,7 +11,8 @@ from .attn import MORE, _L, _binary as _attn_binary, _scalar
 from .cnn import CNN_OPS, _x
 
 # %% auto #0
-__all__ = ['MAX_CONCAT', 'MAX_RANK', 'MORE_OPS', 'reduce_last', 'widen', 'merged_perm', 'axis_moves', 'merge_views']
+__all__ = ['MAX_CONCAT', 'MAX_RANK', 'MORE_OPS', 'reduce_last', 'widen', 'merged_perm', 'axis_moves', 'merge_views',
+           'bilinear_matrix']
 
 # %% ../../nbs/69k_lower_more.ipynb #ff185a59
 def _dims(c, k, rank) -> list:
@@ -242,7 +243,71 @@ def merge_views(g:LayerGraph) -> LayerGraph:
     return g
 
 # %% ../../nbs/69k_lower_more.ipynb #820b9df2
-MORE_OPS = {'nac.mean': _mean, 'nac.sum': _sum, 'aten.linalg_vector_norm.default': _vector_norm, 'nac.linalg_vector_norm': _vector_norm,
+def _einsum(c):
+    ("einsum of two computed tensors as one batched matmul: each operand permuted to [batch, free, contracted] / [batch, contracted, "
+     "free] and viewed as 3-D, the product viewed back and permuted to the output's order.")
+    eq, ts = c.C('equation'), c.a.get('tensors', ('const', None))
+    if not isinstance(eq, str) or ts[0] != 'list' or len(ts[1]) != 2 or any(r[0] != 'ref' or not isinstance(c.names.get(r[1]), str)
+                                                                           for r in ts[1]):
+        raise c.err('einsum is lowered for two computed tensors only')
+    eq = eq.replace(' ', '')
+    if '...' in eq or '->' not in eq or eq.count(',') != 1: raise c.err(f'einsum {eq!r}: only explicit two-operand equations are lowered')
+    lhs, out = eq.split('->'); sa, sb = lhs.split(',')
+    xs, shs = [c.names[r[1]] for r in ts[1]], [tuple(c.vals[r[1]].shape) for r in ts[1]]
+    if any(len(set(s)) != len(s) for s in (sa, sb, out)) or (len(sa), len(sb)) != tuple(map(len, shs)):
+        raise c.err(f'einsum {eq!r}: a repeated index (a diagonal) or a rank mismatch is not lowered')
+    size = {k: d for s, sh in ((sa, shs[0]), (sb, shs[1])) for k, d in zip(s, sh)}
+    bt = [k for k in out if k in sa and k in sb]; con = [k for k in sa if k in sb and k not in out]
+    fa, fb = [k for k in sa if k not in sb], [k for k in sb if k not in sa]
+    if set(out) != set(bt + fa + fb) or any(size[k] != d for s, sh in ((sa, shs[0]), (sb, shs[1])) for k, d in zip(s, sh)):
+        raise c.err(f'einsum {eq!r}: an index summed in one operand only, or sizes that differ, is not lowered')
+    P = lambda ks: math.prod(size[k] for k in ks)
+    ls = []
+    def view(x, s, order, shape3, sfx):
+        "Operand `x` (indices `s`) permuted to `order`, then viewed as `shape3`."
+        perm = [s.index(k) for k in order]
+        if perm != list(range(len(s))):
+            ls.append(_L(c, sfx + 't', 'transpose', [x], tuple(size[k] for k in order), attrs=dict(perm=perm))); x = ls[-1].name
+        if tuple(size[k] for k in order) != tuple(shape3): ls.append(_L(c, sfx + 'v', 'reshape', [x], shape3)); x = ls[-1].name
+        return x
+    a = view(xs[0], sa, bt + fa + con, (P(bt), P(fa), P(con)), '_a')
+    b = view(xs[1], sb, bt + con + fb, (P(bt), P(con), P(fb)), '_b')
+    ls.append(_L(c, '_mm', 'matmul', [a, b], (P(bt), P(fa), P(fb)))); y = ls[-1].name
+    mid = bt + fa + fb
+    if tuple(size[k] for k in mid) != (P(bt), P(fa), P(fb)):
+        ls.append(_L(c, '_y', 'reshape', [y], tuple(size[k] for k in mid))); y = ls[-1].name
+    perm = [mid.index(k) for k in out]
+    if perm != list(range(len(out))): ls.append(_L(c, '_o', 'transpose', [y], c.shape, attrs=dict(perm=perm)))
+    return _finish(c, ls, ls[-1].name, ls[-1].shape)
+
+def bilinear_matrix(n_in:int, n_out:int, align_corners:bool, scale:float|None=None) -> np.ndarray:
+    ("The [n_out, n_in] weights of PyTorch's bilinear resampling along one axis (each row: 1 - λ at floor(src), λ at the next input, "
+     "src = i·(n_in - 1)/(n_out - 1) with align_corners, else (i + 0.5)/s - 0.5 clamped at 0, s the given scale factor or "
+     "n_out/n_in).")
+    if align_corners: r = (n_in - 1) / (n_out - 1) if n_out > 1 else 0.0
+    else: r = 1.0 / scale if scale else n_in / n_out
+    w = np.zeros((n_out, n_in), np.float64)
+    for i in range(n_out):
+        src = r * i if align_corners else max(r * (i + 0.5) - 0.5, 0.0)
+        i0 = min(int(src), n_in - 1); i1 = min(i0 + 1, n_in - 1); lam = src - i0
+        w[i, i0] += 1 - lam; w[i, i1] += lam
+    return w.astype(np.float32)
+
+def _upsample_bilinear(c):
+    "upsample_bilinear2d: a linear with a constant interpolation matrix along W, then along H (between two transposes)."
+    k = 'input' if 'input' in c.a else 'self'
+    x, (N, C, H, W) = c.A(k), c.S(k); Ho, Wo = c.shape[2:]
+    sf = c.C('scale_factors') or [None, None]; ac = bool(c.C('align_corners'))
+    aw, ah = bilinear_matrix(W, Wo, ac, sf[1]), bilinear_matrix(H, Ho, ac, sf[0])
+    n, sw = c.lname, [0, 1, 3, 2]
+    return [_L(c, '_w', 'linear', [x], (N, C, H, Wo), params=dict(w=aw)),
+            _L(c, '_t', 'transpose', [n + '_w'], (N, C, Wo, H), attrs=dict(perm=sw)),
+            _L(c, '_h', 'linear', [n + '_t'], (N, C, Wo, Ho), params=dict(w=ah)),
+            _L(c, '', 'transpose', [n + '_h'], c.shape, attrs=dict(perm=sw))], n
+
+MORE_OPS = {'aten.einsum.default': _einsum, 'nac.einsum': _einsum, 'nac.upsample_bilinear2d': _upsample_bilinear,
+            'aten.upsample_bilinear2d.vec': _upsample_bilinear,
+            'nac.mean': _mean, 'nac.sum': _sum, 'aten.linalg_vector_norm.default': _vector_norm, 'nac.linalg_vector_norm': _vector_norm,
             'nac.leaky_relu': _leaky_relu, 'nac.add': _binary, 'nac.sub': _binary, 'nac.mul': _binary, 'nac.div': _binary,
             'aten.addcmul.default': _addcmul, 'nac.addcmul': _addcmul, 'nac.roll': _roll, 'nac.expand': _expand,
             **{k: CNN_OPS['nac.clamp'] for k in ('aten.clamp_min.default', 'aten.clamp_max.default', 'nac.clamp_min', 'nac.clamp_max')}}

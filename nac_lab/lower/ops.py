@@ -9,15 +9,18 @@ from .layers import Layer, LowerError
 from .emit import register_emitters, ESIZE, emit_whole, fnum, qdesc, to_elem, _arena_region
 
 # %% auto #0
-__all__ = ['IMAGE_OPS', 'TORCH_OPS', 'POS4', 'plan_layouts', 'nem_axis', 'nem_perm', 'fuse_masks']
+__all__ = ['IMAGE_OPS', 'TORCH_OPS', 'POS4', 'MAX_CHUNKS', 'MAX_COPY_PIECES', 'MASK_LOW', 'plan_layouts', 'nem_axis', 'nem_perm',
+           'transpose_blocks', 'emit_copies', 'concat_pieces', 'island_rows', 'island_block', 'fuse_masks',
+           'matmul_blocks']
 
 # %% ../../nbs/69g_lower_ops.ipynb #c63ff3f6
 IMAGE_OPS = ('conv2d', 'maxpool', 'avgpool', 'bmul')                       # read and write NHWC
 TORCH_OPS = ('matmul', 'layernorm', 'rmsnorm', 'linear')                    # read and write PyTorch order
 
-def _flat_ok(src, out_rank) -> bool:
-    "A reshape of an NHWC value of PyTorch shape `src` that may read it in place (a flatten to 2-D, or no byte moves)."
-    return out_rank == 2 or src[1] == 1 or src[2] * src[3] == 1
+def _flat_ok(src, out_rank, to_linear=True) -> bool:
+    ("A reshape of an NHWC value of PyTorch shape `src` that may read it in place (a flatten to 2-D read only by linears, which "
+     "permute their weights to match, or no byte moves).")
+    return out_rank == 2 and to_linear or src[1] == 1 or src[2] * src[3] == 1
 
 # %% ../../nbs/69g_lower_ops.ipynb #18dcd7f3
 def plan_layouts(g):
@@ -25,7 +28,10 @@ def plan_layouts(g):
      "returns `g`.")
     shape = dict(g.inputs) | {l.name: tuple(l.shape) for l in g.layers}
     nhwc = {n for n, s in g.inputs.items() if len(s) == 4 and any(n in l.inputs and l.op in IMAGE_OPS for l in g.layers)}
-    made, out = {}, []
+    made, out, readers = {}, [], {}
+    for l in g.layers:
+        for n in l.inputs: readers.setdefault(n, []).append(l.op)
+    to_linear = lambda n: n not in g.outputs and bool(readers.get(n)) and all(o == 'linear' for o in readers[n])
     def want(n, h, l):
         "Value `n` as layer `l` wants it (`h`: NHWC), through a relayout when it is stored the other way."
         if len(shape[n]) != 4 or (n in nhwc) == h: return n
@@ -39,10 +45,13 @@ def plan_layouts(g):
         four = [n for n in l.inputs if len(shape[n]) == 4]
         if l.op in IMAGE_OPS: h = True
         elif l.op in TORCH_OPS: h = False
-        elif l.op == 'reshape': h = four[0] in nhwc if four and _flat_ok(shape[four[0]], len(l.shape)) else False
+        elif l.op == 'reshape': h = four[0] in nhwc if four and _flat_ok(shape[four[0]], len(l.shape), to_linear(l.name)) else False
         elif l.op == 'transpose': h = four[0] in nhwc if four else False
         else: h = four[0] in nhwc if four else False
         l.inputs = [want(n, h, l) for n in l.inputs]
+        if l.op == 'transpose' and len(l.shape) == 4 and four and four[0] in nhwc and \
+                nem_perm(l.attrs['perm'], True, False) == [0, 1, 2, 3]:
+            l.attrs['view'] = True          # NHWC bytes read as PyTorch order (e.g. permute(0, 2, 3, 1)): a view, no NEM task
         out.append(l)
         if len(l.shape) == 4 and (l.op in IMAGE_OPS or (h and l.op not in ('reshape', 'transpose'))): nhwc.add(l.name)
     g.layers, g.nhwc = out, nhwc
@@ -71,78 +80,300 @@ def _torch_order(l, v, what):
     if _nhwc(v): raise LowerError(f'{l.name} (NAC instruction {l.nac}): {what} of a 4-D value stored NHWC is not lowered '
                                   '(run lower.ops.plan_layouts on the graph: it stores such values in PyTorch order)')
 
+_LAY = {1: 'C', 2: 'MN', 3: 'NHW', 4: 'NCHW'}
+
+MAX_CHUNKS = 16        # a blocked transpose stores each block as at most this many contiguous pieces
+
+def transpose_blocks(shape, sp, esize, l1) -> tuple | None:
+    ("(rows, block rows, sets, merged shape, merged permutation, pieces) of a stored transpose `sp` of `shape` split along its first "
+     "input axis (size-1 axes dropped, leading axes it keeps in place merged into one): each block of rows is one contiguous range "
+     "of the input, and `pieces` contiguous ranges of the output (the product of the output axes before the split axis, at most "
+     "`MAX_CHUNKS`); None when that product is larger or one row does not fit `l1` twice.")
+    keep = [i for i in range(len(shape)) if shape[i] > 1]
+    sh, pm = [shape[i] for i in keep], [keep.index(a) for a in sp if shape[a] > 1]
+    p = 0
+    while p < len(pm) and pm[p] == p: p += 1
+    if p == len(pm): return None
+    if p > 1: sh, pm = [int(np.prod(sh[:p]))] + sh[p:], [0] + [a - p + 1 for a in pm[p:]]
+    k = pm.index(0); pieces = int(np.prod([sh[a] for a in pm[:k]]))
+    if pieces > MAX_CHUNKS or len(sh) < 2: return None
+    rows, inner = sh[0], int(np.prod(sh[1:])) * esize
+    r64 = lambda n: -(-n // 64) * 64
+    for sets in (2, 1):
+        n = min(rows, (l1 // (2 * sets)) // 64 * 64 // inner)
+        while n > 0 and 2 * sets * r64(n * inner) > l1: n -= 1
+        if n: return rows, n, sets, sh, pm, pieces
+    return None
+
+def _emit_transpose_blocks(E, l, xv, yv, sp, prev) -> list:
+    "A transpose too large for L1 whole: blocks of rows of its first input axis (see `transpose_blocks`)."
+    e = ESIZE[xv.elem]; tb = transpose_blocks(list(xv.shape), sp, e, E.l1)
+    if tb is None: raise LowerError(f'{l.name} (NAC instruction {l.nac}): transpose {sp} of {list(xv.shape)} needs '
+                                    f'{2 * -(-xv.nbytes // 64) * 64} bytes of L1, the device has {E.l1}, and no split along its first '
+                                    f'axis stores at most {MAX_CHUNKS} contiguous pieces per block')
+    rows, n, sets, sh, pm, pieces = tb; inner = int(np.prod(sh[1:])); per = 2 * (-(-n * inner * e // 64) * 64)
+    k = pm.index(0); T = int(np.prod([sh[a] for a in pm[k + 1:]]))          # elements after the split axis in the output
+    q = qdesc(xv.q) if xv.q else None; stores, mine = [], []
+    for i, r0 in enumerate(range(0, rows, n)):
+        r1 = min(rows, r0 + n); b = r1 - r0; off = (i % sets) * per
+        if i >= sets: E.retire(mine[i - sets])       # the block that used these regions is stored before they are reused
+        ish = [b] + sh[1:]; osh = [ish[a] for a in pm]
+        xr = f'{l.name}_x{i}'; E.line(f'{xr} = {_arena_region(E, off, ish, xv.elem, q, _LAY.get(len(ish)))}')
+        t0 = E.tok(f'{l.name}_in{i}'); E.line(f'{t0} = transfer.async(dst={xr}, src=region({xv.buf}, {xv.at(r0 * inner * e)}, '
+                                              f'{b * inner * e}), deps=[{", ".join(t for t in prev if t in E.live)}])')
+        yo = off + per // 2
+        yr = f'{l.name}_y{i}'; E.line(f'{yr} = {_arena_region(E, yo, osh, yv.elem, q, _LAY.get(len(osh)))}')
+        tc = E.tok(f'{l.name}_transpose{i}')
+        E.line(f'{tc} = transpose.async in {xr} out {yr} perm=[{", ".join(map(str, pm))}] deps=[{t0}]')
+        ts = []
+        for o in range(pieces):                      # piece o: rows r0..r1 of output slab o
+            t = E.tok(f'{l.name}_s{i}' + (f'_{o}' if pieces > 1 else '')); ts.append(t)
+            E.line(f'{t} = store.async(dst=region({yv.buf}, {yv.at((o * rows + r0) * T * e)}, {b * T * e}), '
+                   f'src=region(ARENA, {yo + o * b * T * e}, {b * T * e}), deps=[{tc}])')
+        E.arena = max(E.arena, off + per); stores += ts; mine.append([t0, tc] + ts)
+    return [t for ts in mine[-sets:] for t in ts[2:]]
+
+MAX_COPY_PIECES = 256      # a concat larger than L1 is copied through it in at most this many contiguous pieces
+
+def emit_copies(E, l, copies, yv, prev) -> list:
+    ("Copy (source Val, source byte offset, destination byte offset in `yv`, bytes) pieces through L1, two buffers of half of it: "
+     "each piece loaded, then stored (a slice or concat larger than L1).")
+    half, mine = E.l1 // 2 // 64 * 64, []
+    for i, (xv, so, do, n) in enumerate(copies):
+        if i >= 2: E.retire(mine[i - 2])            # the piece that used this buffer is stored before it is reused
+        off = (i % 2) * half
+        t0 = E.tok(f'{l.name}_in{i}')
+        E.line(f'{t0} = transfer.async(dst=region(ARENA, {off}, {n}), src=region({xv.buf}, {xv.at(so)}, {n}), '
+               f'deps=[{", ".join(t for t in prev if t in E.live)}])')
+        ts = E.tok(f'{l.name}_s{i}')
+        E.line(f'{ts} = store.async(dst=region({yv.buf}, {yv.at(do)}, {n}), src=region(ARENA, {off}, {n}), '
+               f'deps=[{t0}])')
+        E.arena = max(E.arena, off + n); mine.append([t0, ts])
+    return [t for ts in mine[-2:] for t in ts[1:]]
+
+def concat_pieces(shapes, ax, esize, l1) -> list | None:
+    ("The (input index, source byte offset, destination byte offset, bytes) copies of a concat of stored `shapes` along axis `ax` "
+     "through L1 in pieces of at most half of it; None when that takes more than `MAX_COPY_PIECES` pieces.")
+    outer, T = int(np.prod(shapes[0][:ax])), int(np.prod(shapes[0][ax + 1:])) * esize
+    tot, piece, out, at = sum(s[ax] for s in shapes), l1 // 2 // 64 * 64, [], 0
+    for j, s in enumerate(shapes):
+        run = s[ax] * T
+        out += [(j, o * run + p, (o * tot + at) * T + p, min(piece, run - p)) for o in range(outer) for p in range(0, run, piece)]
+        at += s[ax]
+    return out if piece > 0 and len(out) <= MAX_COPY_PIECES else None
+
 def _emit_view(E, l, ctx, xv, yv, prev):
     if l.op in ('transpose', 'relayout'):
         perm = l.attrs['perm'] if l.op == 'transpose' else [0, 1, 2, 3]
-        return emit_whole(E, l, 'transpose', [xv], [], yv, f'perm=[{", ".join(map(str, nem_perm(perm, _nhwc(xv), _nhwc(yv))))}]', prev,
-                          ctx.elem)[0]
+        sp = nem_perm(perm, _nhwc(xv), _nhwc(yv))
+        if 2 * -(-xv.nbytes // 64) * 64 > E.l1: return _emit_transpose_blocks(E, l, xv, yv, sp, prev)
+        return emit_whole(E, l, 'transpose', [xv], [], yv, f'perm=[{", ".join(map(str, sp))}]', prev, ctx.elem)[0]
     ins = [ctx.vals[n] for n in l.inputs]
     if len({_nhwc(v) for v in ins}) > 1:
         raise LowerError(f'{l.name} (NAC instruction {l.nac}): concat of 4-D values stored in different layouts')
+    if sum(-(-v.nbytes // 64) * 64 for v in ins + [yv]) > E.l1:             # larger than L1: copied through it in pieces
+        ps = concat_pieces([v.shape for v in ins], nem_axis(l.attrs['axis'], len(l.shape), _nhwc(yv)), ESIZE[yv.elem], E.l1)
+        if ps is not None and len({v.elem for v in ins + [yv]}) == 1 and (ctx.elem != 'i8' or len({v.q for v in ins + [yv]}) == 1):
+            return emit_copies(E, l, [(ins[j], so, do, n) for j, so, do, n in ps], yv, prev)
     return emit_whole(E, l, l.op, ins, [], yv, f'axis={nem_axis(l.attrs["axis"], len(l.shape), _nhwc(yv))}', prev, ctx.elem)[0]
 
 # %% ../../nbs/69g_lower_ops.ipynb #ee80ecd9
-def _emit_island(E, l, xv, yv, prev, attrs) -> list:
-    "An int8 layer run in f16: dequantize, the op (`l.op`) with its f16 constants, quantize into `yv`'s parameters."
-    off, toks, lines = 0, [], []
-    def reg(shape, elem, q=None, lay=None):
+def _r64(n): return -(-int(n) // 64) * 64
+
+def island_rows(l, xv) -> tuple | None:
+    ("(rows, D, axis attribute): the island's value as independent rows of D elements, each normalized or softmaxed on its own (the "
+     "op's axes last in storage), or None when they are not (then the island is one block).")
+    if l.op in ('layernorm', 'rmsnorm'):
+        a = int(l.attrs['axis']) % len(xv.shape)
+        return int(np.prod(xv.shape[:a])), int(np.prod(xv.shape[a:])), f'axis=1 epsilon={fnum(l.attrs["epsilon"])}'
+    if nem_axis(l.attrs['axis'], len(l.shape), _nhwc(xv)) != len(xv.shape) - 1: return None
+    return int(np.prod(xv.shape[:-1])), int(xv.shape[-1]), 'axis=1'
+
+def island_block(l, xv, l1, elem=None) -> tuple:
+    ("(rows per block, sets) of an island (`elem` None; a float norm or softmax: its element type) too large for L1 as one block: two "
+     "sets of L1 regions (block i+1 loads while block i computes) when a block of one row fits twice next to the constants, else "
+     "one; rows: the most that fit (`LowerError` if none).")
+    r = island_rows(l, xv)
+    what = 'an f16 island' if elem is None else f'{elem} on whole tensors'
+    if r is None: raise LowerError(f'{l.name} (NAC instruction {l.nac}): {l.op} as {what} of {list(xv.shape)} does not fit L1 '
+                                   f'({l1} bytes) and its axis is not the last one stored, so it is not split into row blocks')
+    rows, D, _ = r; e = 2 if elem is None else ESIZE[elem]
+    fixed = sum(_r64(D * e) for k in ('scale', 'bias') if k in l.params or (k == 'scale' and 'bias' in l.params))
+    if elem is None: per = lambda n: _r64(n * D) * 2 + _r64(n * D * 2) * (2 + 2 * ('mask' in l.params))   # xi, yi; xf, yf (+ mask, xm)
+    else: per = lambda n: _r64(n * D * e) * 2                                                         # x, y
+    for sets in (2, 1):
+        if fixed + sets * per(1) > l1: continue
+        lo, hi = 1, rows                               # the most rows that fit: per(n) grows with n
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if fixed + sets * per(mid) <= l1: lo = mid
+            else: hi = mid - 1
+        return lo, sets
+    raise LowerError(f'{l.name} (NAC instruction {l.nac}): {l.op} as {what} needs {fixed + per(1)} bytes of L1 for one row '
+                     f'of {D} elements, the device has {l1}')
+
+def _emit_rows(E, l, xv, yv, prev, elem) -> list:
+    "A float norm or softmax too large for L1 whole: row blocks (`island_rows`, `island_block`), each loaded, computed and stored."
+    rows, D, attrs = island_rows(l, xv); n, sets = island_block(l, xv, E.l1, elem); e = ESIZE[elem]
+    off = 0
+    def reg(shape, lay):
         nonlocal off
-        r = _arena_region(E, off, shape, elem, q, lay); off += -(-int(np.prod(shape)) * ESIZE[elem] // 64) * 64; return r
-    xi = f'{l.name}_xi'; E.line(f'{xi} = {reg(xv.shape, "i8", qdesc(xv.q), xv.layout)}')
-    t0 = E.tok(f'{l.name}_in'); E.line(f'{t0} = transfer.async(dst={xi}, src=region({xv.buf}, {xv.base}, {xv.nbytes}), '
-                                       f'deps=[{", ".join(prev)}])')
-    xf = f'{l.name}_xf'; E.line(f'{xf} = {reg(xv.shape, "f16", None, xv.layout)}')
-    t1 = E.tok(f'{l.name}_deq'); E.line(f'{t1} = dequantize.async in {xi} out {xf} deps=[{t0}]')
+        r = _arena_region(E, off, shape, elem, None, lay); off += _r64(int(np.prod(shape)) * e); return r
     p = {k: v for k, v in l.params.items() if k in ('scale', 'bias')}
-    if 'bias' in p and 'scale' not in p: p['scale'] = np.ones_like(p['bias'])
+    if 'bias' in p and 'scale' not in p: p['scale'] = np.ones_like(p['bias'])          # operands are positional: scale before bias
     ks, kt = [], []
     for k in ('scale', 'bias'):
         if k not in p: continue
-        a = np.asarray(p[k], np.float32); c = E.const(f'{l.name}_{k}', to_elem(a, 'f16'))
-        r = f'{l.name}_r{k}'; E.line(f'{r} = {reg(a.shape, "f16", None, "C" if a.ndim == 1 else "MN" if a.ndim == 2 else "NHW")}')
-        t = E.tok(f'{l.name}_{k}'); E.line(f'{t} = transfer.async(dst={r}, src=region({c[0]}, 0, {a.size * 2}), '
+        a = np.asarray(p[k], np.float32).reshape(-1); c = E.const(f'{l.name}_{k}', to_elem(a, elem))
+        r = f'{l.name}_r{k}'; E.line(f'{r} = {reg(a.shape, "C")}')
+        t = E.tok(f'{l.name}_{k}'); E.line(f'{t} = transfer.async(dst={r}, src=region({c[0]}, 0, {a.size * e}), '
                                            f'deps=[{", ".join(prev + [c[1]] * (c[1] is not None))}])')
         ks.append(r + ' @readonly'); kt.append(t)
+    base, per_set, stores, mine = off, 2 * _r64(n * D * e), [], []
+    for i, r0 in enumerate(range(0, rows, n)):
+        r1 = min(rows, r0 + n)
+        if i >= sets: E.retire(mine[i - sets])       # the block that used these regions is stored before they are reused
+        off = base + (i % sets) * per_set
+        xr = f'{l.name}_x{i}'; E.line(f'{xr} = {reg((r1 - r0, D), "MN")}')
+        t0 = E.tok(f'{l.name}_in{i}'); E.line(f'{t0} = transfer.async(dst={xr}, src=region({xv.buf}, {xv.at(r0 * D * e)}, '
+                                              f'{(r1 - r0) * D * e}), deps=[{", ".join(t for t in prev if t in E.live)}])')
+        yr = f'{l.name}_y{i}'; E.line(f'{yr} = {reg((r1 - r0, D), "MN")}')
+        tc = E.tok(f'{l.name}_{l.op}{i}')
+        E.line(f'{tc} = {l.op}.async in {", ".join([xr] + ks)} out {yr} {attrs} deps=[{", ".join([t0] + kt)}]')
+        ts = E.tok(f'{l.name}_s{i}')
+        E.line(f'{ts} = store.async(dst=region({yv.buf}, {yv.at(r0 * D * e)}, {(r1 - r0) * D * e}), src={yr}, deps=[{tc}])')
+        E.arena = max(E.arena, off); stores.append(ts); mine.append([t0, tc, ts])
+    return stores[-sets:]
+
+def _fits_whole(E, l, xv, elem) -> bool:
+    "Whether a float norm or softmax fits L1 as one block (input, output and its constants)."
+    n = [np.size(v) for k, v in l.params.items() if k in ('scale', 'bias')]
+    if 'bias' in l.params and 'scale' not in l.params: n.append(n[0])              # a scale of ones is made
+    return 2 * _r64(xv.nbytes) + sum(_r64(k * ESIZE[elem]) for k in n) <= E.l1
+
+def _emit_island(E, l, xv, yv, prev, attrs) -> list:
+    ("An int8 layer run in f16: dequantize, the op (`l.op`) with its f16 constants, quantize into `yv`'s parameters. Too large for L1 "
+     "as one block: row blocks (`island_block`), each loaded, computed and stored on its own.")
+    whole = _r64(xv.nbytes) * 2 + _r64(xv.nbytes * 2) * (2 + 2 * ('mask' in l.params)) + \
+        sum(_r64(np.size(l.params[k]) * 2) for k in ('scale', 'bias') if k in l.params) + \
+        (_r64(np.size(l.params['bias']) * 2) if 'bias' in l.params and 'scale' not in l.params else 0)
+    if whole <= E.l1: blocks, sets, D, shape, lay = [(0, 1)], 1, None, xv.shape, xv.layout
+    else:
+        rows, D, attrs = island_rows(l, xv); n, sets = island_block(l, xv, E.l1)
+        blocks = [(r0, min(rows, r0 + n)) for r0 in range(0, rows, n)]; shape, lay = None, 'MN'
+    off, toks = 0, []
+    def reg(shape, elem, q=None, lay=None):
+        nonlocal off
+        r = _arena_region(E, off, shape, elem, q, lay); off += _r64(int(np.prod(shape)) * ESIZE[elem]); return r
+    p = {k: v for k, v in l.params.items() if k in ('scale', 'bias')}
+    if 'bias' in p and 'scale' not in p: p['scale'] = np.ones_like(p['bias'])
+    ks, kt = [], []
+    def consts():
+        "The op's scale and bias in f16 (loaded once for every block)."
+        for k in ('scale', 'bias'):
+            if k not in p: continue
+            a = np.asarray(p[k], np.float32)
+            if D is not None: a = a.reshape(-1)
+            c = E.const(f'{l.name}_{k}', to_elem(a, 'f16'))
+            r = f'{l.name}_r{k}'; E.line(f'{r} = {reg(a.shape, "f16", None, "C" if a.ndim == 1 else "MN" if a.ndim == 2 else "NHW")}')
+            t = E.tok(f'{l.name}_{k}'); E.line(f'{t} = transfer.async(dst={r}, src=region({c[0]}, 0, {a.size * 2}), '
+                                               f'deps=[{", ".join(prev + [c[1]] * (c[1] is not None))}])')
+            ks.append(r + ' @readonly'); kt.append(t)
+    mc = None
     if 'mask' in l.params:                       # an attention mask added in f16 (fuse_masks): -inf exists there
-        m = np.asarray(l.params['mask'], np.float32); c = E.const(f'{l.name}_mask', to_elem(m, 'f16'))
-        mr = f'{l.name}_rm'; E.line(f'{mr} = {reg(xv.shape, "f16", None, xv.layout)}')
-        tm = E.tok(f'{l.name}_mask'); E.line(f'{tm} = transfer.async(dst={mr}, src=region({c[0]}, 0, {m.size * 2}), '
-                                             f'deps=[{", ".join(prev + [c[1]] * (c[1] is not None))}])')
-        xm = f'{l.name}_xm'; E.line(f'{xm} = {reg(xv.shape, "f16", None, xv.layout)}')
-        t1b = E.tok(f'{l.name}_addm'); E.line(f'{t1b} = add.async in {xf}, {mr} @readonly out {xm} deps=[{t1}, {tm}]')
-        xf, t1 = xm, t1b
-    yf = f'{l.name}_yf'; E.line(f'{yf} = {reg(yv.shape, "f16", None, yv.layout)}')
-    t2 = E.tok(f'{l.name}_{l.op}'); E.line(f'{t2} = {l.op}.async in {", ".join([xf] + ks)} out {yf} {attrs} deps=[{", ".join([t1] + kt)}]')
-    yi = f'{l.name}_out'; E.line(f'{yi} = {reg(yv.shape, "i8", qdesc(yv.q), yv.layout)}')
-    t3 = E.tok(f'{l.name}_q'); E.line(f'{t3} = quantize.async in {yf} out {yi} deps=[{t2}]')
-    if off > E.l1: raise LowerError(f'{l.name}: {l.op} as an f16 island needs {off} bytes of L1, the device has {E.l1} (not tiled yet)')
-    E.arena = max(E.arena, off)
-    ts = E.tok(f'{l.name}_s'); E.line(f'{ts} = store.async(dst=region({yv.buf}, {yv.base}, {yv.nbytes}), src={yi}, deps=[{t3}])')
-    return [ts]
+        m = np.asarray(l.params['mask'], np.float32); mc = E.const(f'{l.name}_mask', to_elem(m, 'f16'))
+    if D is not None: consts()
+    base, stores, mine, per_set = off, [], [], 0
+    for i, (r0, r1) in enumerate(blocks):
+        s = '' if len(blocks) == 1 else str(i)
+        sh = shape if D is None else (r1 - r0, D)
+        if i >= sets: E.retire(mine[i - sets])       # the block that used these regions is stored before they are reused
+        off = base + (i % sets) * per_set
+        live = [t for t in prev if t in E.live]
+        xi = f'{l.name}_xi{s}'; E.line(f'{xi} = {reg(sh, "i8", qdesc(xv.q), lay)}')
+        t0 = E.tok(f'{l.name}_in{s}'); E.line(f'{t0} = transfer.async(dst={xi}, src=region({xv.buf}, {xv.at(r0 * (D or 0))}, '
+                                              f'{xv.nbytes if D is None else (r1 - r0) * D}), deps=[{", ".join(live)}])')
+        xf = f'{l.name}_xf{s}'; E.line(f'{xf} = {reg(sh, "f16", None, lay)}')
+        t1 = E.tok(f'{l.name}_deq{s}'); E.line(f'{t1} = dequantize.async in {xi} out {xf} deps=[{t0}]')
+        ts = [t0, t1]
+        if D is None: consts()
+        if mc is not None:
+            mr = f'{l.name}_rm{s}'; E.line(f'{mr} = {reg(sh, "f16", None, lay)}')
+            mo, mn = (0, m.size * 2) if D is None else (r0 * D * 2, (r1 - r0) * D * 2)
+            tm = E.tok(f'{l.name}_mask{s}'); E.line(f'{tm} = transfer.async(dst={mr}, src=region({mc[0]}, {mo}, {mn}), '
+                                                    f'deps=[{", ".join(live + [mc[1]] * (mc[1] is not None))}])')
+            xm = f'{l.name}_xm{s}'; E.line(f'{xm} = {reg(sh, "f16", None, lay)}')
+            t1b = E.tok(f'{l.name}_addm{s}'); E.line(f'{t1b} = add.async in {xf}, {mr} @readonly out {xm} deps=[{t1}, {tm}]')
+            xf, t1 = xm, t1b; ts += [tm, t1b]
+        yf = f'{l.name}_yf{s}'; E.line(f'{yf} = {reg(sh, "f16", None, lay)}')
+        t2 = E.tok(f'{l.name}_{l.op}{s}')
+        E.line(f'{t2} = {l.op}.async in {", ".join([xf] + ks)} out {yf} {attrs} deps=[{", ".join([t1] + kt)}]')
+        yi = f'{l.name}_out{s}'; E.line(f'{yi} = {reg(sh, "i8", qdesc(yv.q), lay)}')
+        t3 = E.tok(f'{l.name}_q{s}'); E.line(f'{t3} = quantize.async in {yf} out {yi} deps=[{t2}]')
+        if i == 0: per_set = off - base
+        if off > E.l1: raise LowerError(f'{l.name}: {l.op} as an f16 island needs {off} bytes of L1, the device has {E.l1}')
+        E.arena = max(E.arena, off if sets == 1 or len(blocks) == 1 else base + 2 * per_set)
+        st = E.tok(f'{l.name}_s{s}')
+        E.line(f'{st} = store.async(dst=region({yv.buf}, {yv.at(r0 * (D or 0))}, {yv.nbytes if D is None else (r1 - r0) * D}), '
+               f'src={yi}, deps=[{t3}])')
+        stores.append(st); mine.append(ts + [t2, t3, st])
+    return stores[-sets:] if len(blocks) > 1 else stores
 
 # %% ../../nbs/69g_lower_ops.ipynb #e1522dc0
+MASK_LOW = -1e30       # a mask value at or below this (a fill of the lowest float, or a sum of two that overflowed) is -inf
+
+def _masky(v) -> bool:
+    "Whether constant `v` holds mask values (-inf, or at most `MASK_LOW`)."
+    v = np.asarray(v, np.float32)
+    return bool((~np.isfinite(v) | (v <= MASK_LOW)).any())
+
 def fuse_masks(g):
-    "int8: an `add` of a constant with infinite values read only by a softmax becomes that softmax's f16 mask; returns `g`."
+    ("int8: a softmax's input built from constants holding -inf or the lowest float (an `add` of such a constant; a masked fill "
+     "x·K1 + K2 with K1 of 0/1 and K2 ≤ `MASK_LOW` where K1 is 0) becomes the softmax's f16 mask, -inf where masked: exp gives 0 "
+     "there in f16 as in float, and no int8 value has to hold the lowest float; returns `g`.")
     by = {l.name: l for l in g.layers}; users = {}
     for l in g.layers:
         for n in l.inputs: users.setdefault(n, []).append(l)
+    def const(n, shape):
+        "Constant layer `n`'s values broadcast to `shape` (None: not a constant, or not broadcastable)."
+        if n not in by or by[n].op != 'const': return None
+        try: return np.broadcast_to(np.asarray(by[n].params['v'], np.float32), shape)
+        except ValueError: return None
+    only = lambda n, u: len(users.get(n, [])) == 1 and users[n][0] is u and n not in g.outputs and n in by
     drop = set()
-    for l in g.layers:
-        ks = [n for n in l.inputs if n in by and by[n].op == 'const' and not np.isfinite(by[n].params['v']).all()]
-        us = users.get(l.name, [])
-        if l.op != 'add' or len(l.inputs) != 2 or len(ks) != 1 or len(us) != 1 or us[0].op != 'softmax' or l.name in g.outputs: continue
-        x = next(n for n in l.inputs if n != ks[0])
-        if x in (g.nhwc or ()): continue
-        us[0].inputs = [x]; us[0].params = dict(us[0].params, mask=by[ks[0]].params['v'])
-        drop.add(l.name)
-        if all(u is l for u in users[ks[0]]): drop.add(ks[0])
+    for s in g.layers:
+        if s.op != 'softmax' or len(s.inputs) != 1: continue
+        cur, mask, gone, user = s.inputs[0], np.zeros(s.shape, np.float32), [], s
+        while only(cur, user) and by[cur].op == 'add' and len(by[cur].inputs) == 2:
+            l = by[cur]; ks = [n for n in l.inputs if const(n, s.shape) is not None]
+            if len(ks) == 1 and only(other := next(n for n in l.inputs if n != ks[0]), l) and by[other].op == 'mul':
+                m = by[other]; k1 = [n for n in m.inputs if const(n, s.shape) is not None]
+                K2 = const(ks[0], s.shape)
+                if len(k1) == 1 and len(m.inputs) == 2:
+                    K1 = const(k1[0], s.shape); off = K1 == 0
+                    if np.isin(K1, (0.0, 1.0)).all() and (K2[off] <= MASK_LOW).all() and np.isfinite(K2[~off]).all() and off.any():
+                        mask = mask + np.where(off, -np.inf, K2).astype(np.float32)      # x·K1 + K2: a masked fill
+                        gone += [l.name, m.name] + [k for k in (ks[0], k1[0]) if all(u in (l, m) for u in users[k])]
+                        cur, user = next(n for n in m.inputs if n != k1[0]), m
+                        continue
+            if len(ks) == 1 and _masky(const(ks[0], s.shape)):                                # x + K
+                K = const(ks[0], s.shape); mask = mask + np.where(K <= MASK_LOW, -np.inf, K).astype(np.float32)
+                gone += [l.name] + [ks[0]] * all(u is l for u in users[ks[0]]); cur, user = next(n for n in l.inputs if n != ks[0]), l
+                continue
+            break
+        if not gone or cur in (g.nhwc or ()): continue
+        s.inputs = [cur]; s.params = dict(s.params, mask=mask + s.params.get('mask', 0))
+        drop |= set(gone)
     g.layers = [l for l in g.layers if l.name not in drop]
+    used = {n for l in g.layers for n in l.inputs} | set(g.outputs)
+    g.layers = [l for l in g.layers if l.op != 'const' or l.name in used]      # a mask constant shared by fused layers
     return g
 
 # %% ../../nbs/69g_lower_ops.ipynb #c7413234
 def _emit_norm(E, l, ctx, xv, yv, prev):
     _torch_order(l, xv, l.op)
     if ctx.elem == 'i8': return _emit_island(E, l, xv, yv, prev, f'axis={l.attrs["axis"]} epsilon={fnum(l.attrs["epsilon"])}')
+    if not _fits_whole(E, l, xv, ctx.elem): return _emit_rows(E, l, xv, yv, prev, ctx.elem)
     p = dict(l.params)
     if 'bias' in p and 'scale' not in p: p['scale'] = np.ones_like(p['bias'])          # operands are positional: scale before bias
     consts = []
@@ -155,16 +386,57 @@ def _emit_norm(E, l, ctx, xv, yv, prev):
 
 def _emit_softmax(E, l, ctx, xv, yv, prev):
     if ctx.elem == 'i8': return _emit_island(E, l, xv, yv, prev, f'axis={nem_axis(l.attrs["axis"], len(l.shape), _nhwc(xv))}')
+    if not _fits_whole(E, l, xv, ctx.elem): return _emit_rows(E, l, xv, yv, prev, ctx.elem)
     return emit_whole(E, l, 'softmax', [xv], [], yv, f'axis={nem_axis(l.attrs["axis"], len(l.shape), _nhwc(xv))}', prev, ctx.elem)[0]
 
 # %% ../../nbs/69g_lower_ops.ipynb #af7b496c
+def matmul_blocks(a, b, y, l1) -> tuple | None:
+    ("(batch, items per block, sets) of a batched matmul of Vals `a` [*B, M, K] and `b` [*B, K, N] into `y` too large for L1 whole: "
+     "blocks of whole batch items (contiguous in all three), two sets of regions when one item fits twice; None without a batch or "
+     "when one item does not fit.")
+    if len(a.shape) < 3 or tuple(a.shape[:-2]) != tuple(b.shape[:-2]): return None
+    B = int(np.prod(a.shape[:-2])); r64 = lambda n: -(-n // 64) * 64
+    per = lambda n: sum(r64(n * int(np.prod(v.shape[-2:])) * ESIZE[v.elem]) for v in (a, b, y))
+    for sets in (2, 1):
+        n = min(B, l1 // sets // max(1, per(1)))
+        while n > 0 and sets * per(n) > l1: n -= 1
+        if n: return B, n, sets
+    return None
+
+def _emit_matmul_blocks(E, l, a, b, yv, attrs, prev) -> list:
+    "A batched matmul too large for L1 whole, in blocks of batch items (see `matmul_blocks`)."
+    B, n, sets = matmul_blocks(a, b, yv, E.l1); mine = []
+    r64 = lambda k: -(-k // 64) * 64
+    sz = lambda v, k: k * int(np.prod(v.shape[-2:])) * ESIZE[v.elem]
+    per = sum(r64(sz(v, n)) for v in (a, b, yv))
+    for i, r0 in enumerate(range(0, B, n)):
+        k = min(B, r0 + n) - r0; off = (i % sets) * per
+        if i >= sets: E.retire(mine[i - sets])       # the block that used these regions is stored before they are reused
+        regs, toks = [], []
+        for j, v in enumerate((a, b)):
+            r = f'{l.name}_in{j}_{i}'
+            E.line(f'{r} = {_arena_region(E, off, (k,) + tuple(v.shape[-2:]), v.elem, qdesc(v.q) if v.q else None, "NHW")}')
+            t = E.tok(r); E.line(f'{t} = transfer.async(dst={r}, src=region({v.buf}, {v.at(sz(v, r0))}, {sz(v, k)}), '
+                                 f'deps=[{", ".join(x for x in prev if x in E.live)}])')
+            off += r64(sz(v, n)); regs.append(r); toks.append(t)
+        yr = f'{l.name}_out{i}'
+        E.line(f'{yr} = {_arena_region(E, off, (k,) + tuple(yv.shape[-2:]), yv.elem, qdesc(yv.q) if yv.q else None, "NHW")}')
+        tc = E.tok(f'{l.name}_matmul{i}'); E.line(f'{tc} = matmul.async in {", ".join(regs)} out {yr} {attrs} deps=[{", ".join(toks)}]')
+        ts = E.tok(f'{l.name}_s{i}')
+        E.line(f'{ts} = store.async(dst=region({yv.buf}, {yv.at(sz(yv, r0))}, {sz(yv, k)}), src={yr}, deps=[{tc}])')
+        E.arena = max(E.arena, off + r64(sz(yv, n))); mine.append(toks + [tc, ts])
+    return [ts[-1] for ts in mine[-sets:]]
+
 def _emit_matmul(E, l, ctx, xv, yv, prev):
     "Activation × activation (batched over leading axes): int8 per decision NEM E3 with both zero points, float with an f32 accumulator."
     a, b = (ctx.vals[n] for n in l.inputs)
     for v in (a, b): _torch_order(l, v, 'matmul')
     if len(a.shape) != len(b.shape): raise LowerError(f'{l.name} (NAC instruction {l.nac}): matmul of ranks {len(a.shape)} and '
                                                       f'{len(b.shape)} (broadcast batch) is not lowered')
-    return emit_whole(E, l, 'matmul', [a, b], [], yv, f'accum_type={"i32" if ctx.elem == "i8" else "f32"}', prev, ctx.elem)[0]
+    attrs = f'accum_type={"i32" if ctx.elem == "i8" else "f32"}'
+    if sum(-(-v.nbytes // 64) * 64 for v in (a, b, yv)) > E.l1 and matmul_blocks(a, b, yv, E.l1):
+        return _emit_matmul_blocks(E, l, a, b, yv, attrs, prev)
+    return emit_whole(E, l, 'matmul', [a, b], [], yv, attrs, prev, ctx.elem)[0]
 
 register_emitters(transpose=_emit_view, relayout=_emit_view, concat=_emit_view, layernorm=_emit_norm, rmsnorm=_emit_norm,
                       softmax=_emit_softmax, matmul=_emit_matmul)
