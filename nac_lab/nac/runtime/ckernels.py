@@ -8,8 +8,8 @@ import hashlib, os, platform, shutil, subprocess, tempfile, threading
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['STRUCTS', 'C_HEAD', 'C_CONV', 'C_DW', 'C_POOL', 'C_GRU', 'CDEFS', 'ABI', 'FLAGS', 'source', 'cache_dir', 'compiler',
-           'lib_name', 'build', 'elf_complete', 'load', 'library', 'status', 'reset']
+__all__ = ['STRUCTS', 'C_HEAD', 'C_CONV', 'C_DW', 'C_POOL', 'C_GRU', 'C_ACT', 'CDEFS', 'ABI', 'FLAGS', 'source', 'cache_dir',
+           'compiler', 'lib_name', 'build', 'elf_complete', 'load', 'library', 'status', 'reset']
 
 # %% ../../../nbs/19f_nac_ckernels.ipynb #f5087d07
 #: the plan structs, shared verbatim by the C source and the cffi declarations (so the two can never disagree)
@@ -47,7 +47,7 @@ C_HEAD = r'''
 #include <math.h>
 typedef float v8 __attribute__((vector_size(32)));   /* 8 floats: one AVX register (two SSE/NEON ones elsewhere) */
 
-int ck_abi(void) { return 1; }
+int ck_abi(void) { return 2; }
 
 /* one scratch buffer per thread, grown on demand (the Python side caps the size at plan time) */
 static __thread float *scratch_buf;
@@ -357,6 +357,24 @@ void ck_gru_seq(const ck_gru *p, int n, int t, intptr_t xp, intptr_t h0p, intptr
 }
 '''
 
+# %% ../../../nbs/19f_nac_ckernels.ipynb #b3f2a9e4
+C_ACT = r'''
+/* y = gelu_tanh(x) over n contiguous floats, 8 lanes at a time; the tail through one zero-padded vector */
+static inline v8 gelu_tanh8(v8 v) {
+    const v8 cut = (v8){0} - 20.0f;
+    v8 u = 0.7978845608028654f * (v + 0.044715f * v * v * v);
+    v8 g = v / (1.0f + vexp(-2.0f * u));
+    return vsel(v < cut, v * 0.0f, g);
+}
+void ck_gelu_tanh(int64_t n, intptr_t xp, intptr_t yp) {
+    const float *x = (const float *)xp; float *y = (float *)yp;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) { v8 v; memcpy(&v, x + i, 32); v = gelu_tanh8(v); memcpy(y + i, &v, 32); }
+    if (i < n) { v8 v = {0}; memcpy(&v, x + i, (size_t)(n - i) * 4); v = gelu_tanh8(v); memcpy(y + i, &v, (size_t)(n - i) * 4); }
+}
+'''
+
+
 # %% ../../../nbs/19f_nac_ckernels.ipynb #14b8e357
 CDEFS = STRUCTS + '''
 int ck_abi(void);
@@ -365,13 +383,14 @@ void ck_dwconv2d(const ck_dw *p, int n, intptr_t x, intptr_t y);
 void ck_gru_seq(const ck_gru *p, int n, int t, intptr_t x, intptr_t h0, intptr_t y, intptr_t hn);
 void ck_maxpool2d(const ck_pool *p, int n, intptr_t x, intptr_t y);
 void ck_meanpool(const ck_pool *p, int n, intptr_t x, intptr_t y);
+void ck_gelu_tanh(int64_t n, intptr_t x, intptr_t y);
 '''
-ABI = 1
+ABI = 2
 FLAGS = ('-O3', '-march=native', '-fPIC', '-shared', '-ffp-contract=fast')
 
 def source() -> str:
     "The whole C file: the header, the structs, the kernels."
-    return C_HEAD.replace('typedef float v8', STRUCTS + 'typedef float v8', 1) + C_CONV + C_DW + C_POOL + C_GRU
+    return C_HEAD.replace('typedef float v8', STRUCTS + 'typedef float v8', 1) + C_CONV + C_DW + C_POOL + C_GRU + C_ACT
 
 # %% ../../../nbs/19f_nac_ckernels.ipynb #242e6445
 _state = {'lib': None, 'ffi': None, 'reason': 'not loaded yet', 'path': None}
