@@ -47,7 +47,7 @@ C_HEAD = r'''
 #include <math.h>
 typedef float v8 __attribute__((vector_size(32)));   /* 8 floats: one AVX register (two SSE/NEON ones elsewhere) */
 
-int ck_abi(void) { return 2; }
+int ck_abi(void) { return 3; }
 
 /* one scratch buffer per thread, grown on demand (the Python side caps the size at plan time) */
 static __thread float *scratch_buf;
@@ -372,8 +372,23 @@ void ck_gelu_tanh(int64_t n, intptr_t xp, intptr_t yp) {
     for (; i + 8 <= n; i += 8) { v8 v; memcpy(&v, x + i, 32); v = gelu_tanh8(v); memcpy(y + i, &v, 32); }
     if (i < n) { v8 v = {0}; memcpy(&v, x + i, (size_t)(n - i) * 4); v = gelu_tanh8(v); memcpy(y + i, &v, (size_t)(n - i) * 4); }
 }
-'''
 
+/* RMSNorm over the last n floats of each row: y = w * (x * rsqrt(mean(x^2) + eps)); the sum of squares in eight double
+   lanes (no add waits for the one before), the scale in double, the product rounded once to float */
+void ck_rmsnorm(int64_t rows, int n, float eps, intptr_t xp, intptr_t wp, intptr_t yp) {
+    const float *x = (const float *)xp, *w = (const float *)wp;
+    float *y = (float *)yp;
+    for (int64_t r = 0; r < rows; r++, x += n, y += n) {
+        double q8[8] = {0}, q = 0;
+        int m8 = n & ~7;
+        for (int i = 0; i < m8; i += 8) for (int j = 0; j < 8; j++) q8[j] += (double)x[i + j] * x[i + j];
+        for (int i = m8; i < n; i++) q += (double)x[i] * x[i];
+        q += ((q8[0] + q8[1]) + (q8[2] + q8[3])) + ((q8[4] + q8[5]) + (q8[6] + q8[7]));
+        double s = 1.0 / sqrt(q / n + (double)eps);
+        for (int i = 0; i < n; i++) y[i] = (float)(w[i] * (x[i] * s));
+    }
+}
+'''
 
 # %% ../../../nbs/19f_nac_ckernels.ipynb #14b8e357
 CDEFS = STRUCTS + '''
@@ -384,8 +399,9 @@ void ck_gru_seq(const ck_gru *p, int n, int t, intptr_t x, intptr_t h0, intptr_t
 void ck_maxpool2d(const ck_pool *p, int n, intptr_t x, intptr_t y);
 void ck_meanpool(const ck_pool *p, int n, intptr_t x, intptr_t y);
 void ck_gelu_tanh(int64_t n, intptr_t x, intptr_t y);
+void ck_rmsnorm(int64_t rows, int n, float eps, intptr_t x, intptr_t w, intptr_t y);
 '''
-ABI = 2
+ABI = 3
 FLAGS = ('-O3', '-march=native', '-fPIC', '-shared', '-ffp-contract=fast')
 
 def source() -> str:

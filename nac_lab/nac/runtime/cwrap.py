@@ -9,7 +9,7 @@ from .ckernels import library
 
 # %% auto #0
 __all__ = ['MAX_SCRATCH', 'MAX_TAPS', 'MAX_PLANS', 'MAX_HIDDEN', 'CConv2d', 'CDwConv2d', 'conv_kernel', 'CPool', 'pool_kernel',
-           'CGru', 'gru_kernel', 'CGelu', 'gelu_kernel']
+           'CGru', 'gru_kernel', 'CGelu', 'gelu_kernel', 'rms_norm_torch', 'CRmsNorm', 'rms_norm_kernel']
 
 # %% ../../../nbs/19g_nac_cwrap.ipynb #b8ab1182
 _F32 = torch.float32
@@ -231,3 +231,28 @@ def gelu_kernel():
     "A `CGelu`, or None when the compiled library is absent."
     lib = library()
     return None if lib is None else CGelu(*lib)
+
+def rms_norm_torch(x, w, eps):
+    "RMSNorm as the six PyTorch steps it replaces, in their order (the fallback: bitwise what the steps compute)."
+    return torch.mul(w, torch.mul(x, torch.rsqrt(torch.add(torch.mean(torch.pow(x, 2), [-1], True), eps))))
+
+class CRmsNorm:
+    "The last `mul` of an RMSNorm chain: `w * (x * rsqrt(mean(x^2, -1) + eps))` from `x` through `ck_rmsnorm` (weight first or second)."
+    def __init__(self, ffi, lib, w, eps, w_first: bool):
+        self.fn, self.weight, self.eps, self.w_first = lib.ck_rmsnorm, w, eps, w_first
+        self.n, self.w = w.shape[0], w.detach().contiguous()
+
+    def __call__(self, a, b):
+        w, x = (a, b) if self.w_first else (b, a)
+        if (w is self.weight and type(x) is torch.Tensor and x.dtype is _F32 and x.is_cpu and x.is_contiguous() and x.dim()
+                and x.shape[-1] == self.n):
+            y = torch.empty(x.shape)
+            self.fn(x.numel() // self.n, self.n, self.eps, x.data_ptr(), self.w.data_ptr(), y.data_ptr())
+            return y
+        return rms_norm_torch(x, w, self.eps)
+
+def rms_norm_kernel(w, eps, w_first: bool):
+    "A `CRmsNorm` for a float32 weight of shape (n,) and a float `eps`, or None (other arguments, or the library is absent)."
+    ok = isinstance(w, torch.Tensor) and w.dtype is _F32 and w.dim() == 1 and w.shape[0] > 0 and isinstance(eps, float) and eps >= 0
+    lib = library() if ok else None
+    return None if lib is None else CRmsNorm(*lib, w, eps, w_first)

@@ -10,7 +10,7 @@ from . import cwrap
 
 # %% auto #0
 __all__ = ['INPLACE', 'FRESH', 'REBIND', 'ROUNDING', 'readers', 'conv2d_thnn', 'single_threaded', 'gelu_native',
-           'rounds_differently', 'is_patch_conv', 'c_conv', 'c_pool', 'plan_kernels']
+           'rounds_differently', 'is_patch_conv', 'c_conv', 'c_pool', 'plan_rmsnorm', 'plan_kernels']
 
 # %% ../../../nbs/19d_nac_kernels.ipynb #1ee57012
 #: activations that have an in-place twin with the same kernel
@@ -61,7 +61,7 @@ ROUNDING = (conv2d_thnn, gelu_native)
 
 def rounds_differently(plan: dict) -> bool:
     "True when some kernel of `plan` may round differently from the kernel it replaces (else the results are bitwise equal)."
-    return any(k in ROUNDING or isinstance(k, (GruKernel, cwrap.CConv2d, cwrap.CDwConv2d, cwrap.CGelu))
+    return any(k in ROUNDING or isinstance(k, (GruKernel, cwrap.CConv2d, cwrap.CDwConv2d, cwrap.CGelu, cwrap.CRmsNorm))
                or (isinstance(k, cwrap.CPool) and k.kind == 'mean') for k in plan.values())     # max pooling is exact
 
 def is_patch_conv(s, params: dict, steps) -> bool:
@@ -106,6 +106,48 @@ def _pair(v): return [v, v] if isinstance(v, int) else list(v) if isinstance(v, 
 
 def _same(x, *a): return x
 
+def _skip(*a): return None
+
+def _only(rd, j, s) -> bool: return [r.index for r in rd.get(j, ())] == [s.index]
+
+def _step(steps, item, fn):
+    "The op step `item` refers to when its kernel is `fn`, else None."
+    k, j = item
+    p = steps[j] if k == 'ref' and 0 <= j < len(steps) else None
+    return p if p is not None and p.kind == 'op' and p.fn is fn else None
+
+def _producer(steps, rd, item, fn, reader):
+    "The op step with kernel `fn` that `item` refers to, when `reader` is its only reader; else None."
+    p = _step(steps, item, fn)
+    return p if p is not None and _only(rd, p.index, reader) else None
+
+def plan_rmsnorm(steps, params: dict, rd: dict) -> dict:
+    ("`{instruction: kernel}` for each RMSNorm chain `w * (x * rsqrt(mean(pow(x, 2), [-1], True) + eps))` whose intermediates are each "
+     "read by the next step alone: the last `mul` becomes one compiled call (`cwrap.CRmsNorm`), the `mul` before it passes `x` on, "
+     "and `pow`, `mean`, `add`, `rsqrt` become no-ops.")
+    plan = {}
+    for s in steps:
+        if s.kind != 'op' or s.fn is not torch.mul or s.kwargs or len(s.args) != 2 or any(k != 'ref' for k, _ in s.args): continue
+        for wi in (0, 1):
+            pw, m = steps[s.args[wi][1]], _step(steps, s.args[1 - wi], torch.mul)
+            if pw.kind != 'param' or m is None or not _only(rd, m.index, s) or len(m.args) != 2 or m.kwargs: continue
+            for xi in (0, 1):
+                x, r = m.args[xi], m.args[1 - xi]
+                rs = _producer(steps, rd, r, torch.rsqrt, m)
+                ad = rs and len(rs.args) == 1 and _producer(steps, rd, rs.args[0], torch.add, rs)
+                mn = ad and len(ad.args) == 2 and ad.args[1][0] == 'const' and _producer(steps, rd, ad.args[0], torch.mean, ad)
+                pw2 = mn and mn.args[1:] == [('const', [-1]), ('const', True)] and _producer(steps, rd, mn.args[0], torch.pow, mn)
+                if not (pw2 and pw2.args == [x, ('const', 2)] and x[0] == 'ref'): continue
+                k = cwrap.rms_norm_kernel(params.get(pw.target), ad.args[1][1], wi == 0)
+                if k is None: continue
+                plan.update({pw2.index: _skip, mn.index: _skip, ad.index: _skip, rs.index: _skip, s.index: k})
+                plan[m.index] = _first if xi == 0 else _second
+    return plan
+
+def _first(a, b): return a
+
+def _second(a, b): return b
+
 def plan_kernels(steps, params: dict, device=None) -> dict:
     "`{instruction: kernel}` for the op `steps` whose call the rules above replace (`params` by id, for weight shapes)."
     steps = list(steps)
@@ -126,4 +168,5 @@ def plan_kernels(steps, params: dict, device=None) -> dict:
             p = steps[s.args[0][1]]
             plan[p.index], plan[s.index] = c_conv(p, params, steps, ('relu',)), _same
     if cpu: plan.update(plan_gru(steps, params, device))     # single-layer float32 GRUs (nac_lab.nac.runtime.gru)
+    if cpu: plan.update(plan_rmsnorm(steps, params, rd))     # RMSNorm chains in one compiled call
     return plan
