@@ -359,20 +359,6 @@ void ck_gru_seq(const ck_gru *p, int n, int t, intptr_t xp, intptr_t h0p, intptr
 
 # %% ../../../nbs/19f_nac_ckernels.ipynb #b3f2a9e4
 C_ACT = r'''
-/* y = gelu_tanh(x) over n contiguous floats, 8 lanes at a time; the tail through one zero-padded vector */
-static inline v8 gelu_tanh8(v8 v) {
-    const v8 cut = (v8){0} - 20.0f;
-    v8 u = 0.7978845608028654f * (v + 0.044715f * v * v * v);
-    v8 g = v / (1.0f + vexp(-2.0f * u));
-    return vsel(v < cut, v * 0.0f, g);
-}
-void ck_gelu_tanh(int64_t n, intptr_t xp, intptr_t yp) {
-    const float *x = (const float *)xp; float *y = (float *)yp;
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) { v8 v; memcpy(&v, x + i, 32); v = gelu_tanh8(v); memcpy(y + i, &v, 32); }
-    if (i < n) { v8 v = {0}; memcpy(&v, x + i, (size_t)(n - i) * 4); v = gelu_tanh8(v); memcpy(y + i, &v, (size_t)(n - i) * 4); }
-}
-
 /* RMSNorm over the last n floats of each row: y = w * (x * rsqrt(mean(x^2) + eps)); the sum of squares in eight double
    lanes (no add waits for the one before), the scale in double, the product rounded once to float */
 void ck_rmsnorm(int64_t rows, int n, float eps, intptr_t xp, intptr_t wp, intptr_t yp) {
@@ -398,7 +384,6 @@ void ck_dwconv2d(const ck_dw *p, int n, intptr_t x, intptr_t y);
 void ck_gru_seq(const ck_gru *p, int n, int t, intptr_t x, intptr_t h0, intptr_t y, intptr_t hn);
 void ck_maxpool2d(const ck_pool *p, int n, intptr_t x, intptr_t y);
 void ck_meanpool(const ck_pool *p, int n, intptr_t x, intptr_t y);
-void ck_gelu_tanh(int64_t n, intptr_t x, intptr_t y);
 void ck_rmsnorm(int64_t rows, int n, float eps, intptr_t x, intptr_t w, intptr_t y);
 '''
 ABI = 3

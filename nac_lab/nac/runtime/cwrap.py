@@ -9,7 +9,7 @@ from .ckernels import library
 
 # %% auto #0
 __all__ = ['MAX_SCRATCH', 'MAX_TAPS', 'MAX_PLANS', 'MAX_HIDDEN', 'CConv2d', 'CDwConv2d', 'conv_kernel', 'CPool', 'pool_kernel',
-           'CGru', 'gru_kernel', 'CGelu', 'gelu_kernel', 'rms_norm_torch', 'CRmsNorm', 'rms_norm_kernel']
+           'CGru', 'gru_kernel', 'rms_norm_torch', 'CRmsNorm', 'rms_norm_kernel']
 
 # %% ../../../nbs/19g_nac_cwrap.ipynb #b8ab1182
 _F32 = torch.float32
@@ -215,23 +215,6 @@ def gru_kernel(wih_t, whh_t, b_ih, b_hh):
     return CGru(*lib, wih_t, whh_t, b_ih, b_hh)
 
 # %% ../../../nbs/19g_nac_cwrap.ipynb #d5e6f7a8
-class CGelu:
-    "`gelu(x, approximate='tanh')` through `ck_gelu_tanh` for a contiguous float32 CPU tensor; other calls go to PyTorch's `gelu`."
-    def __init__(self, ffi, lib): self.fn = lib.ck_gelu_tanh
-
-    def __call__(self, x, approximate='none'):
-        if (approximate == 'tanh' and type(x) is torch.Tensor and x.dtype is _F32 and x.is_cpu and x.is_contiguous()
-                and not x.requires_grad):
-            y = torch.empty(x.shape)
-            self.fn(x.numel(), x.data_ptr(), y.data_ptr())
-            return y
-        return torch._C._nn.gelu(x, approximate=approximate)
-
-def gelu_kernel():
-    "A `CGelu`, or None when the compiled library is absent."
-    lib = library()
-    return None if lib is None else CGelu(*lib)
-
 def rms_norm_torch(x, w, eps):
     "RMSNorm as the six PyTorch steps it replaces, in their order (the fallback: bitwise what the steps compute)."
     return torch.mul(w, torch.mul(x, torch.rsqrt(torch.add(torch.mean(torch.pow(x, 2), [-1], True), eps))))

@@ -61,7 +61,7 @@ ROUNDING = (conv2d_thnn, gelu_native)
 
 def rounds_differently(plan: dict) -> bool:
     "True when some kernel of `plan` may round differently from the kernel it replaces (else the results are bitwise equal)."
-    return any(k in ROUNDING or isinstance(k, (GruKernel, cwrap.CConv2d, cwrap.CDwConv2d, cwrap.CGelu, cwrap.CRmsNorm))
+    return any(k in ROUNDING or isinstance(k, (GruKernel, cwrap.CConv2d, cwrap.CDwConv2d, cwrap.CRmsNorm))
                or (isinstance(k, cwrap.CPool) and k.kind == 'mean') for k in plan.values())     # max pooling is exact
 
 def is_patch_conv(s, params: dict, steps) -> bool:
@@ -161,8 +161,6 @@ def plan_kernels(steps, params: dict, device=None) -> dict:
         elif (k := c_conv(s, params, steps) or c_pool(s)) is not None: plan[s.index] = k
         elif is_patch_conv(s, params, steps): plan[s.index] = conv2d_thnn
         elif s.fn is torch._C._nn.gelu and not s.kwargs: plan[s.index] = gelu_native
-        elif s.fn is torch._C._nn.gelu and s.kwargs == {'approximate': ('const', 'tanh')} and (k := cwrap.gelu_kernel()) is not None:
-            plan[s.index] = k                                # the tanh GELU in C (runtime.ckernels)
     for s in steps:     # a C conv whose result only a ReLU reads applies it itself; the ReLU step passes its input on
         if plan.get(s.index) is torch.relu_ and isinstance(plan.get(s.args[0][1]), cwrap.CConv2d | cwrap.CDwConv2d):
             p = steps[s.args[0][1]]
