@@ -8,6 +8,13 @@ from nac_lab.lower.gemm import gemm_candidates
 from int_reference import reference_int8
 from test_lower_tiling import small_device
 
+def assert_bit_exact(low, x):
+    "Every output of `low` on input `x` equals `reference_int8` bit for bit (outputs compared as stored)."
+    raw = low.run_raw(*low.quantize_inputs(x).values())
+    ref = reference_int8(low.graph, low.qp, low.ql, low.qp[next(iter(low.graph.inputs))].quantize(x))
+    for o in low.graph.outputs: np.testing.assert_array_equal(raw[o], ref[o])
+
+
 class NormLin(nn.Module):
     "Swin's pattern at small size: layer_norm, a linear, a softmax over the last axis."
     def __init__(s, d=16, n=24):
@@ -31,10 +38,7 @@ def test_int8_island_row_blocks_bit_exact(tmp_path):
     txt = low.program
     # the layer_norm island: 200 x 16 int8 is 3200 bytes in and out, 6400 each in f16: 19200 > 16384, so row blocks
     assert 'layernorm.async in' in txt and '_xi1 = ' in txt
-    x = xs[0]
-    raw = low.run_raw(*low.quantize_inputs(x).values())
-    ref = reference_int8(low.graph, low.qp, low.ql, low.qp[next(iter(low.graph.inputs))].quantize(x))
-    for o in low.graph.outputs: np.testing.assert_array_equal(raw[o], ref[o])
+    assert_bit_exact(low, xs[0])
 
 def small_f32(tmp_path, l1):
     "npm_pro_x1 with f32 norm/softmax/gemm variants and an L1 of `l1` bytes."
@@ -86,10 +90,7 @@ def test_moving_the_first_axis_stores_pieces(tmp_path):
     xs = [rng.standard_normal((1, 40, 24)).astype(np.float32) for _ in range(3)]
     low = lower(m, dev, mode='int8', calib=xs)
     assert not low.check().errors and re.search(r'_s3_2 = store', low.program)
-    x = xs[0]
-    raw = low.run_raw(*low.quantize_inputs(x).values())
-    ref = reference_int8(low.graph, low.qp, low.ql, low.qp[next(iter(low.graph.inputs))].quantize(x))
-    for o in low.graph.outputs: np.testing.assert_array_equal(raw[o], ref[o])
+    assert_bit_exact(low, xs[0])
 
 def test_nhwc_permute_is_a_view_and_transposes_split(tmp_path):
     from nac_lab.lower.graph import import_nac
@@ -103,10 +104,7 @@ def test_nhwc_permute_is_a_view_and_transposes_split(tmp_path):
     xs = [rng.standard_normal((1, 3, 24, 24)).astype(np.float32) for _ in range(3)]
     low = lower(m, dev, mode='int8', calib=xs)
     assert not low.check().errors and re.search(r'L\d+_\w*permute\w*_x2 = ', low.program)
-    x = xs[0]
-    raw = low.run_raw(*low.quantize_inputs(x).values())
-    ref = reference_int8(low.graph, low.qp, low.ql, low.qp[next(iter(low.graph.inputs))].quantize(x))
-    for o in low.graph.outputs: np.testing.assert_array_equal(raw[o], ref[o])
+    assert_bit_exact(low, xs[0])
 
 class Unbind(nn.Module):
     "q, k, v = a [1, 40, 3, 8] split unbound along axis 2 after a permute: slices of [3, 1, 40, 8] along its first axis."
@@ -128,10 +126,7 @@ def test_large_slices_copy_through_l1(tmp_path):
     xs = [rng.standard_normal((1, 40, 24)).astype(np.float32) for _ in range(3)]
     low = lower(m, dev, mode='int8', calib=xs)
     assert not low.check().errors and re.search(r'getitem\w*_in0 = transfer', low.program)
-    x = xs[0]
-    raw = low.run_raw(*low.quantize_inputs(x).values())
-    ref = reference_int8(low.graph, low.qp, low.ql, low.qp[next(iter(low.graph.inputs))].quantize(x))
-    for o in low.graph.outputs: np.testing.assert_array_equal(raw[o], ref[o])
+    assert_bit_exact(low, xs[0])
 
 class Scores(nn.Module):
     "Window attention scores: [4, 10, 24] @ its transpose, batched over the 4 windows."
@@ -154,10 +149,7 @@ def test_batched_matmul_blocks(tmp_path):
     xs = [rng.standard_normal((1, 40, 24)).astype(np.float32) for _ in range(3)]
     low = lower(m, dev, mode='int8', calib=xs)
     assert not low.check().errors and re.search(r'matmul\w*_s3 = store', low.program)
-    x = xs[0]
-    raw = low.run_raw(*low.quantize_inputs(x).values())
-    ref = reference_int8(low.graph, low.qp, low.ql, low.qp[next(iter(low.graph.inputs))].quantize(x))
-    for o in low.graph.outputs: np.testing.assert_array_equal(raw[o], ref[o])
+    assert_bit_exact(low, xs[0])
 
 def test_f32_roll_concat_pieces(tmp_path):
     from nac_lab.lower.ops import concat_pieces
