@@ -10,3 +10,6 @@ def f32_device(folder: Path, variants) -> Path:
     (folder / 'npm_f32.nem').write_text('include "npm_pro_x1.nem"\n\ndevice npm_f32 extends npm_pro_x1 {\n    opcode.extended {\n'
                                         + body + '    }\n}\n')
     return folder / 'npm_f32.nem'
+
+#: the f32 variants most lowering tests need: norms, gathers/views, float gemm without bias, softmax
+F32_VARIANTS = ('norm<f32>.default', 'view<f32>.default', 'gemm.float<f32>.no_bias', 'softmax<f32>.default')

@@ -6,13 +6,12 @@ import numpy as np, pytest, torch, torch.nn as nn, torch.nn.functional as F
 from nac_lab.nac.compiler.compile import compile as nac_compile
 from nac_lab.lower.api import lower
 from nac_lab.lower.layers import LowerError
-from f32_device import f32_device
+from f32_device import f32_device, F32_VARIANTS
 from int_reference import reference_int8
 
 @pytest.fixture(scope='module')
 def f32dev(tmp_path_factory):
-    return f32_device(tmp_path_factory.mktemp('dev'), ('norm<f32>.default', 'view<f32>.default', 'gemm.float<f32>.no_bias',
-                                                        'softmax<f32>.default'))
+    return f32_device(tmp_path_factory.mktemp('dev'), F32_VARIANTS)
 
 class Lin(nn.Module):
     "A linear first (int8 then has a requantized producer), then `f`; 4-D inputs get a 1x1 conv instead."
