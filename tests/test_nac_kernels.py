@@ -72,3 +72,18 @@ def test_plan_counts():
     assert count('gpt2', torch.reshape) == 8
     assert (model('gru')[1].interpreter.kernel_plan and
             all(isinstance(k, GruKernel) and (k.c is not None) == C for k in model('gru')[1].interpreter.kernel_plan.values()))
+
+@pytest.mark.parametrize('name', ['llama', 'mistral', 'qwen2', 'gemma'])
+def test_rmsnorm_chains_in_transformers_models(name):
+    "Real RMSNorm modules (transformers' own Llama, Mistral, Qwen2 and Gemma code, small random configs): every norm is planned."
+    pytest.importorskip('transformers')
+    from nac_lab.bench.peers import build
+    m, ex, _, _ = build('transformers', name)
+    nm = nac_compile(m, ex)
+    it = nm.interpreter
+    n_norms = sum(type(mod).__name__.endswith('RMSNorm') for mod in m.modules())
+    assert n_norms == 2 * m.model.config.num_hidden_layers + 1           # two per decoder layer and the final one
+    assert sum(type(k) is RMS for k in it.kernel_plan.values()) == (n_norms if C else 0)
+    got, ref = nm.run(*ex)[0], it.run_loop(*ex)[0]
+    with torch.no_grad(): want = m(*ex)
+    assert rel(got, ref) <= 1e-6 and rel(got, want) <= 1e-5
