@@ -46,7 +46,8 @@ CASES = {
     'gap_keepdim_unsqueeze': lambda y: y.mean((2, 3), keepdim=True).squeeze(-1).unsqueeze(0),
     'maxpool_ceil': lambda y: F.max_pool2d(y, 3, 2, ceil_mode=True),
     'avgpool_ceil': lambda y: F.avg_pool2d(y, 2, 2, ceil_mode=True),
-    'avgpool_count_pad': lambda y: F.avg_pool2d(y, 3, 2, 1, ceil_mode=True, count_include_pad=True),
+    'avgpool_count_pad': lambda y: F.avg_pool2d(y, 3, 2, 1, ceil_mode=True, count_include_pad=True),     # overhangs: pad + pool
+    'avgpool_count_pad_dw': lambda y: F.avg_pool2d(y, 3, 2, 1, count_include_pad=True),                  # a depthwise conv
     'pad': lambda y: F.pad(y, (1, 2, 0, 1), value=0.0),
     'strided_slice': lambda y: y[:, 1:, ::2, 1::2],
     'upsample': lambda y: F.interpolate(y, scale_factor=2, mode='nearest'),
@@ -118,3 +119,12 @@ def test_a_program_the_checker_rejects_is_a_lower_error():
     low.program = low.program.replace('buffer ACT_L2 : L2 (size=', 'buffer ACT_L2 : L2 (size=99999999', 1)    # 100 MB in an 8 MB L2
     with pytest.raises(LowerError, match=r'fails nem check on npm_pro with \d+ error\(s\), first: \S+: '):
         checked(low)
+
+def test_avgpool_counting_padding_is_a_depthwise_conv_unless_it_overhangs():
+    "count_include_pad without a ceil_mode overhang: one depthwise conv2d of weights 1/9; with an overhang: pad, then avgpool."
+    ops = {n: [l.op for l in lower(_model(n), 'npm_pro', mode='float', example=(np.zeros(SHAPE, np.float32),)).graph.layers][3:]
+           for n in ('avgpool_count_pad', 'avgpool_count_pad_dw')}                 # after Fn's conv, relu, conv
+    assert ops == {'avgpool_count_pad': ['pad', 'avgpool'], 'avgpool_count_pad_dw': ['conv2d']}, ops
+    w = next(l for l in lower(_model('avgpool_count_pad_dw'), 'npm_pro', mode='float', example=(np.zeros(SHAPE, np.float32),)).graph.layers
+             if l.op == 'conv2d' and l.attrs['strides'] == [2, 2]).params['w']
+    assert w.shape == (4, 1, 3, 3) and np.all(w == np.float32(1 / 9))

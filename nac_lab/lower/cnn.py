@@ -58,6 +58,10 @@ def _pool(c):
     pads = pool_pads(k, st, p, sh[2:], c.shape[2:])
     if mx or not any(p) or not c.C('count_include_pad'):
         return [_L(c, '', 'maxpool' if mx else 'avgpool', [x], c.shape, attrs=dict(kernel_shape=k, strides=st, pads=pads))], c.lname
+    if pads == p + p:          # no overhang: a depthwise conv with uniform weights (see above)
+        w = np.full((sh[1], 1, *k), 1 / (k[0] * k[1]), np.float32)
+        return [_L(c, '', 'conv2d', [x], c.shape, attrs=dict(strides=st, pads=pads, dilations=[1, 1], groups=int(sh[1])),
+                   params=dict(w=w))], c.lname
     padded = (sh[0], sh[1], sh[2] + 2 * p[0], sh[3] + 2 * p[1])
     zp = _L(c, '_pad', 'pad', [x], padded, attrs=dict(begins=[0, 0, p[0], p[1]], ends=[0, 0, p[0], p[1]], mode='constant', value=0.0))
     return [zp, _L(c, '', 'avgpool', [zp.name], c.shape, attrs=dict(kernel_shape=k, strides=st,
