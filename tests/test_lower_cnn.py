@@ -128,3 +128,23 @@ def test_avgpool_counting_padding_is_a_depthwise_conv_unless_it_overhangs():
     w = next(l for l in lower(_model('avgpool_count_pad_dw'), 'npm_pro', mode='float', example=(np.zeros(SHAPE, np.float32),)).graph.layers
              if l.op == 'conv2d' and l.attrs['strides'] == [2, 2]).params['w']
     assert w.shape == (4, 1, 3, 3) and np.all(w == np.float32(1 / 9))
+
+def test_global_pool_taller_than_l1_in_two_stages(tmp_path):
+    "A 32x32x8 global mean on a 16 KiB L1: one output row needs 2 * (32*32*8*4 + 64) bytes, so bands of 4 rows, then 8 of them."
+    from test_lower_tiling import small_device
+    from int_reference import reference_int8
+    dev = small_device(tmp_path, 16384)
+    torch.manual_seed(0)
+    m = nac_compile(Fn(lambda y: y.mean((2, 3)), c=8).eval(), (torch.zeros(1, 3, 32, 32),))
+    rng = np.random.default_rng(5)
+    xs = [rng.standard_normal((1, 3, 32, 32)).astype(np.float32) for _ in range(3)]
+    low = lower(m, dev, mode='f32', example=(xs[0],))
+    pools = [l.attrs['kernel_shape'] for l in low.graph.layers if l.op == 'avgpool']
+    assert pools == [[4, 32], [8, 1]], pools                # 2 * (4*1024 + 64) = 8320 <= 16384; 8 rows would need 16512
+    assert not low.check().errors
+    np.testing.assert_allclose(low.run(xs[0])[0], m.run(torch.from_numpy(xs[0]))[0].numpy(), atol=1e-5, rtol=0)
+    q = lower(m, dev, mode='int8', calib=xs)
+    assert not q.check().errors
+    raw = q.run_raw(*q.quantize_inputs(xs[0]).values())
+    ref = reference_int8(q.graph, q.qp, q.ql, q.qp[next(iter(q.graph.inputs))].quantize(xs[0]))
+    for o in q.graph.outputs: np.testing.assert_array_equal(raw[o], ref[o])

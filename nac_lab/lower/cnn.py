@@ -12,8 +12,8 @@ from .attn import MORE, _L, _getitem as _parts_getitem, _mean as _last_axis_mean
 from .emit import register_emitters, Val, emit_whole, fnum
 
 # %% auto #0
-__all__ = ['MAX_ADAPTIVE_REPEAT', 'CNN_OPS', 'pool_pads', 'torch_pads', 'BNOut', 'affine_layer', 'fold_affines', 'nearest_index',
-           'adaptive_windows', 'adaptive_plan', 'pool_bands']
+__all__ = ['MAX_ADAPTIVE_REPEAT', 'CNN_OPS', 'avg_layers', 'pool_pads', 'torch_pads', 'BNOut', 'affine_layer', 'fold_affines',
+           'nearest_index', 'adaptive_windows', 'adaptive_plan', 'pool_bands']
 
 # %% ../../nbs/69i_lower_cnn.ipynb #3e0894f4
 def _pair(v) -> list:
@@ -32,6 +32,24 @@ def _view(c):
     if tuple(c.S(_x(c))) == c.shape: return [], x
     return [_L(c, '', 'reshape', [x], c.shape)], c.lname
 
+# %% ../../nbs/69i_lower_cnn.ipynb #2a936dd6
+def _band_rows(kh:int, W:int, C:int, l1:int|None) -> int:
+    "Rows per first-stage band of a pool window `kh` rows tall over `W`x`C` (4-byte elements): `kh` itself when two slots fit `l1`."
+    def need(b): return 2 * (-(-b * W * C * 4 // 64) * 64 + -(-C * 4 // 64) * 64)
+    if l1 is None or need(kh) <= l1: return kh
+    return max((b for b in range(1, kh) if kh % b == 0 and need(b) <= l1), default=1)
+
+def avg_layers(c, x, sh, k, out_shape, suffix='') -> list:
+    "Average pool layers of window = stride `k` over `x` ([N, C, H, W] `sh`): one, or two when the window is taller than L1 holds."
+    b = _band_rows(k[0], sh[3], sh[1], c.l1)
+    if b == k[0]:
+        return [_L(c, suffix, 'avgpool', [x], out_shape, attrs=dict(kernel_shape=k, strides=k, pads=[0, 0, 0, 0]))]
+    mid = (sh[0], sh[1], sh[2] // b, out_shape[3])
+    first = _L(c, suffix + '_r', 'avgpool', [x], mid, attrs=dict(kernel_shape=[b, k[1]], strides=[b, k[1]], pads=[0, 0, 0, 0]))
+    kk = [k[0] // b, 1]
+    return [first, _L(c, suffix, 'avgpool', [first.name], out_shape, attrs=dict(kernel_shape=kk, strides=kk, pads=[0, 0, 0, 0]))]
+
+
 # %% ../../nbs/69i_lower_cnn.ipynb #0d07c32b
 def _mean(c):
     sh = c.S('self'); d = c.C('dim'); d = [d] if isinstance(d, int) else list(d) if d is not None else list(range(len(sh)))
@@ -39,9 +57,9 @@ def _mean(c):
     if len(sh) != 4 or not dims or not set(dims) <= {2, 3}: return _last_axis_mean(c)
     k = [sh[2] if 2 in dims else 1, sh[3] if 3 in dims else 1]
     kept = (sh[0], sh[1], sh[2] // k[0], sh[3] // k[1])
-    pool = _L(c, '' if c.C('keepdim') else '_p', 'avgpool', [c.A('self')], kept, attrs=dict(kernel_shape=k, strides=k, pads=[0, 0, 0, 0]))
-    if c.C('keepdim'): return [pool], c.lname
-    return [pool, _L(c, '', 'reshape', [pool.name], c.shape)], c.lname
+    pools = avg_layers(c, c.A('self'), sh, k, kept, '' if c.C('keepdim') else '_p')
+    if c.C('keepdim'): return pools, c.lname
+    return pools + [_L(c, '', 'reshape', [pools[-1].name], c.shape)], c.lname
 
 # %% ../../nbs/69i_lower_cnn.ipynb #cead581e
 def pool_pads(k, st, p, in_hw, out_hw) -> list:
@@ -245,7 +263,7 @@ def _adaptive_avg(c):
         out.append(_L(c, f'_g{k}', 'take', [cur], tuple(shape), attrs=dict(axis=2 + k, index=idx))); cur = out[-1].name
     kern = [plans[0][1], plans[1][1]]
     if kern != [1, 1]:
-        out.append(_L(c, '', 'avgpool', [cur], c.shape, attrs=dict(kernel_shape=kern, strides=kern, pads=[0, 0, 0, 0])))
+        out += avg_layers(c, cur, tuple(shape), kern, c.shape)
     if not out: return [], x
     out[-1].name = c.lname                   # the last layer is the op's value
     return out, c.lname
