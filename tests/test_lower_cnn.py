@@ -1,5 +1,6 @@
 ("The CNN ops of lower.cnn, one tiny module each: float (f32) within 1e-4 of the NAC interpreter, int8 bit-exact with the independent "
  "integer reference, nem check clean.")
+import re
 import numpy as np, pytest, torch, torch.nn as nn, torch.nn.functional as F
 from nac_lab.nac.compiler.compile import compile as nac_compile
 from nac_lab.lower.api import lower
@@ -148,3 +149,26 @@ def test_global_pool_taller_than_l1_in_two_stages(tmp_path):
     raw = q.run_raw(*q.quantize_inputs(xs[0]).values())
     ref = reference_int8(q.graph, q.qp, q.ql, q.qp[next(iter(q.graph.inputs))].quantize(xs[0]))
     for o in q.graph.outputs: np.testing.assert_array_equal(raw[o], ref[o])
+
+def test_channel_scale_larger_than_l1_in_row_bands(tmp_path):
+    "Squeeze-excitation on 32x32x8 with a 16 KiB L1: the bmul (32 KiB in and out in f32) runs in row bands, the scale loaded once."
+    from test_lower_tiling import small_device
+    from int_reference import reference_int8
+    dev = small_device(tmp_path, 16384)
+    torch.manual_seed(0)
+    m = nac_compile(Fn(lambda y: y * torch.sigmoid(y.mean((2, 3), keepdim=True)), c=8).eval(), (torch.zeros(1, 3, 32, 32),))
+    rng = np.random.default_rng(6)
+    xs = [rng.standard_normal((1, 3, 32, 32)).astype(np.float32) for _ in range(3)]
+    low = lower(m, dev, mode='f32', example=(xs[0],))
+    bm = next(l.name for l in low.graph.layers if l.op == 'bmul')
+    bands = re.findall(rf'{bm}_b\d+ = conv2d\.async in {bm}_x\d+, {bm}_w @readonly', low.program)
+    # a row is 32*8*4 = 1024 bytes in and out; 4 rows: 64 + 2*(4096 + 4096) = 16448 > 16384; 3 rows fit: ceil(32/3) = 11 bands
+    assert len(bands) == 11 and low.program.count(f'{bm}_w = transfer.async') == 1
+    assert not low.check().errors
+    np.testing.assert_allclose(low.run(xs[0])[0], m.run(torch.from_numpy(xs[0]))[0].numpy(), atol=1e-5, rtol=0)
+    q = lower(m, dev, mode='int8', calib=xs)
+    assert not q.check().errors and re.search(rf'{bm}_b1 = conv2d\.async', q.program)
+    raw = q.run_raw(*q.quantize_inputs(xs[0]).values())
+    ref = reference_int8(q.graph, q.qp, q.ql, q.qp[next(iter(q.graph.inputs))].quantize(xs[0]))
+    for o in q.graph.outputs:          # stored NHWC -> PyTorch's NCHW
+        np.testing.assert_array_equal(np.transpose(raw[o], (0, 3, 1, 2)) if q.io['outputs'][o]['layout'] == 'NHWC' else raw[o], ref[o])

@@ -13,7 +13,7 @@ from .emit import register_emitters, Val, emit_whole, fnum
 
 # %% auto #0
 __all__ = ['MAX_ADAPTIVE_REPEAT', 'CNN_OPS', 'avg_layers', 'pool_pads', 'torch_pads', 'BNOut', 'affine_layer', 'fold_affines',
-           'nearest_index', 'adaptive_windows', 'adaptive_plan', 'pool_bands']
+           'nearest_index', 'adaptive_windows', 'adaptive_plan', 'pool_bands', 'emit_row_bands']
 
 # %% ../../nbs/69i_lower_cnn.ipynb #3e0894f4
 def _pair(v) -> list:
@@ -365,3 +365,47 @@ def _emit_pool(E, l, ctx, xv, yv, prev):
     return [t for v in done.values() for t in v if t in E.live]
 
 register_emitters(maxpool=_emit_pool, avgpool=_emit_pool)
+
+# %% ../../nbs/69i_lower_cnn.ipynb #996625be
+def emit_row_bands(E, l, opcode, xv, w, yv, attrs, prev) -> list:
+    ("A per-pixel op of NHWC `xv` with a small second operand `w` (Val, layout) loaded into L1 once: bands of rows through two L1 "
+     "slots (see above); returns the live tokens.")
+    from nac_lab.lower.emit import ESIZE, qdesc, _arena_region
+    wv, wl = w; _, H, W, C = xv.shape; rx, ry = W * C * ESIZE[xv.elem], W * C * ESIZE[yv.elem]
+    def slot(t): return _r64(t * rx) + _r64(t * ry)
+    wn = _r64(wv.nbytes)
+    th = next((t for t in range(H, 0, -1) if wn + 2 * slot(t) <= E.l1), None)
+    if th is None: raise LowerError(f'{l.name} (NAC instruction {l.nac}): {opcode} needs {wn + 2 * slot(1)} bytes of L1 for two bands of '
+                                    f'one row, the device has {E.l1}')
+    E.arena = max(E.arena, wn + 2 * slot(th))
+    wr = f'{l.name}_w'; E.line(f'{wr} = {_arena_region(E, 0, wv.shape, wv.elem, qdesc(wv.q) if wv.q else None, wl)}')
+    tw = E.tok(f'{l.name}_w')
+    E.line(f'{tw} = transfer.async(dst={wr}, src=region({wv.buf}, {wv.base}, {wv.nbytes}), deps=[{", ".join(prev)}])')
+    done = {}
+    for i, r0 in enumerate(range(0, H, th)):
+        n, at = min(th, H - r0), wn + (i % 2) * slot(th)
+        E.retire([t for t in done.pop(i - 2, []) if t in E.live])        # the band that used this slot is stored
+        xr, yr = f'{l.name}_x{i}', f'{l.name}_y{i}'
+        E.line(f'{xr} = {_arena_region(E, at, (1, n, W, C), xv.elem, qdesc(xv.q) if xv.q else None, "NHWC")}')
+        E.line(f'{yr} = {_arena_region(E, at + _r64(th * rx), (1, n, W, C), yv.elem, qdesc(yv.q) if yv.q else None, "NHWC")}')
+        tx = E.tok(f'{l.name}_x{i}')
+        E.line(f'{tx} = transfer.async(dst={xr}, src=region({xv.buf}, {xv.at(r0 * rx)}, {n * rx}), '
+               f'deps=[{", ".join(t for t in prev if t in E.live)}])')
+        tc = E.tok(f'{l.name}_b{i}')
+        E.line(f'{tc} = {opcode}.async in {xr}, {wr} @readonly out {yr} {attrs} deps=[{tx}, {tw}]')
+        ts = E.tok(f'{l.name}_s{i}')
+        E.line(f'{ts} = store.async(dst=region({yv.buf}, {yv.at(r0 * ry)}, {n * ry}), src={yr}, deps=[{tc}])')
+        done[i] = [tx, tc, ts]
+    return [t for v in done.values() for t in v if t in E.live] + [tw] * (tw in E.live)
+
+def _emit_bmul(E, l, ctx, xv, yv, prev):
+    "x · s[c]: a depthwise 1x1 convolution whose weights are the scale tensor (in row bands when the tensors exceed L1)."
+    sv = ctx.vals[l.inputs[1]]; C_ = yv.shape[-1]; acc = 'i32' if ctx.elem == 'i8' else 'f32'
+    w = (Val(sv.buf, (1, 1, 1, C_), ctx.elem, sv.q, sv.base), 'HWIO')
+    at = f'pads=[0, 0, 0, 0] strides=[1, 1] dilations=[1, 1] groups={C_} accum_type={acc}'
+    if len(xv.shape) == 4 and not xv.nchw and not yv.nchw and xv.shape[0] == 1 and _r64(xv.nbytes) + _r64(yv.nbytes) + 64 > E.l1:
+        return emit_row_bands(E, l, 'conv2d', xv, w, yv, at, prev)
+    return emit_whole(E, l, 'conv2d', [xv, w], [], yv, at, prev, ctx.elem)[0]
+
+register_emitters(bmul=_emit_bmul)
+

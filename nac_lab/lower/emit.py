@@ -474,17 +474,11 @@ def _emit_clamp(E, l, ctx, xv, yv, prev):
     at = f'min_val={fnum(l.attrs["min_val"])} max_val={fnum(l.attrs["max_val"])}'
     return emit_whole(E, l, 'clamp', [xv], [], yv, at, prev, ctx.elem)[0]
 
-def _emit_bmul(E, l, ctx, xv, yv, prev):
-    "x · s[c]: a depthwise 1x1 convolution whose weights are the scale tensor."
-    sv = ctx.vals[l.inputs[1]]; C_ = yv.shape[-1]; acc = 'i32' if ctx.elem == 'i8' else 'f32'
-    return emit_whole(E, l, 'conv2d', [xv, (Val(sv.buf, (1, 1, 1, C_), ctx.elem, sv.q, sv.base), 'HWIO')], [], yv,
-                      f'pads=[0, 0, 0, 0] strides=[1, 1] dilations=[1, 1] groups={C_} accum_type={acc}', prev, ctx.elem)[0]
-
 def _emit_same(E, l, ctx, xv, yv, prev):
     "A layer op that is the NEM elementwise opcode of the same name."
     return emit_whole(E, l, l.op, [ctx.vals[n] for n in l.inputs], [], yv, '', prev, ctx.elem)[0]
 
-register_emitters(add_c=_emit_const_op, mul_c=_emit_const_op, clamp=_emit_clamp, bmul=_emit_bmul,
+register_emitters(add_c=_emit_const_op, mul_c=_emit_const_op, clamp=_emit_clamp,
                   **{o: _emit_same for o in (*UNARY_OPS, 'add', 'mul', 'sub')})
 
 # %% ../../nbs/68_lower_emit.ipynb #da725f4c
