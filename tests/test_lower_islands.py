@@ -165,3 +165,29 @@ def test_f32_roll_concat_pieces(tmp_path):
 
 class Roll(nn.Module):
     def forward(s, x): return torch.roll(x, 7, 1) * 2.0
+
+class Qkv(nn.Module):
+    "A qkv projection split on its last axis (maxvit's attention): 300 rows of 24 -> three slices of 8 columns."
+    def __init__(s):
+        super().__init__(); s.fc = nn.Linear(8, 24)
+    def forward(s, x):
+        q, k, v = s.fc(x).split(8, -1)
+        return q * k + v
+
+def test_slice_of_many_short_runs_in_blocks(tmp_path):
+    from nac_lab.lower.attn import slice_pieces
+    assert slice_pieces((1, 300, 24), 2, 0, 8, 1, 1024) is None       # 300 runs of 8 bytes: more than MAX_SLICE_PIECES copies
+    # int8: 7200 + 2400 bytes whole > 1024: blocks of 16 rows, 2 * (384 + 128) = 1024 (17 rows need 2 * (448 + 192))
+    dev = small_device(tmp_path, 1024)
+    torch.manual_seed(0)
+    m = nac_compile(Qkv().eval(), (torch.zeros(1, 300, 8),))
+    rng = np.random.default_rng(8)
+    xs = [rng.standard_normal((1, 300, 8)).astype(np.float32) for _ in range(3)]
+    low = lower(m, dev, mode='int8', calib=xs)
+    assert not low.check().errors
+    blocks = re.findall(r'(\w+getitem\w*)_b(\d+) = slice\.async in \1_x\2 out \1_y\2 starts=\[\d+\] ends=\[\d+\] axes=\[1\]', low.program)
+    assert len(blocks) == 3 * 19, len(blocks)                            # ceil(300 / 16) = 19 blocks per slice
+    assert_bit_exact(low, xs[0])
+    f32 = lower(m, small_f32(tmp_path, 4096), mode='f32', example=(xs[1],))     # f32: 28800 + 9600 bytes: 16 rows, 2 * (1536 + 512)
+    assert not f32.check().errors and len(re.findall(r'getitem\w*_b\d+ = slice\.async', f32.program)) == 3 * 19
+    np.testing.assert_allclose(f32.run(xs[1])[0], m.run(torch.from_numpy(xs[1]))[0].numpy(), atol=1e-5, rtol=0)

@@ -8,11 +8,11 @@ import math
 from dataclasses import dataclass
 import numpy as np
 from .layers import Layer, LowerError
-from .emit import register_emitters, Val, emit_whole, to_elem, ESIZE
+from .emit import register_emitters, Val, emit_whole, to_elem, ESIZE, qdesc, _arena_region
 
 # %% auto #0
 __all__ = ['ATTN_BLOCK_BYTES', 'ATTN_MAX_BLOCKS', 'MORE', 'MAX_SLICE_PIECES', 'Parts', 'ImportCtx', 'attn_block_bytes',
-           'attn_rows', 'import_more', 'slice_pieces']
+           'attn_rows', 'import_more', 'slice_pieces', 'slice_blocks']
 
 # %% ../../nbs/69h_lower_attn.ipynb #b4d490bf
 @dataclass
@@ -362,12 +362,41 @@ def slice_pieces(shape, ax, a, b, esize, l1) -> list | None:
     if piece <= 0 or outer * -(-run // piece) > MAX_SLICE_PIECES: return None
     return [((o * shape[ax] + a) * T + s, o * run + s, min(piece, run - s)) for o in range(outer) for s in range(0, run, piece)]
 
+def slice_blocks(E, l, xv, yv, ax, a, b, prev) -> list:
+    ("A step-1 slice [a, b) of stored axis `ax` with too many short runs for copies (a qkv split of 3136 rows of 192): blocks of whole "
+     "outer rows through two L1 slots, each block sliced in L1 by one NEM `slice`; returns the live tokens.")
+    sh = xv.shape; e = ESIZE[xv.elem]; outer, D, inner = int(np.prod(sh[:ax])), sh[ax], int(np.prod(sh[ax + 1:]))
+    def r64(n): return -(-n // 64) * 64
+    def slot(r): return r64(r * D * inner * e) + r64(r * (b - a) * inner * e)
+    rows = next((r for r in range(outer, 0, -1) if 2 * slot(r) <= E.l1), None)
+    if rows is None: raise LowerError(f'{l.name} (NAC instruction {l.nac}): slice needs {2 * slot(1)} bytes of L1 for one outer row, '
+                                      f'the device has {E.l1}')
+    E.arena = max(E.arena, 2 * slot(rows)); done = {}
+    q = [qdesc(v.q) if v.q else None for v in (xv, yv)]
+    for i, r0 in enumerate(range(0, outer, rows)):
+        n, at = min(rows, outer - r0), (i % 2) * slot(rows)
+        E.retire([t for t in done.pop(i - 2, []) if t in E.live])        # the block that used this slot is stored
+        xr, yr = f'{l.name}_x{i}', f'{l.name}_y{i}'
+        E.line(f'{xr} = {_arena_region(E, at, (n, D, inner), xv.elem, q[0])}')
+        E.line(f'{yr} = {_arena_region(E, at + r64(rows * D * inner * e), (n, b - a, inner), yv.elem, q[1])}')
+        tx = E.tok(f'{l.name}_x{i}')
+        E.line(f'{tx} = transfer.async(dst={xr}, src=region({xv.buf}, {xv.at(r0 * D * inner * e)}, {n * D * inner * e}), '
+               f'deps=[{", ".join(t for t in prev if t in E.live)}])')
+        tc = E.tok(f'{l.name}_b{i}')
+        E.line(f'{tc} = slice.async in {xr} out {yr} starts=[{a}] ends=[{b}] axes=[1] steps=[1] deps=[{tx}]')
+        ts = E.tok(f'{l.name}_s{i}')
+        E.line(f'{ts} = store.async(dst=region({yv.buf}, {yv.at(r0 * (b - a) * inner * e)}, {n * (b - a) * inner * e}), src={yr}, '
+               f'deps=[{tc}])')
+        done[i] = [tx, tc, ts]
+    return [t for v in done.values() for t in v if t in E.live]
+
 def _emit_slice(E, l, ctx, xv, yv, prev):
     from nac_lab.lower.ops import nem_axis, emit_copies
     ax = nem_axis(l.attrs['axis'], len(l.shape), xv.layout == 'NHWC')
     if l.attrs.get('step', 1) == 1 and -(-xv.nbytes // 64) * 64 + -(-yv.nbytes // 64) * 64 > E.l1:
         ps = slice_pieces(xv.shape, ax, l.attrs['start'], l.attrs['end'], ESIZE[xv.elem], E.l1)
         if ps is not None: return emit_copies(E, l, [(xv,) + p for p in ps], yv, prev)
+        return slice_blocks(E, l, xv, yv, ax, l.attrs['start'], l.attrs['end'], prev)
     return emit_whole(E, l, 'slice', [xv], [], yv, f'starts=[{l.attrs["start"]}] ends=[{l.attrs["end"]}] axes=[{ax}] '
                       f'steps=[{l.attrs.get("step", 1)}]', prev,
                       ctx.elem)[0]
