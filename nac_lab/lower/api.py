@@ -12,13 +12,14 @@ from .layers import LowerError, check_layers
 from .graph import import_nac, signature_example
 from .quant import calibrate, quantize_graph
 from .emit import Emitter, emit_program, DTYPE, to_elem, from_elem
-from .place import pick_l2, plan_ring
+from .place import pick_l2, plan_ring, spill_choice
 from .tile import Device, resolve_device, check_legal, choose_tilings, layer_report
 from ..progress import stage, with_steps
 
 
 # %% auto #0
-__all__ = ['ELEM_OF', 'Lowered', 'own_output', 'float_type', 'l2_bytes', 'emit_planned', 'checked', 'program_name', 'lower']
+__all__ = ['ELEM_OF', 'MAX_SPILL_ROUNDS', 'Lowered', 'own_output', 'float_type', 'l2_bytes', 'emit_planned', 'checked',
+           'program_name', 'lower']
 
 # %% ../../nbs/69a_lower_api.ipynb #8496360f
 @dataclass
@@ -133,20 +134,27 @@ def l2_bytes(E) -> int:
     import re
     return sum(-(-int(m) // 64) * 64 for m in re.findall(r':\s*L2\s*\(size=(\d+)', '\n'.join(E.bufs)))
 
+MAX_SPILL_ROUNDS = 8
+
 def emit_planned(g, dev, elem, qp, ql, tilings, prefetch=True) -> Emitter:
     "Emit `g` for `dev` within its L2 (see above); returns the `Emitter`, its `io` facts in `.io`."
     l2 = int(dev.resolved.topology['l2_size_bytes']) if dev.resolved is not None else None
     mode = 'int8' if elem == 'i8' else elem
     E = Emitter(dev, dev.l1, elem); E.io = emit_program(g, E, mode, qp, ql, tilings, prefetch=prefetch)
     if l2 is None or l2_bytes(E) <= l2: return E
-    act = -(-E.l2.peak // 64) * 64
-    if act > l2: raise LowerError(f'the activations need {act} bytes of L2 at their peak (one buffer, placed by lifetime); {dev.name} has '
-                                  f'{l2}')
+    act, spill = -(-E.l2.peak // 64) * 64, set()
+    for _ in range(MAX_SPILL_ROUNDS):
+        if act <= l2: break
+        spill |= spill_choice(E.l2.at_peak, act - l2 * 3 // 4, set(g.inputs))
+        E = Emitter(dev, dev.l1, elem); E.spill = spill; E.io = emit_program(g, E, mode, qp, ql, tilings, prefetch=prefetch)
+        act = -(-E.l2.peak // 64) * 64
+    if act > l2: raise LowerError(f'the activations need {act} bytes of L2 at their peak (one buffer, placed by lifetime; '
+                                  f'{len(spill)} spilled to DDR); {dev.name} has {l2}')
     want = E.ring_want                  # conv and linear weights stream through the weight ring (`lower.place.plan_ring`)
     sizes = {n: a.nbytes for n, a in E.data.items() if n in E.ctok and n not in want}   # the other constants that want an L2 copy
     ring = min(sum(-(-s // 64) * 64 for s, _ in want.values()), max(l2 - act - sum(-(-s // 64) * 64 for s in sizes.values()),
                                                                    (l2 - act) // 2))
-    E = Emitter(dev, dev.l1, elem); E.l2_budget = l2 - act - ring; E.l2_pick = pick_l2(sizes, l2 - act - ring)
+    E = Emitter(dev, dev.l1, elem); E.l2_budget = l2 - act - ring; E.l2_pick = pick_l2(sizes, l2 - act - ring); E.spill = spill
     E.ring, E.ring_size = plan_ring(want, ring), ring
     E.io = emit_program(g, E, mode, qp, ql, tilings, prefetch=prefetch)
     if l2_bytes(E) > l2: raise LowerError(f'internal: the planned program declares {l2_bytes(E)} bytes of L2, {dev.name} has {l2}')

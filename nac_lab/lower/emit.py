@@ -38,6 +38,7 @@ class Emitter:
         self.l2_pick = None         # the constants that get an L2 copy (None: first come while the budget lasts; see `pick_l2`)
         self.ring = None            # streamed weights: name -> (offset in the ring buffer `RING`, layer after which its bytes are free)
         self.ring_size = 0; self.cbase = {}; self.after = {}; self.layer = 0; self.ring_want = {}
+        self.spill = set()          # activations placed in DDR because the L2 cannot hold them (`lower.api.emit_planned`)
     def buffer(self, name, level, size):
         self.bufs.append(f'buffer {name} : {level} (size={max(int(size), 1)}, align=64)'); return name
     def const(self, name, arr, l2=True, split=False, ring=False):
@@ -401,6 +402,7 @@ def _l2(E, name, shape, elem, q=None):
     "A value's L2 home: a place in the shared activation buffer, or its own buffer (one-layer timing programs)."
     h = stored_nhwc(E, name, shape)
     v = Val(f'{name}_L2', nem_shape(shape, h), elem, q, nchw=len(shape) == 4 and not h)
+    if name in E.spill: v.buf = E.buffer(f'{name}_DDR', 'DDR', v.nbytes); return v       # spilled (`lower.api.emit_planned`)
     if E.l2 is None: E.buffer(v.buf, 'L2', v.nbytes); return v
     v.buf, v.base = 'ACT_L2', E.l2.alloc(name, v.nbytes)
     return v

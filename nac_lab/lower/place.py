@@ -6,20 +6,29 @@
 from __future__ import annotations
 
 # %% auto #0
-__all__ = ['L2Alloc', 'pick_l2', 'plan_ring']
+__all__ = ['L2Alloc', 'spill_choice', 'pick_l2', 'plan_ring']
 
 # %% ../../nbs/68b_lower_place.ipynb #51c273ac
 class L2Alloc:
     "First-fit placement of activations in one L2 buffer (`ACT_L2`): a value's bytes are reused once its last reader is done."
-    def __init__(self): self.used, self.peak = {}, 0
+    def __init__(self): self.used, self.peak, self.at_peak = {}, 0, {}
     def alloc(self, name, n) -> int:
         n = -(-max(n, 1) // 64) * 64; at = 0
         for b, s in sorted(self.used.values()):
             if b - at >= n: break
             at = max(at, b + s)
-        self.used[name] = (at, n); self.peak = max(self.peak, at + n)
+        self.used[name] = (at, n)
+        if at + n > self.peak: self.peak, self.at_peak = at + n, dict(self.used)     # what is live when the peak is reached
         return at
     def free(self, name): self.used.pop(name, None)
+
+def spill_choice(at_peak:dict, excess:int, keep=()) -> set:
+    "Names of the largest activations live at the L2 peak (`L2Alloc.at_peak`: name -> (offset, bytes)) that free `excess` bytes."
+    out, freed = set(), 0
+    for n, (_, s) in sorted(at_peak.items(), key=lambda kv: (-kv[1][1], kv[0])):
+        if freed >= excess: break
+        if n not in keep: out.add(n); freed += s
+    return out
 
 # %% ../../nbs/68b_lower_place.ipynb #a75fd5c2
 def pick_l2(sizes:dict, budget:int, least:int=65536) -> set:

@@ -111,11 +111,14 @@ def layer_program(l, g, dev, elem, qp, tiling) -> str:
     E = Emitter(dev, dev.l1, elem)
     if dev.resolved is not None:             # constants go to L2 only while the device's L2 has room next to the layer's values
         from nac_lab.lower.emit import ESIZE
-        vals = {**sub.inputs, l.name: l.shape}
+        vals = {**sub.inputs, sub.outputs[0]: l.shape}
         act = sum(-(-math.prod(s) * ESIZE[elem if n not in sub.ints else 'i32'] // 64) * 64 for n, s in vals.items())
         l2 = int(dev.resolved.topology['l2_size_bytes'])
-        if act > l2: raise LowerError(f'the activations need {act} bytes of L2 at their peak ({l.name}, NAC instruction {l.nac}: its '
-                                      f'inputs and output); {dev.name} has {l2}')
+        if act > l2:                 # the layer's own values exceed L2: the largest live in DDR, as `lower.api.emit_planned` spills them
+            from nac_lab.lower.place import spill_choice
+            sz = {n: (0, -(-math.prod(s) * ESIZE[elem if n not in sub.ints else 'i32'] // 64) * 64) for n, s in vals.items()}
+            E.spill = spill_choice(sz, act - l2 * 3 // 4)
+            act -= sum(sz[n][1] for n in E.spill)
         E.l2_budget = l2 - act
     from nac_lab.lower.emit import probe_constants
     with probe_constants():                  # the constants' values are never read: no float conversion
