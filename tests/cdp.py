@@ -4,7 +4,7 @@
 never gets there. Over the protocol a test navigates, evaluates JavaScript, clicks, reads console messages and requests, and polls
 for a condition with a deadline. The pipe (fd 3 in, fd 4 out, each message JSON ended by a NUL byte) needs no port and no
 websocket package. Every wait is bounded; `close()` (or leaving the `with` block) always ends Chromium."""
-import fcntl, json, os, select, shutil, subprocess, sys, time
+import fcntl, json, os, select, shutil, signal, subprocess, sys, time
 from pathlib import Path
 
 CHROMIUM = shutil.which('chromium') or shutil.which('chromium-browser') or shutil.which('google-chrome')
@@ -30,11 +30,16 @@ class Chromium:
         self.log = folder / 'chromium.log'
         shim = (f'import os, sys; os.dup2({to_child}, 3); os.dup2({from_child}, 4); os.close({to_child}); os.close({from_child}); '
                 'os.execv(sys.argv[1], sys.argv[1:])')
-        with open(self.log, 'wb') as log:
-            self.proc = subprocess.Popen([sys.executable, '-c', shim, exe, *FLAGS, f'--user-data-dir={folder / "profile"}',
-                                          '--remote-debugging-pipe', 'about:blank'],
-                                         stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=(to_child, from_child))
-        os.close(to_child); os.close(from_child)
+        try:
+            with open(self.log, 'wb') as log:     # its own process group, so that close() ends its renderer and helpers too
+                self.proc = subprocess.Popen([sys.executable, '-c', shim, exe, *FLAGS, f'--user-data-dir={folder / "profile"}',
+                                              '--remote-debugging-pipe', 'about:blank'], stdin=subprocess.DEVNULL, stdout=log,
+                                             stderr=log, pass_fds=(to_child, from_child), start_new_session=True)
+        except BaseException:
+            for fd in (self._r, self._w): os.close(fd)
+            raise
+        finally:
+            os.close(to_child); os.close(from_child)
 
     @staticmethod
     def _high(fd: int) -> int:
@@ -45,11 +50,13 @@ class Chromium:
     def __exit__(self, *exc): self.close()
 
     def close(self):
-        "End Chromium (terminate, then kill after 5 s) and close the pipe."
+        "End Chromium (terminate, kill after 5 s), then whatever is left of its process group, and close the pipe."
         if self.proc.poll() is None:
             self.proc.terminate()
             try: self.proc.wait(5)
             except subprocess.TimeoutExpired: self.proc.kill(); self.proc.wait(5)
+        try: os.killpg(self.proc.pid, signal.SIGKILL)           # the group this object started (its leader is self.proc)
+        except (ProcessLookupError, PermissionError): pass
         for fd in (self._r, self._w):
             try: os.close(fd)
             except OSError: pass
@@ -58,11 +65,11 @@ class Chromium:
         try: return self.log.read_text(errors='replace')[-800:]
         except OSError: return ''
 
-    def _next(self, deadline: float) -> dict:
-        "The next message from Chromium, waiting until `deadline` (time.monotonic)."
+    def _next(self, deadline: float) -> dict | None:
+        "The next message from Chromium, or None once `deadline` (time.monotonic) has passed; CdpError when Chromium has gone."
         while b'\0' not in self._buf:
             left = deadline - time.monotonic()
-            if left <= 0: raise CdpError('no message from Chromium before the deadline')
+            if left <= 0: return None
             if not select.select([self._r], [], [], min(left, 0.5))[0]:
                 if self.proc.poll() is not None: raise CdpError(f'Chromium exited ({self.proc.returncode}): {self._log_tail()}')
                 continue
@@ -72,6 +79,9 @@ class Chromium:
         msg, self._buf = self._buf.split(b'\0', 1)
         return json.loads(msg)
 
+    def _keep(self, m: dict) -> None:
+        if 'method' in m: self.events.append((m['method'], m.get('params', {})))
+
     def send(self, method: str, params: dict | None = None, *, session: str | None | bool = True, timeout: float | None = None) -> dict:
         "Send `method` (to the page's session unless `session` is None/False) and return its result; events meanwhile go to `events`."
         self._id += 1
@@ -80,12 +90,12 @@ class Chromium:
         if sid: msg['sessionId'] = sid
         os.write(self._w, json.dumps(msg).encode() + b'\0')
         deadline = time.monotonic() + (timeout or self.timeout)
-        while True:
-            m = self._next(deadline)
+        while (m := self._next(deadline)) is not None:
             if m.get('id') == self._id:
                 if 'error' in m: raise CdpError(f'{method}: {m["error"]}')
                 return m.get('result', {})
-            if 'method' in m: self.events.append((m['method'], m.get('params', {})))
+            self._keep(m)
+        raise CdpError(f'no answer to {method} within {timeout or self.timeout} s')
 
     def open(self, url: str, cookies: dict | None = None, block=()) -> None:
         ("A new page attached as `session` with Runtime, Log, Network and Page events on, `cookies` set for `url`, requests to URL "
@@ -94,7 +104,8 @@ class Chromium:
         self.session = self.send('Target.attachToTarget', dict(targetId=target, flatten=True), session=None)['sessionId']
         for domain in ('Runtime', 'Log', 'Network', 'Page'): self.send(f'{domain}.enable')
         for k, v in (cookies or {}).items():
-            if not self.send('Network.setCookie', dict(name=k, value=str(v), url=url)).get('success', True): raise CdpError(f'cookie {k} refused')
+            if not self.send('Network.setCookie', dict(name=k, value=str(v), url=url)).get('success', True):
+                raise CdpError(f'Chromium refused cookie {k} for {url}')
         if block: self.send('Network.setBlockedURLs', dict(urls=list(block)))
         self.send('Page.navigate', dict(url=url))
 
@@ -110,16 +121,14 @@ class Chromium:
         while True:
             v = self.evaluate(expr)
             if v: return v
-            if time.monotonic() > deadline: raise CdpError(f'{expr!r} still {v!r} after {timeout or self.timeout} s; console: {self.console()[-5:]}')
+            if time.monotonic() > deadline:
+                raise CdpError(f'{expr!r} still {v!r} after {timeout or self.timeout} s; last console lines: {self.console()[-5:]}')
             self.idle(every)
 
     def idle(self, seconds: float) -> None:
         "Collect events for `seconds` (the page runs in real time meanwhile)."
         deadline = time.monotonic() + seconds
-        try:
-            while True: m = self._next(deadline); self.events.append((m['method'], m.get('params', {}))) if 'method' in m else None
-        except CdpError:
-            if self.proc.poll() is not None: raise
+        while (m := self._next(deadline)) is not None: self._keep(m)
 
     def console(self) -> list[str]:
         "The console messages and log entries seen so far, as 'level: text'."
@@ -128,7 +137,8 @@ class Chromium:
             if method == 'Runtime.consoleAPICalled':
                 out.append(f"{p.get('type')}: {' '.join(str(a.get('value', a.get('description', ''))) for a in p.get('args', []))}")
             elif method == 'Log.entryAdded': out.append(f"{p['entry'].get('level')}: {p['entry'].get('text')}")
-            elif method == 'Runtime.exceptionThrown': out.append(f"exception: {p['exceptionDetails'].get('exception', {}).get('description')}")
+            elif method == 'Runtime.exceptionThrown':
+                out.append(f"exception: {p['exceptionDetails'].get('exception', {}).get('description')}")
         return out
 
     def requests(self) -> list[str]:

@@ -150,7 +150,8 @@ def test_view_cli_serves_page_and_model(tmp_path):
         with Chromium(tmp_path / 'chromium') as c:
             c.open(f'http://localhost:{port}/', cookies={'consent': '1'}, block=('https://*',))
             try: drawn = c.wait_for("document.querySelectorAll('svg .node.graph-node').length", timeout=20)
-            except CdpError as e: raise AssertionError((str(e), c.evaluate("document.body.className + ': ' + document.body.innerText.slice(0, 300)")))
+            except CdpError as e:                                                        # say what the page shows instead
+                raise AssertionError((str(e), c.evaluate("document.body.className + ': ' + document.body.innerText.slice(0, 300)")))
             assert [u for u in c.requests() if u.startswith(f'http://localhost:{port}/data/cnn.onnx?')], c.requests()  # the model fetched
             c.idle(0.3)                                                                  # no node drawn late
             text = c.evaluate("Array.from(document.querySelectorAll('svg .node.graph-node')).map(e => e.textContent).join('|')")
