@@ -107,7 +107,21 @@ class Chromium:
             if not self.send('Network.setCookie', dict(name=k, value=str(v), url=url)).get('success', True):
                 raise CdpError(f'Chromium refused cookie {k} for {url}')
         if block: self.send('Network.setBlockedURLs', dict(urls=list(block)))
-        self.send('Page.navigate', dict(url=url))
+        start = len(self.events)
+        r = self.send('Page.navigate', dict(url=url))
+        if r.get('errorText'): raise CdpError(f'navigating to {url}: {r["errorText"]}')
+        self.wait_event('Page.loadEventFired', since=start)        # the new document is there (its scripts may still be working)
+
+    def wait_event(self, method: str, since: int = 0, timeout: float | None = None) -> dict:
+        "The params of the first event `method` at or after index `since` of `events`, waiting up to `timeout` s for it."
+        deadline = time.monotonic() + (timeout or self.timeout)
+        while True:
+            for m, params in self.events[since:]:
+                if m == method: return params
+            since = len(self.events)
+            m = self._next(deadline)
+            if m is None: raise CdpError(f'no {method} event within {timeout or self.timeout} s')
+            self._keep(m)
 
     def evaluate(self, expr: str):
         "The value of JavaScript `expr` in the page (awaited when it is a promise); a thrown exception is a CdpError."

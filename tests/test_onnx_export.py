@@ -129,7 +129,8 @@ def test_torchvision_all(capsys):
 # --- the viewer ------------------------------------------------------------------------------------------------------------
 
 def test_view_cli_serves_page_and_model(tmp_path):
-    "`nac-lab view --no-browser --port P` serves netron's page and the exported model; the process is stopped afterwards."
+    ("`nac-lab view --no-browser --port P` serves netron's page and the exported model, which netron draws in headless Chromium "
+     "(13 nodes, NAC names shown); the process is stopped afterwards.")
     pytest.importorskip('netron')
     from nac_lab.onnx.view import free_port
     zoo_model('cnn').save(tmp_path / 'cnn.nac')
@@ -145,17 +146,19 @@ def test_view_cli_serves_page_and_model(tmp_path):
         m = onnx.load_from_string(urllib.request.urlopen(f'http://localhost:{port}/data/cnn.onnx', timeout=20).read())
         assert len(m.graph.node) == 13 and m.graph.node[0].name.startswith('i')
         if CHROMIUM is None: pytest.skip('no chromium: the page and the model were fetched, the rendering is not checked')
-        # netron waits for a click on its cookie notice before it opens the model (browser.js `consent`); the cookie it sets on that
-        # click is set beforehand. Requests off localhost (its ipinfo and analytics calls) are blocked.
+        # netron waits for a click on its cookie notice (browser.js `consent`) before it opens the model: the cookie that click sets is
+        # set beforehand. Requests off localhost (its ipinfo and analytics calls) are blocked. After drawing, netron's view switches
+        # the body to class `default` (view.js `show(null)`): the wait ends there, so the count read is the final one.
         with Chromium(tmp_path / 'chromium') as c:
             c.open(f'http://localhost:{port}/', cookies={'consent': '1'}, block=('https://*',))
-            try: drawn = c.wait_for("document.querySelectorAll('svg .node.graph-node').length", timeout=20)
+            nodes = "document.querySelectorAll('svg .node.graph-node')"
+            shown = "document.body ? document.body.className + ': ' + document.body.innerText.slice(0, 300) : 'no body'"
+            try: drawn = c.wait_for(f"document.body.classList.contains('default') && {nodes}.length", timeout=20)
             except CdpError as e:                                                        # say what the page shows instead
-                raise AssertionError((str(e), c.evaluate("document.body.className + ': ' + document.body.innerText.slice(0, 300)")))
+                raise AssertionError((str(e), c.evaluate(shown)))
             assert [u for u in c.requests() if u.startswith(f'http://localhost:{port}/data/cnn.onnx?')], c.requests()  # the model fetched
-            c.idle(0.3)                                                                  # no node drawn late
-            text = c.evaluate("Array.from(document.querySelectorAll('svg .node.graph-node')).map(e => e.textContent).join('|')")
-            assert c.evaluate("document.querySelectorAll('svg .node.graph-node').length") == drawn == 13   # one per ONNX node
+            assert drawn == 13                                                           # one drawn node per ONNX node
+            text = c.evaluate(f"Array.from({nodes}).map(e => e.textContent).join('|')")
             assert 'i4_conv2d' in text and 'i15_linear' in text and 'Conv' in text, text   # NAC instruction names are drawn
     finally:
         p.terminate()
