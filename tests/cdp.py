@@ -129,6 +129,12 @@ class Chromium:
         if 'exceptionDetails' in r: raise CdpError(f'{expr[:80]}: {r["exceptionDetails"].get("exception", r["exceptionDetails"])}')
         return r['result'].get('value')
 
+    def click(self, element: str) -> None:
+        "Dispatch a bubbling mouse click on the element that JavaScript expression `element` yields (CdpError when it yields none)."
+        click = "new MouseEvent('click', {bubbles: true, cancelable: true, view: window})"
+        if not self.evaluate(f"(() => {{ const e = {element}; if (!e) return false; e.dispatchEvent({click}); return true; }})()"):
+            raise CdpError(f'nothing to click: {element} is null')
+
     def wait_for(self, expr: str, timeout: float | None = None, every: float = 0.1):
         "Poll JavaScript `expr` until it is truthy (returns it) or `timeout` s pass (CdpError with the console messages seen)."
         deadline = time.monotonic() + (timeout or self.timeout)

@@ -130,7 +130,7 @@ def test_torchvision_all(capsys):
 
 def test_view_cli_serves_page_and_model(tmp_path):
     ("`nac-lab view --no-browser --port P` serves netron's page and the exported model, which netron draws in headless Chromium "
-     "(13 nodes, NAC names shown); the process is stopped afterwards.")
+     "(13 nodes, NAC names shown; a click on a node shows its NAC attributes); the process is stopped afterwards.")
     pytest.importorskip('netron')
     from nac_lab.onnx.view import free_port
     zoo_model('cnn').save(tmp_path / 'cnn.nac')
@@ -160,6 +160,13 @@ def test_view_cli_serves_page_and_model(tmp_path):
             assert drawn == 13                                                           # one drawn node per ONNX node
             text = c.evaluate(f"Array.from({nodes}).map(e => e.textContent).join('|')")
             assert 'i4_conv2d' in text and 'i15_linear' in text and 'Conv' in text, text   # NAC instruction names are drawn
+            # a click on the first conv's type opens netron's node panel: the NAC instruction and its attributes (zoo cnn: 3x3, pad 1)
+            c.click(f"Array.from({nodes}).find(e => e.textContent.includes('i4_conv2d')).querySelector('.node-item-type')")
+            panel = "((document.getElementById('sidebar') || {}).innerText || '')"
+            try: c.wait_for(f"{panel}.includes('NAC instruction 4:')", timeout=10)
+            except CdpError as e: raise AssertionError((str(e), c.evaluate(panel)))
+            panel = c.evaluate(panel)
+            assert 'NAC instruction 4: nac.conv2d' in panel and '"stride": "(1, 1)", "padding": "(1, 1)"' in panel, panel
     finally:
         p.terminate()
         try: p.wait(10)
