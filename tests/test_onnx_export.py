@@ -1,7 +1,7 @@
 """ONNX export (issue #32): every zoo model and a sample of torchvision models exported with `NacGraph.to_onnx`, checked by the full
 ONNX checker and run by ONNX Runtime against the NAC interpreter (1e-5 relative); round trips NAC -> ONNX -> NAC through the
 importer; the netron viewer served and rendered in headless Chromium."""
-import os, re, shutil, subprocess, sys, urllib.request
+import os, re, subprocess, sys, urllib.request
 import pytest
 import torch
 
@@ -13,6 +13,7 @@ from nac_lab.nac.compiler.compile import compile as nac_compile                 
 from nac_lab.nac.format.graph import NacGraph                                      # noqa: E402
 from nac_lab.onnx.export import check, OnnxExportError                      # noqa: E402,F401
 from nac_lab.bench.peers import rel_err                                     # noqa: E402
+from cdp import CHROMIUM, Chromium, CdpError                                # noqa: E402
 
 TOL = 1e-5
 _COMPILED = {}
@@ -128,7 +129,8 @@ def test_torchvision_all(capsys):
 # --- the viewer ------------------------------------------------------------------------------------------------------------
 
 def test_view_cli_serves_page_and_model(tmp_path):
-    "`nac-lab view --no-browser --port P` serves netron's page and the exported model; the process is stopped afterwards."
+    ("`nac-lab view --no-browser --port P` serves netron's page and the exported model, which netron draws in headless Chromium "
+     "(13 nodes, NAC names shown; a click on a node shows its NAC attributes); the process is stopped afterwards.")
     pytest.importorskip('netron')
     from nac_lab.onnx.view import free_port
     zoo_model('cnn').save(tmp_path / 'cnn.nac')
@@ -143,16 +145,28 @@ def test_view_cli_serves_page_and_model(tmp_path):
         assert '/data/cnn.onnx' in page
         m = onnx.load_from_string(urllib.request.urlopen(f'http://localhost:{port}/data/cnn.onnx', timeout=20).read())
         assert len(m.graph.node) == 13 and m.graph.node[0].name.startswith('i')
-        chromium = shutil.which('chromium') or ('/usr/bin/chromium' if os.path.exists('/usr/bin/chromium') else None)
-        if chromium is None: pytest.skip('no chromium: the page and the model were fetched, the rendering is not checked')
-        dom = subprocess.run([chromium, '--headless', '--no-sandbox', '--disable-gpu', '--virtual-time-budget=20000', '--dump-dom',
-                              f'http://localhost:{port}/'], capture_output=True, text=True, timeout=120).stdout
-        assert '/data/cnn.onnx' in dom                            # Chromium loaded netron's page for this model
-        drawn = len(re.findall(r'class="node graph-node', dom))
-        if drawn == 0:
-            pytest.xfail('netron did not draw the graph inside headless Chromium --dump-dom (the page stays on its welcome screen); '
-                         'the served page and model were checked')
-        assert drawn == 13, (drawn, dom[:400])                 # one drawn node per ONNX node
+        if CHROMIUM is None: pytest.skip('no chromium: the page and the model were fetched, the rendering is not checked')
+        # netron waits for a click on its cookie notice (browser.js `consent`) before it opens the model: the cookie that click sets is
+        # set beforehand. Requests off localhost (its ipinfo and analytics calls) are blocked. After drawing, netron's view switches
+        # the body to class `default` (view.js `show(null)`): the wait ends there, so the count read is the final one.
+        with Chromium(tmp_path / 'chromium') as c:
+            c.open(f'http://localhost:{port}/', cookies={'consent': '1'}, block=('https://*',))
+            nodes = "document.querySelectorAll('svg .node.graph-node')"
+            shown = "document.body ? document.body.className + ': ' + document.body.innerText.slice(0, 300) : 'no body'"
+            try: drawn = c.wait_for(f"document.body.classList.contains('default') && {nodes}.length", timeout=20)
+            except CdpError as e:                                                        # say what the page shows instead
+                raise AssertionError((str(e), c.evaluate(shown)))
+            assert [u for u in c.requests() if u.startswith(f'http://localhost:{port}/data/cnn.onnx?')], c.requests()  # the model fetched
+            assert drawn == 13                                                           # one drawn node per ONNX node
+            text = c.evaluate(f"Array.from({nodes}).map(e => e.textContent).join('|')")
+            assert 'i4_conv2d' in text and 'i15_linear' in text and 'Conv' in text, text   # NAC instruction names are drawn
+            # a click on the first conv's type opens netron's node panel: the NAC instruction and its attributes (zoo cnn: 3x3, pad 1)
+            c.click(f"Array.from({nodes}).find(e => e.textContent.includes('i4_conv2d')).querySelector('.node-item-type')")
+            panel = "((document.getElementById('sidebar') || {}).innerText || '')"
+            try: c.wait_for(f"{panel}.includes('NAC instruction 4:')", timeout=10)
+            except CdpError as e: raise AssertionError((str(e), c.evaluate(panel)))
+            panel = c.evaluate(panel)
+            assert 'NAC instruction 4: nac.conv2d' in panel and '"stride": "(1, 1)", "padding": "(1, 1)"' in panel, panel
     finally:
         p.terminate()
         try: p.wait(10)
