@@ -35,9 +35,9 @@ class OrtSession:
         self.output_names = [o.name for o in self.session.get_outputs()]
         core = getattr(self.session, '_sess', None)       # the C++ session: `InferenceSession.run` minus its per-call Python checks,
         if core is not None and hasattr(core, 'run'):      # which `feed` does (names) or ORT does anyway (types and shapes)
-            ro, crun = ort.RunOptions(), core.run
-            self._run = lambda names, feed: crun(names, feed, ro)
-        else: self._run = self.session.run
+            self._core = (core.run, ort.RunOptions())
+            self._run = lambda names, feed, run=core.run, ro=self._core[1]: run(names, feed, ro)
+        else: self._core, self._run = (self.session.run, None), self.session.run
         self.call = self._fast_call()
     def feed(self, inputs, named) -> dict:
         "`{ONNX input name: array}` from positional and named inputs (tensors, arrays or numbers)."
@@ -52,29 +52,29 @@ class OrtSession:
         except Exception as ex: raise _ort_error(ex) from None
     def __call__(self, *inputs, **named) -> tuple:
         "Run on `inputs`; returns the tuple of output tensors (each owns its memory: a later call does not change it)."
-        return self.call(*inputs, **named)
+        return self.call(inputs, named)
     def _slow(self, inputs, named) -> tuple:
         return tuple(map(torch.from_numpy, self.arrays(*inputs, **named)))
     def _fast_call(self):
-        ("The per-call closure: CPU tensors given positionally, one per input, go straight to `.numpy()` (no `.cpu()`, grad or type "
-         "checks: `.numpy()` raises for the cases they handle, and then the general path `_slow` runs); everything else goes to `_slow`.")
-        names, onames, run, slow, from_numpy = tuple(self.input_names), self.output_names, self._run, self._slow, torch.from_numpy
-        n = len(names)
-        if n == 1:
+        ("The per-call function `call(inputs, named)` (a tuple and a dict: no repacking): CPU tensors given positionally, one per input, "
+         "go straight to `.numpy()` (no `.cpu()`, grad or type checks: `.numpy()` raises for the cases they handle, and then the "
+         "general path `_slow` runs); everything else goes to `_slow`. One input and one output, the common case, get their own body.")
+        names, onames, (run, ro), slow, from_numpy = tuple(self.input_names), self.output_names, self._core, self._slow, torch.from_numpy
+        n, one_out = len(names), len(onames) == 1
+        if n == 1 and one_out:
             (k,) = names
-            def call(*inputs, **named):
+            def call(inputs, named):
                 if named or len(inputs) != 1: return slow(inputs, named)
                 try: feed = {k: inputs[0].numpy()}
                 except Exception: return slow(inputs, named)
-                try: outs = run(onames, feed)
+                try: return (from_numpy(run(onames, feed, ro)[0]),)
                 except Exception as ex: raise _ort_error(ex) from None
-                return tuple([from_numpy(o) for o in outs])
         else:
-            def call(*inputs, **named):
+            def call(inputs, named):
                 if named or len(inputs) != n: return slow(inputs, named)
                 try: feed = {k: v.numpy() for k, v in zip(names, inputs)}
                 except Exception: return slow(inputs, named)
-                try: outs = run(onames, feed)
+                try: outs = run(onames, feed, ro)
                 except Exception as ex: raise _ort_error(ex) from None
                 return tuple([from_numpy(o) for o in outs])
         return call
@@ -89,11 +89,12 @@ def _array(v) -> np.ndarray:
 
 def ort_session(model: NacModel, threads: int | None = None, *, rebuild: bool = False) -> OrtSession:
     ("The cached `OrtSession` of `model` (built on first use; again when `threads` changes, `rebuild` is set or the model's "
-     "`NacFile` was replaced). It is kept in the model's `__dict__` with its `call`, so the per-call lookup is one attribute read.")
-    s = model.__dict__.get('_ort_session')
+     "`NacFile` was replaced). It is kept, with its `call`, in the model's attribute `_ort_session`: the per-call lookup is one "
+     "attribute read.")
+    s = getattr(model, '_ort_session', None)
     if rebuild or s is None or s[0] is not model.nac or (threads is not None and s[1].threads != threads):
         o = OrtSession(model, threads)
-        s = model.__dict__['_ort_session'] = (model.nac, o, o.call)
+        s = model._ort_session = (model.nac, o, o.call)
     return s[1]
 
 
@@ -106,11 +107,12 @@ def run(self: NacModel, *inputs, backend: str = 'nac', **named) -> tuple:
     ("Execute the model; returns the tuple of `<OUTPUT B=0>` values. `backend`: 'nac' (the interpreter, default) or 'onnxruntime' "
      "('ort'): the ONNX export of the model in a cached ONNX Runtime session.")
     if backend == 'nac': return _nac_run(self, *inputs, **named)
-    s = self.__dict__.get('_ort_session')
-    if s is not None and s[0] is self.nac and backend in _ORT: return s[2](*inputs, **named)
+    try: s = self._ort_session                        # (NacFile, OrtSession, its call): see `ort_session`
+    except AttributeError: s = None
+    if s is not None and s[0] is self.nac and backend in _ORT: return s[2](inputs, named)
     b = _ALIASES.get(backend)
     if b == 'nac': return _nac_run(self, *inputs, **named)
     if b is None: raise NacRunError(f'backend {backend!r}: expected one of {", ".join(BACKENDS)} (or ort)')
-    return ort_session(self).call(*inputs, **named)
+    return ort_session(self).call(inputs, named)
 NacModel.run._nac_run = _nac_run
 
