@@ -38,7 +38,7 @@ class OrtSession:
             self._core = (core.run, ort.RunOptions())
             self._run = lambda names, feed, run=core.run, ro=self._core[1]: run(names, feed, ro)
         else: self._core, self._run = (self.session.run, None), self.session.run
-        self.call = self._fast_call()
+        self.call, self._arrays = self._fast_call()
     def feed(self, inputs, named) -> dict:
         "`{ONNX input name: array}` from positional and named inputs (tensors, arrays or numbers)."
         if len(inputs) + len(named) != len(self.input_names) or any(k not in self.input_names for k in named):
@@ -47,19 +47,24 @@ class OrtSession:
         d = dict(zip(self.input_names, inputs)); d.update(named)
         return {k: _array(v) for k, v in d.items()}
     def arrays(self, *inputs, **named) -> list:
-        "Run on `inputs` (arrays, tensors or numbers; positional or by name); returns ONNX Runtime's list of NumPy arrays (no torch)."
+        ("Run on `inputs` (arrays, tensors or numbers; positional or by name); returns ONNX Runtime's list of NumPy arrays: "
+         "NumPy in, NumPy out, no torch conversion on either side.")
+        return self._arrays(inputs, named)
+    def _slow_arrays(self, inputs, named) -> list:
         try: return self._run(self.output_names, self.feed(inputs, named))
         except Exception as ex: raise _ort_error(ex) from None
     def __call__(self, *inputs, **named) -> tuple:
         "Run on `inputs`; returns the tuple of output tensors (each owns its memory: a later call does not change it)."
         return self.call(inputs, named)
     def _slow(self, inputs, named) -> tuple:
-        return tuple(map(torch.from_numpy, self.arrays(*inputs, **named)))
+        return tuple(map(torch.from_numpy, self._slow_arrays(inputs, named)))
     def _fast_call(self):
-        ("The per-call function `call(inputs, named)` (a tuple and a dict: no repacking): CPU tensors given positionally, one per input, "
-         "go straight to `.numpy()` (no `.cpu()`, grad or type checks: `.numpy()` raises for the cases they handle, and then the "
-         "general path `_slow` runs); everything else goes to `_slow`. One input and one output, the common case, get their own body.")
+        ("The per-call functions `(call, arrays)`, each `f(inputs, named)` (a tuple and a dict: no repacking). `call`: CPU tensors given "
+         "positionally, one per input, go straight to `.numpy()` (no `.cpu()`, grad or type checks: `.numpy()` raises for the cases they "
+         "handle, and then the general path `_slow` runs); everything else goes to `_slow`. One input and one output, the common case, "
+         "gets its own body. `arrays`: NumPy arrays given positionally are the feed as they are.")
         names, onames, (run, ro), slow, from_numpy = tuple(self.input_names), self.output_names, self._core, self._slow, torch.from_numpy
+        slow_arrays, ndarray = self._slow_arrays, np.ndarray
         n, one_out = len(names), len(onames) == 1
         if n == 1 and one_out:
             (k,) = names
@@ -77,7 +82,11 @@ class OrtSession:
                 try: outs = run(onames, feed, ro)
                 except Exception as ex: raise _ort_error(ex) from None
                 return tuple([from_numpy(o) for o in outs])
-        return call
+        def arrays(inputs, named):
+            if named or len(inputs) != n or any(type(v) is not ndarray for v in inputs): return slow_arrays(inputs, named)
+            try: return run(onames, dict(zip(names, inputs)), ro)
+            except Exception as ex: raise _ort_error(ex) from None
+        return call, arrays
 
 def _ort_error(ex) -> NacRunError:
     "ONNX Runtime's exception (its own types: Fail, InvalidArgument, ...) as a `NacRunError` with its first line."
