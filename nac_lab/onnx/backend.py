@@ -45,7 +45,13 @@ class OrtSession:
             raise NacRunError(f'the ONNX Runtime backend takes the inputs {self.input_names} (positional or by name); got '
                               f'{len(inputs)} positional and {sorted(named)}')
         d = dict(zip(self.input_names, inputs)); d.update(named)
-        return {k: _array(v) for k, v in d.items()}
+        feed = {}
+        for k, v in d.items():
+            try: feed[k] = _array(v)
+            except Exception as ex:                # e.g. a bfloat16 tensor, which NumPy cannot hold
+                raise NacRunError(f'input {k!r} of the ONNX Runtime backend: expected a tensor, array or number that NumPy can hold; '
+                                  f'{type(ex).__name__}: {str(ex).strip().splitlines()[0][:200] if str(ex).strip() else ""}') from None
+        return feed
     def arrays(self, *inputs, **named) -> list:
         ("Run on `inputs` (arrays, tensors or numbers; positional or by name); returns ONNX Runtime's list of NumPy arrays: "
          "NumPy in, NumPy out, no torch conversion on either side.")
