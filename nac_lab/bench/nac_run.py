@@ -33,7 +33,7 @@ def _max_diff(got, want) -> float:
 def _why(ex) -> str: return f'{type(ex).__name__}: {str(ex).strip().splitlines()[0][:160] if str(ex).strip() else ""}'
 
 # %% ../../nbs/21_nac_bench_run.ipynb #de105707
-BASELINES = ('onnxruntime', 'compile', 'nac[ort]', 'ort[same]')
+BASELINES = ('onnxruntime', 'compile', 'nac[ort]', 'ort[same]', 'nac[ort-np]')
 
 def _runtimes(name, m, nm, x, b, baselines, folder, threads, notes, cache):
     "The timed callables for one model at one batch size: `{'nac': fn, 'onnxruntime': fn, 'compile': fn}` (failures go to `notes`)."
@@ -47,15 +47,18 @@ def _runtimes(name, m, nm, x, b, baselines, folder, threads, notes, cache):
             if d > 1e-3 * (1 + float(want.abs().max())): raise AssertionError(f'outputs differ from eager by {d:.2e}')
             fns['onnxruntime'] = f
         except Exception as ex: notes.append(f'{name} b{b}: onnxruntime: {_why(ex)}')
-    if 'nac[ort]' in baselines:                 # NacModel.run(backend='onnxruntime') and a bare session on the same ONNX bytes
-        try:
+    if 'nac[ort]' in baselines or 'nac[ort-np]' in baselines:   # NacModel.run(backend='onnxruntime') (tensors in and out), its
+        try:                                                     # NumPy form OrtSession.arrays, a bare session on the same ONNX bytes
             from nac_lab.onnx.backend import ort_session
             from nac_lab.bench.timing import ort_session_options
             import onnxruntime as ort
             s = ort_session(nm, threads)
             d = _max_diff(nm.run(*x, backend='onnxruntime')[0], want)
             if d > 1e-3 * (1 + float(want.abs().max())): raise AssertionError(f'outputs differ from eager by {d:.2e}')
-            fns['nac[ort]'] = lambda: nm.run(*x, backend='onnxruntime')
+            if 'nac[ort]' in baselines: fns['nac[ort]'] = lambda: nm.run(*x, backend='onnxruntime')
+            if 'nac[ort-np]' in baselines:
+                arrs = [t.numpy() for t in x]                    # built once, like the bare session's feed
+                fns['nac[ort-np]'] = lambda: s.arrays(*arrs)
             if 'ort[same]' in baselines:
                 same = ort.InferenceSession(s.onnx, ort_session_options(threads), providers=['CPUExecutionProvider'])
                 feed = {k: t.numpy() for k, t in zip(s.input_names, x)}
@@ -87,6 +90,8 @@ def derive(row:dict, b:int, cs:dict, baselines) -> None:
             row[f'nac_vs_{k}_b{b}'] = summarize(cs[k].samples_b, cs['nac'].samples_b)
     if 'nac[ort]' in cs and 'ort[same]' in cs:        # the ORT backend against a bare ORT session on the same file (goal <= 1.10)
         row[f'ortbackend_vs_ort_b{b}'] = summarize(cs['ort[same]'].samples_b, cs['nac[ort]'].samples_b)
+    if 'nac[ort-np]' in cs and 'ort[same]' in cs:     # the same, NumPy arrays in and out (no torch conversion)
+        row[f'ortnp_vs_ort_b{b}'] = summarize(cs['ort[same]'].samples_b, cs['nac[ort-np]'].samples_b)
 
 
 # %% ../../nbs/21_nac_bench_run.ipynb #85e984a7
@@ -129,7 +134,7 @@ def _r(c) -> str: return f'{c.ratio:5.2f} [{c.iqr_lo:4.2f}-{c.iqr_hi:4.2f}]' if 
 def report(rows, batches, baselines, runs, threads, pinned, notes, out=sys.stdout, clock='wall', best_of=1):
     "Print the tables of `bench` rows."
     cols = ['eager'] + ['nac'] + list(baselines)
-    short = {'onnxruntime': 'ort', 'compile': 'compile', 'nac[ort]': 'nac[ort]', 'ort[same]': 'ort[same]'}
+    short = {'onnxruntime': 'ort', 'compile': 'compile', 'nac[ort]': 'nac[ort]', 'ort[same]': 'ort[same]', 'nac[ort-np]': 'nac[ort-np]'}
     print(f'{runs} interleaved rounds per batch{f" (best of {best_of} passes each)" if best_of > 1 else ""}, {clock} clock, threads: '
           f'{threads or "torch default"} ({", ".join(f"{k}={v}" for k, v in pinned.items())}); '
           'ratio = NAC / other runtime, ratio of medians [quartiles of per-round ratios]', file=out)
@@ -152,9 +157,11 @@ def report(rows, batches, baselines, runs, threads, pinned, notes, out=sys.stdou
             sel = [r[f'nac_vs_{k}_b{b}'].ratio for r in rows if f'nac_vs_{k}_b{b}' in r]
             if sel: print(f'batch {b}: NAC/{k} ratio over {len(sel)} models: median {statistics.median(sel):.2f}, max {max(sel):.2f}, '
                           f'models at or below 1.0: {sum(v <= 1.0 for v in sel)}/{len(sel)}', file=out)
-        ob = [(r['model'], r[f'ortbackend_vs_ort_b{b}']) for r in rows if f'ortbackend_vs_ort_b{b}' in r]
-        if ob: print(f'batch {b}: nac[ort] / ORT on the same ONNX file: median {statistics.median(c.ratio for _, c in ob):.2f}, '
-                     f'max {max(c.ratio for _, c in ob):.2f} (goal <= 1.10): ' + ', '.join(f'{m} {c.ratio:.2f}' for m, c in ob), file=out)
+        for key, what in (('ortbackend_vs_ort', 'nac[ort]'), ('ortnp_vs_ort', 'nac[ort-np] (NumPy in and out)')):
+            ob = [(r['model'], r[f'{key}_b{b}']) for r in rows if f'{key}_b{b}' in r]
+            if ob: print(f'batch {b}: {what} / ORT on the same ONNX file: median {statistics.median(c.ratio for _, c in ob):.2f}, '
+                         f'max {max(c.ratio for _, c in ob):.2f} (goal <= 1.10): ' + ', '.join(f'{m} {c.ratio:.2f}' for m, c in ob),
+                         file=out)
     ind = [(r['model'], b, r[f'inductor_s_b{b}']) for r in rows for b in batches if f'inductor_s_b{b}' in r]
     if ind: print('torch.compile first-call (compilation) seconds: ' + ', '.join(f'{m} b{b} {s:.1f}' for m, b, s in ind), file=out)
     for n in notes: print(f'note: {n}', file=out)

@@ -20,7 +20,8 @@ BACKENDS = ('nac', 'onnxruntime')
 _ALIASES = {'nac': 'nac', 'onnxruntime': 'onnxruntime', 'ort': 'onnxruntime'}
 
 class OrtSession:
-    "One model's ONNX export and its ONNX Runtime session: `onnx` (the bytes), `session`, the input and output names."
+    ("One model's ONNX export and its ONNX Runtime session: `onnx` (the bytes), `session`, the input and output names, and `call`, "
+     "the per-call function (tensors in, tensors out) that `NacModel.run(backend='ort')` calls.")
     def __init__(self, model: NacModel, threads: int | None = None, opset: int = DEFAULT_OPSET):
         import onnxruntime as ort
         g = NacGraph.from_model(model)
@@ -34,23 +35,68 @@ class OrtSession:
         self.output_names = [o.name for o in self.session.get_outputs()]
         core = getattr(self.session, '_sess', None)       # the C++ session: `InferenceSession.run` minus its per-call Python checks,
         if core is not None and hasattr(core, 'run'):      # which `feed` does (names) or ORT does anyway (types and shapes)
-            ro = ort.RunOptions(); self._run = lambda names, feed: core.run(names, feed, ro)
-        else: self._run = self.session.run
+            self._core = (core.run, ort.RunOptions())
+            self._run = lambda names, feed, run=core.run, ro=self._core[1]: run(names, feed, ro)
+        else: self._core, self._run = (self.session.run, None), self.session.run
+        self.call, self._arrays = self._fast_call()
     def feed(self, inputs, named) -> dict:
         "`{ONNX input name: array}` from positional and named inputs (tensors, arrays or numbers)."
         if len(inputs) + len(named) != len(self.input_names) or any(k not in self.input_names for k in named):
             raise NacRunError(f'the ONNX Runtime backend takes the inputs {self.input_names} (positional or by name); got '
                               f'{len(inputs)} positional and {sorted(named)}')
         d = dict(zip(self.input_names, inputs)); d.update(named)
-        return {k: _array(v) for k, v in d.items()}
+        feed = {}
+        for k, v in d.items():
+            try: feed[k] = _array(v)
+            except Exception as ex:                # e.g. a bfloat16 tensor, which NumPy cannot hold
+                raise NacRunError(f'input {k!r} of the ONNX Runtime backend: expected a tensor, array or number that NumPy can hold; '
+                                  f'{type(ex).__name__}: {str(ex).strip().splitlines()[0][:200] if str(ex).strip() else ""}') from None
+        return feed
+    def arrays(self, *inputs, **named) -> list:
+        ("Run on `inputs` (arrays, tensors or numbers; positional or by name); returns ONNX Runtime's list of NumPy arrays: "
+         "NumPy in, NumPy out, no torch conversion on either side.")
+        return self._arrays(inputs, named)
+    def _slow_arrays(self, inputs, named) -> list:
+        try: return self._run(self.output_names, self.feed(inputs, named))
+        except Exception as ex: raise _ort_error(ex) from None
     def __call__(self, *inputs, **named) -> tuple:
-        feed = ({k: _array(v) for k, v in zip(self.input_names, inputs)} if not named and len(inputs) == len(self.input_names)
-                else self.feed(inputs, named))
-        try: outs = self._run(self.output_names, feed)
-        except NacRunError: raise
-        except Exception as ex:                    # onnxruntime raises its own exception types (Fail, InvalidArgument, ...)
-            raise NacRunError(f'ONNX Runtime: {str(ex).strip().splitlines()[0][:300]}') from None
-        return tuple(map(torch.from_numpy, outs))
+        "Run on `inputs`; returns the tuple of output tensors (each owns its memory: a later call does not change it)."
+        return self.call(inputs, named)
+    def _slow(self, inputs, named) -> tuple:
+        return tuple(map(torch.from_numpy, self._slow_arrays(inputs, named)))
+    def _fast_call(self):
+        ("The per-call functions `(call, arrays)`, each `f(inputs, named)` (a tuple and a dict: no repacking). `call`: CPU tensors given "
+         "positionally, one per input, go straight to `.numpy()` (no `.cpu()`, grad or type checks: `.numpy()` raises for the cases they "
+         "handle, and then the general path `_slow` runs); everything else goes to `_slow`. One input and one output, the common case, "
+         "gets its own body. `arrays`: NumPy arrays given positionally are the feed as they are.")
+        names, onames, (run, ro), slow, from_numpy = tuple(self.input_names), self.output_names, self._core, self._slow, torch.from_numpy
+        slow_arrays, ndarray = self._slow_arrays, np.ndarray
+        n, one_out = len(names), len(onames) == 1
+        if n == 1 and one_out:
+            (k,) = names
+            def call(inputs, named):
+                if named or len(inputs) != 1: return slow(inputs, named)
+                try: feed = {k: inputs[0].numpy()}
+                except Exception: return slow(inputs, named)
+                try: return (from_numpy(run(onames, feed, ro)[0]),)
+                except Exception as ex: raise _ort_error(ex) from None
+        else:
+            def call(inputs, named):
+                if named or len(inputs) != n: return slow(inputs, named)
+                try: feed = {k: v.numpy() for k, v in zip(names, inputs)}
+                except Exception: return slow(inputs, named)
+                try: outs = run(onames, feed, ro)
+                except Exception as ex: raise _ort_error(ex) from None
+                return tuple([from_numpy(o) for o in outs])
+        def arrays(inputs, named):
+            if named or len(inputs) != n or any(type(v) is not ndarray for v in inputs): return slow_arrays(inputs, named)
+            try: return run(onames, dict(zip(names, inputs)), ro)
+            except Exception as ex: raise _ort_error(ex) from None
+        return call, arrays
+
+def _ort_error(ex) -> NacRunError:
+    "ONNX Runtime's exception (its own types: Fail, InvalidArgument, ...) as a `NacRunError` with its first line."
+    return ex if isinstance(ex, NacRunError) else NacRunError(f'ONNX Runtime: {str(ex).strip().splitlines()[0][:300]}')
 
 def _array(v) -> np.ndarray:
     if type(v) is torch.Tensor: return (v.detach() if v.requires_grad else v).cpu().numpy()      # .cpu() is free on the CPU
@@ -58,22 +104,30 @@ def _array(v) -> np.ndarray:
 
 def ort_session(model: NacModel, threads: int | None = None, *, rebuild: bool = False) -> OrtSession:
     ("The cached `OrtSession` of `model` (built on first use; again when `threads` changes, `rebuild` is set or the model's "
-     "`NacFile` was replaced). It is kept in the model's `__dict__`, so the per-call lookup is one attribute read.")
-    s = model.__dict__.get('_ort_session')
+     "`NacFile` was replaced). It is kept, with its `call`, in the model's attribute `_ort_session`: the per-call lookup is one "
+     "attribute read.")
+    s = getattr(model, '_ort_session', None)
     if rebuild or s is None or s[0] is not model.nac or (threads is not None and s[1].threads != threads):
-        s = model.__dict__['_ort_session'] = (model.nac, OrtSession(model, threads))
+        o = OrtSession(model, threads)
+        s = model._ort_session = (model.nac, o, o.call)
     return s[1]
+
 
 # %% ../../nbs/96_onnx_backend.ipynb #bb4724de
 _nac_run = getattr(NacModel.run, '_nac_run', NacModel.run)     # the interpreter's run (kept when this module is re-imported)
+_ORT = frozenset(k for k, v in _ALIASES.items() if v == 'onnxruntime')
 
 @patch
 def run(self: NacModel, *inputs, backend: str = 'nac', **named) -> tuple:
     ("Execute the model; returns the tuple of `<OUTPUT B=0>` values. `backend`: 'nac' (the interpreter, default) or 'onnxruntime' "
      "('ort'): the ONNX export of the model in a cached ONNX Runtime session.")
+    if backend == 'nac': return _nac_run(self, *inputs, **named)
+    try: s = self._ort_session                        # (NacFile, OrtSession, its call): see `ort_session`
+    except AttributeError: s = None
+    if s is not None and s[0] is self.nac and backend in _ORT: return s[2](inputs, named)
     b = _ALIASES.get(backend)
     if b == 'nac': return _nac_run(self, *inputs, **named)
     if b is None: raise NacRunError(f'backend {backend!r}: expected one of {", ".join(BACKENDS)} (or ort)')
-    s = self.__dict__.get('_ort_session')
-    return (s[1] if s is not None and s[0] is self.nac else ort_session(self))(*inputs, **named)
+    return ort_session(self).call(inputs, named)
 NacModel.run._nac_run = _nac_run
+
