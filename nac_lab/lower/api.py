@@ -201,6 +201,8 @@ def lower(model, device, *, mode=None, calib=None, example=None, tiling='search'
     if fuse:
         from nac_lab.lower.fuse import plan_epilogues
         plan_epilogues(g)
+    for l in g.layers:           # a linear after other layers: its weights get an L2 copy, loaded while those run (`lower.gemm`)
+        if l.op == 'linear': l.stage_l2 = not any(n in g.inputs for n in l.inputs)
     stage('tile')
     tl, naive, costs = choose_tilings(g, dev, elem, qp, ql, tiling)
     if fuse and cascade and tiling != 'naive':
