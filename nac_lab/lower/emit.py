@@ -528,7 +528,7 @@ def emit_program(g, E, mode, qp=None, ql=None, tilings=None, probe=False, prefet
         start = len(E.body); E.loads = []; E.layer = li
         E.line(f'# {l.name}: NAC instruction {l.nac} -> {l.op} {list(l.shape)}')
         cs = getattr(l, 'cascade', None)              # a cascade (`lower.cascade`) reads the expand layer's input
-        if cs and cs['src'] not in vals: cs = None    # a layer timed alone (`lower.tile.layer_program`): emitted by itself
+        if cs and (probe or cs['src'] not in vals): cs = None    # a layer timed alone (`lower.tile.layer_program`): emitted by itself
         xv = vals[cs['src'] if cs else l.inputs[0]] if l.inputs else None
         if l.op in VIEW_OPS or l.attrs.get('view'):       # a transpose marked 'view' (lower.ops.plan_layouts): same bytes
             src = g.inputs.get(l.inputs[0]) or g.layer(l.inputs[0]).shape
