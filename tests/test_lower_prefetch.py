@@ -45,4 +45,4 @@ def test_classifier_weights_arrive_before_the_last_conv():
     fc = [m_.group(1) for n in names if (m_ := re.search(r'_(L\d+_linear)_', n))]
     assert fc and max(res.end[j] for j in loads) < last          # every constant (the classifier's 1.28 MB too) is in L2 by then
     rf = low.roofline(res)
-    assert res.total_cycles < 2.05 * 57711 and rf['ratio'] < 1.8, (res.total_cycles, rf)   # 134,463 cycles (2.33x) before
+    assert res.total_cycles < 1.9 * 57711 and rf['ratio'] < 1.85, (res.total_cycles, rf)   # 134,463 cycles (2.33x) before
