@@ -109,3 +109,10 @@ def test_report_of_a_cascaded_program(toy, cal):
     rows = {r['layer']: r for r in low.report()}
     for l in low.graph.layers:
         if getattr(l, 'cascade', None): assert rows[l.name]['cycles'] > 0 and rows[l.cascade['expand'].name]['cycles'] > 0
+
+def test_report_of_a_project_cascade(toy, cal):
+    "cascade='project': the report times the project conv alone too (its shortcut operand is the cascade's input: emitted by itself)."
+    low = lower(toy, 'npm_pro', mode='int8', calib=cal, cascade='project')
+    rows = {r['layer']: r for r in low.report()}
+    casc = [l for l in low.graph.layers if getattr(l, 'cascade', None) and l.cascade['project'] is not None]
+    assert casc and all(rows[l.name]['cycles'] > 0 for l in casc)

@@ -15,7 +15,8 @@ from ..nac import zoo
 from ..lower.api import lower
 
 # %% auto #0
-__all__ = ['PEERS', 'zoo_models', 'bench_lowering', 'bench_tiling', 'bench_peers', 'bench_exec', 'report', 'main']
+__all__ = ['PEERS', 'zoo_models', 'bench_lowering', 'bench_tiling', 'bench_peers', 'layer_profile', 'bench_exec', 'report',
+           'main']
 
 # %% ../../nbs/69d_lower_bench.ipynb #b6207ac7
 def _pin():
@@ -98,6 +99,30 @@ def bench_peers(names=PEERS, size=224, device='npm_pro') -> list:
             rows.append((n, t, res.total_cycles, b / res.total_cycles, rf['ratio'], rf['limit'], summary(res)['mac_utilisation']))
         except Exception as ex: rows.append((n, str(ex).splitlines()[0][:160]))
     return rows
+
+# %% ../../nbs/69d_lower_bench.ipynb #prof0002
+def layer_profile(low, res=None, bucket:int=5000) -> dict:
+    ("Where the cycles of lowered program `low` go, from its timed simulation `res` (run when None): per layer (the `# name: NAC` "
+     "comment the emitter writes before it), the first start and last end of its tasks and the bytes they move across DDR; and per "
+     "`bucket` cycles, the fraction of the DDR port's capacity used (a task's bytes spread evenly over its run).")
+    import re
+    res = res if res is not None else low.simulate()
+    tb = res.table; lines = low.program.split('\n'); cur = ''; lay = []
+    for ln in lines:
+        m = re.match(r'\s*# (\S+): NAC', ln); cur = m.group(1) if m else cur; lay.append(cur)
+    bw = float(tb.uc['sDMA']['ddr_bytes_per_cycle']); n = res.total_cycles // bucket + 1
+    rows, busy = {}, np.zeros(n)
+    for j in range(tb.n):
+        k = tb.line(j); L = lay[k - 1] if 0 < k <= len(lay) else ''
+        s, e = float(res.start[j]), float(res.end[j])
+        r = rows.setdefault(L, [s, e, 0])
+        r[0], r[1] = min(r[0], s), max(r[1], e)
+        if not tb.ports[j] & 1: continue
+        r[2] += int(tb.nbytes[j])
+        if e <= s: continue
+        for b in range(int(s // bucket), min(n - 1, int(e // bucket)) + 1):
+            busy[b] += tb.nbytes[j] * max(0.0, min(e, (b + 1) * bucket) - max(s, b * bucket)) / (e - s) / bw
+    return dict(layers=[dict(layer=L, start=s, end=e, ddr_bytes=b) for L, (s, e, b) in rows.items()], ddr_busy=list(busy / bucket))
 
 # %% ../../nbs/69d_lower_bench.ipynb #d71e9306
 def bench_exec(m, cal, pairs=5) -> tuple:

@@ -177,12 +177,13 @@ def program_name(model) -> str:
     return n if re.match(r'[A-Za-z_]', n) else f'm_{n}'
 
 @with_steps(lambda model, device, **kw: f'lower to {getattr(device, "name", device)}', ('import', 'calibrate', 'tile', 'emit', 'check'))
-def lower(model, device, *, mode=None, calib=None, example=None, tiling='search', batch=None, fuse=True, cascade=True) -> Lowered:
+def lower(model, device, *, mode=None, calib=None, example=None, tiling='search', batch=None, fuse=True, cascade='project') -> Lowered:
     ("Lower NAC `model` (a path, `NacFile` or `NacModel`) to a tiled NEM program for `device`: `mode` 'int8' (needs `calib` samples) or "
      "'float' / 'f32' / 'bf16' / 'f16'; by default int8 when `calib` is given, else float. The shapes come from `example`, else the "
      "first calibration sample, else the file's input signature (a symbolic batch dim set to `batch`, default 1), as `nem lower` does. "
      "`fuse`: activations and residual adds run in their conv's epilogue (`lower.fuse`); `cascade` (with `fuse`, int8): an expand 1x1 "
-     "conv and the depthwise conv reading it run band by band in L1 (`lower.cascade`); 'project': the project 1x1 conv too.")
+     "conv and the depthwise conv reading it run band by band in L1 (`lower.cascade`); 'project' (the default): the project 1x1 conv "
+     "too, when its bands fit L1.")
     dev = resolve_device(device)
     samples = [tuple(s) if isinstance(s, (tuple, list)) else (s,) for s in (calib or [])]
     mode = mode or ('int8' if samples else 'float')
@@ -209,6 +210,8 @@ def lower(model, device, *, mode=None, calib=None, example=None, tiling='search'
     if fuse:
         from nac_lab.lower.fuse import plan_epilogues
         plan_epilogues(g)
+    for l in g.layers:           # a linear after other layers: its weights get an L2 copy, loaded while those run (`lower.gemm`)
+        if l.op == 'linear': l.stage_l2 = not any(n in g.inputs for n in l.inputs)
     stage('tile')
     tl, naive, costs = choose_tilings(g, dev, elem, qp, ql, tiling)
     if fuse and cascade and tiling != 'naive':

@@ -180,7 +180,7 @@ def plan_cascades(g, dev, elem, bands_per_engine=1, project=False, lone=True) ->
     if elem != 'i8': return {}
     rd = getattr(dev, 'resolved', None)
     nE = rd.topology['num_engines'] if rd is not None else 1
-    out = {}
+    out, taken = {}, set()
     for p, c, r in cascade_pairs(g):
         Ho = c.shape[2]
         if p is None and not (lone and r is not None): continue
@@ -192,6 +192,9 @@ def plan_cascades(g, dev, elem, bands_per_engine=1, project=False, lone=True) ->
         if th is None: continue                                # does not fit: today's per-layer emission
         th = min(th, -(-Ho // (bands_per_engine * nE)))      # one band per engine measured best on mobilenet_v2 (see below)
         last = rr if rr is not None else c
+        mine = {x.name for x in (p, c, rr) if x is not None}
+        if mine & taken: continue            # a layer of an earlier cascade (its project conv is this one's expand)
+        taken |= mine
         last.cascade = dict(expand=p, dw=c, project=rr, src=src, th=th, engines=min(nE, -(-Ho // th)), emit=emit_cascade,
                             skip=[x.name for x in (p, c) if x is not None and x is not last])
         out[last.name] = th

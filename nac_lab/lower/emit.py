@@ -10,7 +10,8 @@ import numpy as np
 from .layers import LowerError, LayerOp, OP_FACTS, const_q
 from .place import L2Alloc, pick_l2, plan_ring  # noqa: F401  (L2 placement, nbs/68b; re-exported here)
 from .nemtext import (fnum, qdesc, qchan, DTYPE, ESIZE, to_elem, probe_constants, from_elem, Val,  # noqa: F401
-                                    nem_shape, stored_nhwc, bound_live_tokens)      # the NEM vocabulary (nbs/68a), re-exported here
+                                    nem_shape, stored_nhwc, bound_live_tokens,
+                                    coalesce_loads)      # the NEM vocabulary (nbs/68a), re-exported here
 
 # %% auto #0
 __all__ = ['UNARY_OPS', 'CHUNK_OPS', 'LAYER_EMITTERS', 'VIEW_OPS', 'chunks', 'Emitter', 'region', 'Tiling', 'conv_rows',
@@ -510,7 +511,7 @@ def emit_program(g, E, mode, qp=None, ql=None, tilings=None, probe=False, prefet
         io['inputs'][n] = dict(buffer=n, dtype=DTYPE[v.elem], shape=list(v.shape), layout=v.layout if len(v.shape) == 4 else None)
         if v.q: io['inputs'][n]['quant'] = dict(scale=Q(n).scale, zero_point=Q(n).zero_point)
     E.retire(); E.line('')
-    chunks = []                      # per layer: (constant loads, the layer's lines)
+    per_layer = []                      # per layer: (constant loads, the layer's lines)
     def free(li, l):
         "Free the L2 of the values whose last reader is layer `li`."
         if E.l2 is None: return
@@ -519,11 +520,11 @@ def emit_program(g, E, mode, qp=None, ql=None, tilings=None, probe=False, prefet
             if j == li: E.l2.free(n)
         if last.get(l.name) is None: E.l2.free(l.name)
     for li, l in enumerate(g.layers):
-        if l.name in into or l.name in casc: chunks.append(([], [])); free(li, l); continue
+        if l.name in into or l.name in casc: per_layer.append(([], [])); free(li, l); continue
         start = len(E.body); E.loads = []; E.layer = li
         E.line(f'# {l.name}: NAC instruction {l.nac} -> {l.op} {list(l.shape)}')
         cs = getattr(l, 'cascade', None)              # a cascade (`lower.cascade`) reads the expand layer's input
-        if cs and cs['src'] not in vals: cs = None    # a layer timed alone (`lower.tile.layer_program`): emitted by itself
+        if cs and (probe or cs['src'] not in vals): cs = None    # a layer timed alone (`lower.tile.layer_program`): emitted by itself
         xv = vals[cs['src'] if cs else l.inputs[0]] if l.inputs else None
         if l.op in VIEW_OPS or l.attrs.get('view'):       # a transpose marked 'view' (lower.ops.plan_layouts): same bytes
             src = g.inputs.get(l.inputs[0]) or g.layer(l.inputs[0]).shape
@@ -533,7 +534,7 @@ def emit_program(g, E, mode, qp=None, ql=None, tilings=None, probe=False, prefet
                 if len(l.shape) != 2: raise LowerError(f'{l.name} (NAC instruction {l.nac}): reshape of an NCHW tensor to {list(l.shape)} '
                                                        f'needs a transpose first; not lowered')
                 flat[l.name] = src                  # bytes are in NHWC order: a following linear permutes its weights
-            vals[l.name] = v; chunks.append(([], E.body[start:])); del E.body[start:]; continue
+            vals[l.name] = v; per_layer.append(([], E.body[start:])); del E.body[start:]; continue
         fin = l.epi[-1]['name'] if getattr(l, 'epi', None) else l.name       # a fused conv stores its epilogue's result
         yv = _l2(E, fin, l.shape, elem, Q(fin)); vals[fin] = yv
         fn = cs['emit'] if cs else LAYER_EMITTERS.get(l.op)
@@ -541,18 +542,18 @@ def emit_program(g, E, mode, qp=None, ql=None, tilings=None, probe=False, prefet
         prev = fn(E, l, ctx, xv, yv, prev)
         E.retire(); prev = []
         E.line('')
-        chunks.append((E.loads, E.body[start:])); del E.body[start:]
+        per_layer.append((E.loads, E.body[start:])); del E.body[start:]
         free(li, l)
     done = set()
-    for k, (loads, lines) in enumerate(chunks):
+    for k, (loads, lines) in enumerate(per_layer):
         if k not in done: E.body += loads; done.add(k)
         if prefetch and not probe:          # keep `prefetch` loads (True: one layer's) in flight ahead of the layer that reads them
             n = 0
-            for j in (j for j in range(k + 1, len(chunks)) if chunks[j][0]):
-                if n and (prefetch is True or n + len(chunks[j][0]) > prefetch): break
-                if j not in done and any(E.after.get(ln, -1) >= k for ln in chunks[j][0]): break     # its ring bytes are still read
-                if j not in done: E.body += [f'# prefetch the constants of a later layer'] + chunks[j][0]; done.add(j)
-                n += len(chunks[j][0])
+            for j in (j for j in range(k + 1, len(per_layer)) if per_layer[j][0]):
+                if n and (prefetch is True or n + len(per_layer[j][0]) > prefetch): break
+                if j not in done and any(E.after.get(ln, -1) >= k for ln in per_layer[j][0]): break     # its ring bytes are still read
+                if j not in done: E.body += [f'# prefetch the constants of a later layer'] + per_layer[j][0]; done.add(j)
+                n += len(per_layer[j][0])
         E.body += lines
     outs = []
     for n in ([] if probe else g.outputs):
@@ -564,6 +565,9 @@ def emit_program(g, E, mode, qp=None, ql=None, tilings=None, probe=False, prefet
         io['outputs'][n] = dict(buffer=dn, dtype=DTYPE[elem], shape=list(v.shape), layout=v.layout if len(v.shape) == 4 else None)
         if v.q: io['outputs'][n]['quant'] = dict(scale=v.q.scale, zero_point=v.q.zero_point)
     if outs: E.line(f'wait({", ".join(outs)})')
+    if prefetch and not probe and E.ring is None and E.l2 is not None:      # the constants' copies: a few large transfers, from the start
+        pk = coalesce_loads(E.body, E.bufs, E.data, E.tok, lambda n: chunks(n, 2, 4096))   # 2 parts fill the DDR port
+        if pk is not None: E.body, E.bufs, E.data = pk
     rd = getattr(E.device, 'resolved', None)
     E.body = bound_live_tokens(E.body, rd.unit_chars.get('SEQ', {}).get('max_active_tokens') if rd is not None else None)
     E.bufs.insert(0, f'buffer ARENA : L1[0] (size={max(E.arena, 64)}, align=64)')

@@ -118,7 +118,8 @@ def emit_linear(E, l, ctx, xv, yv, t:GemmTiling, prev) -> list:
     if o['end'] > E.l1: raise LowerError(f'{l.name}: tiling {t.tm}x{t.tn} needs {o["end"]} bytes of L1, the device has {E.l1}')
     E.arena = max(E.arena, o['end'])
     wdata, sw = _weights(l, ctx, K, N, cols)
-    wc = E.const(f'{l.name}_w', wdata, l2=len(cols) == 1, split=True, ring=True)   # streamed weights: tile by tile from DDR, or the ring
+    early = getattr(l, 'stage_l2', False)           # an L2 copy, loaded while earlier layers run (`lower.api.lower` decides)
+    wc = E.const(f'{l.name}_w', wdata, l2=len(cols) == 1 or early, split=True, ring=True)   # else streamed from DDR, or the ring
     wts = (wc[1] or '').split(', ')                                 # the weights' load tokens (a split copy has several)
     b = l.params.get('b', np.zeros(N))
     bc = E.const(f'{l.name}_b', ctx.ql[l.name].bq if q8 else to_elem(np.broadcast_to(b, (t.tm, N)), elem))
@@ -184,7 +185,8 @@ def emit_linear_engines(E, l, ctx, xv, yv, t:GemmTiling, prev) -> list:
     if o['end'] > E.l1: raise LowerError(f'{l.name}: tiling 1x{t.tn} needs {o["end"]} bytes of L1, the device has {E.l1}')
     E.arena = max(E.arena, o['end']); E.engines = max(E.engines, nE)
     wdata, sw = _weights(l, ctx, K, N, cols)
-    wc = E.const(f'{l.name}_w', wdata, l2=False, split=True, ring=True); wts = (wc[1] or '').split(', ')
+    early = getattr(l, 'stage_l2', False)           # as in `emit_linear`: an L2 copy loaded early, else streamed from DDR (or the ring)
+    wc = E.const(f'{l.name}_w', wdata, l2=early, split=True, ring=True); wts = (wc[1] or '').split(', ')
     b = l.params.get('b', np.zeros(N))
     bc = E.const(f'{l.name}_b', ctx.ql[l.name].bq if q8 else to_elem(np.broadcast_to(b, (1, N)), elem))
     live = lambda *ts: [x for x in ts if x and x in E.live]

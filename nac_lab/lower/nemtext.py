@@ -12,7 +12,7 @@ from ..dtypes import elem_type
 
 # %% auto #0
 __all__ = ['DTYPE', 'ESIZE', 'fnum', 'qdesc', 'qchan', 'to_elem', 'probe_constants', 'from_elem', 'Val', 'nem_shape',
-           'stored_nhwc', 'bound_live_tokens']
+           'stored_nhwc', 'bound_live_tokens', 'pack_segments', 'coalesce_loads']
 
 # %% ../../nbs/68a_lower_nemtext.ipynb #1f6065e8
 def fnum(x) -> str:
@@ -124,3 +124,76 @@ def bound_live_tokens(lines: list, limit: int | None) -> list:
         if gone and 'deps=[' in ln: ln = _DEPS.sub(lambda m: f'deps=[{_without(m.group(1), gone)}]', ln)
         out.append(ln)
     return out
+
+# %% ../../nbs/68a_lower_nemtext.ipynb #coal0002
+_CLOAD = re.compile(r'^(t\d+_\w+) = transfer\.async\(dst=region\((\w+)_L2, (\d+), (\d+)\), src=region\(\2, \3, \4\)\)$')
+
+def pack_segments(sizes:list, first:int=4096, grow:int=3) -> list:
+    ("Consecutive segments [start, end) of constants of `sizes` bytes (load order, each from a 64-byte boundary): a segment ends at "
+     "the first constant that brings it to `first` bytes or to `grow` times the bytes of every segment before it, whichever is more "
+     "(the first layers' constants arrive soon; the rest come in a few large transfers, each holding few of the sequencer's tokens).")
+    out, at, done, a = [], 0, 0, 0
+    for i, s in enumerate(sizes):
+        at += -(-s // 64) * 64
+        if at >= max(first, grow * done): out.append((a, i + 1)); done += at; at, a = 0, i + 1
+    if a < len(sizes): out.append((a, len(sizes)))
+    return out
+
+# %% ../../nbs/68a_lower_nemtext.ipynb #coal0004
+def coalesce_loads(lines:list, bufs:list, data:dict, tok, split, pack:str='CPACK', first:int=4096):
+    ("Program `lines` with its DDR -> L2 constant copies (`t = transfer.async(dst=region(C_L2, o, n), src=region(C, o, n))`, `C` in "
+     "`data`) made a few large ones: the constants lie one after the other (load order, 64-byte aligned) in one DDR buffer `pack` and "
+     "its L2 copy `pack`_L2, cut into `pack_segments`; each segment is copied in the concurrent parts `split(bytes)` gives ((offset, "
+     "bytes) pairs), after the segment before it, all issued where the first copy was (before the first `wait` when that comes "
+     "earlier). A task that read a constant's token reads its segment's tokens instead; a `wait` names each segment token once. Returns "
+     "(lines, bufs, data) with the packed constants' buffers and data replaced by the pack's, or None (nothing to change) when there "
+     "are fewer than two copies or a packed buffer is named other than as `region(NAME[_L2], <number>, ...)`. `tok(base)`: a new "
+     "token name.")
+    order, toks, at = [], {}, None
+    for i, ln in enumerate(lines):
+        if (m := _CLOAD.match(ln)) is None or m.group(2) not in data: continue
+        at = i if at is None else at
+        if m.group(2) not in toks: order.append(m.group(2)); toks[m.group(2)] = []
+        toks[m.group(2)].append(m.group(1))
+    if len(order) < 2: return None
+    off, n = {}, 0
+    for c in order: off[c] = n; n += -(-data[c].nbytes // 64) * 64
+    names = '|'.join(map(re.escape, order))
+    kept = [ln for ln in lines if (m := _CLOAD.match(ln)) is None or m.group(2) not in off]
+    text = re.sub(rf'region\(({names})(_L2)?, (\d+), ',
+                  lambda m: f'region({pack}{m.group(2) or ""}, {off[m.group(1)] + int(m.group(3))}, ', '\n'.join(kept))
+    if re.search(rf'\b({names})(_L2)?\b', text): return None
+    seg_of, new, prev = {}, [], []
+    for k, (a, b) in enumerate(pack_segments([data[c].nbytes for c in order], first)):
+        lo = off[order[a]]; st = []
+        for o, m in split(off[order[b - 1]] + data[order[b - 1]].nbytes - lo):
+            st.append(tok(f'{pack}{k}_load'))
+            new.append(f'{st[-1]} = transfer.async(dst=region({pack}_L2, {lo + o}, {m}), src=region({pack}, {lo + o}, {m})'
+                       + (f', deps=[{", ".join(prev)}])' if prev else ')'))
+        for c in order[a:b]:
+            for t in toks[c]: seg_of[t] = st
+        prev = st
+    body = text.split('\n')
+    at = min(at, next((i for i, ln in enumerate(body) if _WAIT.match(ln)), at))
+    body[at:at] = new
+    waited, out = set(), []
+    def swap(names, wait=False):
+        "The tokens `names` with each constant copy's replaced by its segment's (a wait: only the segment tokens not waited for yet)."
+        r = []
+        for t in (s.strip() for s in names.split(',')):
+            for u in seg_of.get(t, [t]):
+                if u and u not in r and not (wait and t in seg_of and u in waited): r.append(u)
+        return r
+    for ln in body:
+        if (w := _WAIT.match(ln)) is not None:
+            keep = swap(w.group(2), True); waited.update(keep)
+            if keep: out.append(f'{w.group(1)}wait({", ".join(keep)}){w.group(3)}')
+            continue
+        if 'deps=[' in ln: ln = _DEPS.sub(lambda m: f'deps=[{", ".join(swap(m.group(1)))}]', ln)
+        out.append(ln)
+    pk = np.zeros(n, np.uint8)
+    for c in order: pk[off[c]: off[c] + data[c].nbytes] = np.ascontiguousarray(data[c]).view(np.uint8).reshape(-1)
+    drop = re.compile(rf'^buffer ({names})(_L2)? :')
+    nb = [b for b in bufs if not drop.match(b)] + [f'buffer {pack} : DDR (size={n}, align=64)',
+                                                   f'buffer {pack}_L2 : L2 (size={n}, align=64)']
+    return out, nb, {**{k: v for k, v in data.items() if k not in off}, pack: pk}
