@@ -87,9 +87,28 @@ def _multipliers(sx, sw, sy):
     pairs = [quantize_multiplier(float(v)) for v in M]
     return np.array([p[0] for p in pairs], np.int64), np.array([p[1] for p in pairs], np.int64)
 
+def _packed(d: Path, name: str, dtype, n: int):
+    "Constant `name` from the pack `nem lower` writes when it loads constants in a few large copies (`io.json` 'packed'), or None."
+    import json
+    try: ent = json.loads((d / 'io.json').read_text()).get('packed', {}).get(name)
+    except (OSError, ValueError): return None
+    if ent is None: return None
+    p = d / f'{ent["buffer"]}.npy'
+    if not p.is_file(): raise HwError(f'{d}: io.json packs {name} into {ent["buffer"]}, but {p.name} is missing')
+    raw = np.load(p, allow_pickle=False).reshape(-1)
+    o, k = int(ent['offset']), n * np.dtype(dtype).itemsize
+    if raw.dtype != np.uint8 or ent['dtype'] != np.dtype(dtype).name or o < 0 or o + k > raw.size:
+        raise HwError(f'{p}: io.json places {name} ({ent["dtype"]}) at byte {o}; expected {n} values of {np.dtype(dtype).name} '
+                      f'inside its {raw.size} bytes of uint8')
+    return raw[o:o + k].view(dtype)
+
 def _const(d: Path, name: str, dtype, n: int) -> np.ndarray:
     p = d / f'{name}.npy'
-    if not p.is_file(): raise HwError(f'{d}: constant {name}.npy is missing (a `nem lower` folder has one .npy per constant buffer)')
+    if not p.is_file():
+        a = _packed(d, name, dtype, n)
+        if a is not None: return a
+        raise HwError(f'{d}: constant {name}.npy is missing (a `nem lower` folder has one .npy per constant buffer, or io.json says '
+                      'where it lies in the pack)')
     a = np.load(p, allow_pickle=False)
     if a.dtype != dtype or a.size != n:
         raise HwError(f'{p}: expected {n} values of {np.dtype(dtype).name}, found {a.size} of {a.dtype.name}')

@@ -567,7 +567,10 @@ def emit_program(g, E, mode, qp=None, ql=None, tilings=None, probe=False, prefet
     if outs: E.line(f'wait({", ".join(outs)})')
     if prefetch and not probe and E.ring is None and E.l2 is not None:      # the constants' copies: a few large transfers, from the start
         pk = coalesce_loads(E.body, E.bufs, E.data, E.tok, lambda n: chunks(n, 2, 4096))   # 2 parts fill the DDR port
-        if pk is not None: E.body, E.bufs, E.data = pk
+        if pk is not None:
+            before, (E.body, E.bufs, E.data, offs) = E.data, pk
+            io['packed'] = {c: dict(buffer='CPACK', offset=o, dtype=before[c].dtype.name, shape=list(before[c].shape))
+                            for c, o in offs.items()}       # where each packed constant lies (`nac_lab.hw` reads them back)
     rd = getattr(E.device, 'resolved', None)
     E.body = bound_live_tokens(E.body, rd.unit_chars.get('SEQ', {}).get('max_active_tokens') if rd is not None else None)
     E.bufs.insert(0, f'buffer ARENA : L1[0] (size={max(E.arena, 64)}, align=64)')

@@ -146,7 +146,8 @@ def coalesce_loads(lines:list, bufs:list, data:dict, tok, split, pack:str='CPACK
      "its L2 copy `pack`_L2, cut into `pack_segments`; each segment is copied in the concurrent parts `split(bytes)` gives ((offset, "
      "bytes) pairs), after the segment before it, all issued where the first copy was (before the first `wait` when that comes "
      "earlier). A task that read a constant's token reads its segment's tokens instead; a `wait` names each segment token once. Returns "
-     "(lines, bufs, data) with the packed constants' buffers and data replaced by the pack's, or None (nothing to change) when there "
+     "(lines, bufs, data, offsets) with the packed constants' buffers and data replaced by the pack's (`offsets`: constant -> "
+     "byte offset in the pack), or None (nothing to change) when there "
      "are fewer than two copies or a packed buffer is named other than as `region(NAME[_L2], <number>, ...)`. `tok(base)`: a new "
      "token name.")
     order, toks, at = [], {}, None
@@ -196,4 +197,4 @@ def coalesce_loads(lines:list, bufs:list, data:dict, tok, split, pack:str='CPACK
     drop = re.compile(rf'^buffer ({names})(_L2)? :')
     nb = [b for b in bufs if not drop.match(b)] + [f'buffer {pack} : DDR (size={n}, align=64)',
                                                    f'buffer {pack}_L2 : L2 (size={n}, align=64)']
-    return out, nb, {**{k: v for k, v in data.items() if k not in off}, pack: pk}
+    return out, nb, {**{k: v for k, v in data.items() if k not in off}, pack: pk}, off
