@@ -61,15 +61,29 @@ def _conv_attrs(a, pt, pb, groups):
     return (f'pads=[{pt}, {a["pads"][1]}, {pb}, {a["pads"][3]}] strides=[{", ".join(map(str, a["strides"]))}] '
             f'dilations=[{", ".join(map(str, a["dilations"]))}] groups={groups}')
 
-def _acts(E, ops, ys, elem, cur, last, offs, nm, ar, tok):
-    "Lines of activation epilogue `ops` on band `cur` (shape `ys`), results alternating between the offsets `offs`."
+def _acts(E, ops, ys, elem, cur, last, offs, nm, ar, tok, src=None, parts=1):
+    ("Lines of activation epilogue `ops` on band `cur` (shape `ys`), results alternating between the offsets `offs`. With `src` = (offset, "
+     "quant) of `cur` and `parts` > 1, each op runs as up to `parts` tasks on row ranges of the band, so that the engine's CSTL instances "
+     "share it; piece i of an op waits only for piece i of the op before. Returns (lines, result region, its tokens joined by ', ').")
     L = []
+    k = min(parts, ys[1]) if src is not None else 1
+    cut = [ys[1] * i // k for i in range(k + 1)]; rb = math.prod(ys[2:]) * ESIZE[elem]
+    prev = [last] * k; off, q = src if src is not None else (None, None)
     for j, (op, at, _, oq, _) in enumerate(ops):
-        r = f'{nm}_a{j}'; t = tok(f'a{j}')
+        r = f'{nm}_a{j}'
         L.append(f'{r} = {_arena_region(E, offs[j % 2], ys, elem, oq, ar=ar)}')
-        L.append(f'{t} = {op}.async in {cur} out {r}{(" " + at) if at else ""} deps=[{last}]')
-        cur, last = r, t
-    return L, cur, last
+        if k == 1:
+            t = tok(f'a{j}'); L.append(f'{t} = {op}.async in {cur} out {r}{(" " + at) if at else ""} deps=[{prev[0]}]'); prev = [t]
+        else:
+            mine = []
+            for i in range(k):
+                a, b = cut[i], cut[i + 1]; sh = (ys[0], b - a) + tuple(ys[2:]); t = tok(f'a{j}p{i}'); mine.append(t)
+                L.append(f'{r}p{i}i = {_arena_region(E, off + a * rb, sh, elem, q, ar=ar)}')
+                L.append(f'{r}p{i} = {_arena_region(E, offs[j % 2] + a * rb, sh, elem, oq, ar=ar)}')
+                L.append(f'{t} = {op}.async in {r}p{i}i out {r}p{i}{(" " + at) if at else ""} deps=[{prev[i]}]')
+            prev = mine
+        cur, off, q = r, offs[j % 2], oq
+    return L, cur, ', '.join(prev)
 
 def _resident(E, layers, ctx, nE, prev) -> tuple:
     "Weights and bias of each conv of `layers`, loaded into the L1 of each of `nE` engines: per engine [(W, B, tokens)], and L1 used."
@@ -112,6 +126,7 @@ def emit_cascade(E, l, ctx, xv, yv, prev) -> list:
     qx = qdesc(xv.q) if xv.q else None
     qe, qd = qdesc(qp[p.name]) if p else None, qdesc(qp[c.name])
     pops, cops = epilogue_ops(p, ctx) if p else [], epilogue_ops(c, ctx)
+    rd = getattr(E.device, 'resolved', None); nC = max(1, rd.units('CSTL')) if rd is not None else 1   # CSTL instances per engine
     done = {}
     for k, (r0, r1, lo, hi, pt, pb) in enumerate(conv_rows(c, th, H, Ho)):
         q = k % nE; sl = (k // nE) % 2; ar = arena_name(q); b = off0 + sl * slot
@@ -130,13 +145,14 @@ def emit_cascade(E, l, ctx, xv, yv, prev) -> list:
             te_ = T('exp')
             E.line(f'{te_} = conv2d.async in {xr}, {we} @readonly, {be} @readonly out {er} {_conv_attrs(p.attrs, 0, 0, 1)} '
                    f'accum_type=i32 deps=[{", ".join([tx] + [t for t in te if t in E.live])}]')
-            L, cur, last = _acts(E, pops, es, elem, er, te_, [b + SX + SE, b + SX], f'{nm}_e', ar, T)
+            L, cur, last = _acts(E, pops, es, elem, er, te_, [b + SX + SE, b + SX], f'{nm}_e', ar, T, (b + SX, qe), nC)
             for ln in L: E.line(ln)
         dr = f'{nm}_d'; E.line(f'{dr} = {_arena_region(E, b + SX + 2 * SE, ds, elem, qd, ar=ar)}')
         tdw = T('dw')
         E.line(f'{tdw} = conv2d.async in {cur}, {wdn} @readonly, {bdn} @readonly out {dr} {_conv_attrs(c.attrs, pt, pb, Cm)} '
                f'accum_type=i32 deps=[{", ".join([last] + [t for t in td if t in E.live])}]')
-        L, cur, last = _acts(E, cops, ds, elem, dr, tdw, [b + SX + 2 * SE + SD, b + SX + 2 * SE], f'{nm}_d', ar, T)
+        od = b + SX + 2 * SE
+        L, cur, last = _acts(E, cops, ds, elem, dr, tdw, [od + SD, od], f'{nm}_d', ar, T, (od, qd), nC)
         for ln in L: E.line(ln)
         if r:                                                  # the project 1x1 and its epilogue on the band, still in L1
             wrn, brn, tr = ws[1]; ys = (1, r1 - r0, Wo, Co); oy = b + SX + 2 * SE + 2 * SD
