@@ -85,6 +85,24 @@ def _acts(E, ops, ys, elem, cur, last, offs, nm, ar, tok, src=None, parts=1):
         cur, off, q = r, offs[j % 2], oq
     return L, cur, ', '.join(prev)
 
+def _pw(E, T, sfx, src, dst, shp_in, shp_out, elem, w, bias, attrs, deps, parts, ar) -> str:
+    ("Lines of a 1x1 conv from L1 region `src` to `dst` (each (name, offset, quant)), shapes `shp_in` -> `shp_out`: with `parts` > 1 "
+     "as up to `parts` tasks on row ranges (a 1x1 stride-1 conv reads only its own rows), so that the engine's NMUs share it. "
+     "Returns its tokens joined by ', '.")
+    e = ESIZE[elem]; rows = shp_in[1]; k = max(1, min(parts, rows))
+    if k == 1:
+        t = T(sfx)
+        E.line(f'{t} = conv2d.async in {src[0]}, {w} @readonly, {bias} @readonly out {dst[0]} {attrs} accum_type=i32 deps=[{deps}]')
+        return t
+    ri, ro, toks = math.prod(shp_in[2:]) * e, math.prod(shp_out[2:]) * e, []
+    for i in range(k):
+        a, b = rows * i // k, rows * (i + 1) // k; t = T(f'{sfx}{i}'); toks.append(t)
+        xi, yo = f'{dst[0]}w{i}i', f'{dst[0]}w{i}'
+        E.line(f'{xi} = {_arena_region(E, src[1] + a * ri, (1, b - a) + tuple(shp_in[2:]), elem, src[2], ar=ar)}')
+        E.line(f'{yo} = {_arena_region(E, dst[1] + a * ro, (1, b - a) + tuple(shp_out[2:]), elem, dst[2], ar=ar)}')
+        E.line(f'{t} = conv2d.async in {xi}, {w} @readonly, {bias} @readonly out {yo} {attrs} accum_type=i32 deps=[{deps}]')
+    return ', '.join(toks)
+
 def _resident(E, layers, ctx, nE, prev) -> tuple:
     "Weights and bias of each conv of `layers`, loaded into the L1 of each of `nE` engines: per engine [(W, B, tokens)], and L1 used."
     e = ESIZE[ctx.elem]; sets = []
@@ -126,7 +144,8 @@ def emit_cascade(E, l, ctx, xv, yv, prev) -> list:
     qx = qdesc(xv.q) if xv.q else None
     qe, qd = qdesc(qp[p.name]) if p else None, qdesc(qp[c.name])
     pops, cops = epilogue_ops(p, ctx) if p else [], epilogue_ops(c, ctx)
-    rd = getattr(E.device, 'resolved', None); nC = max(1, rd.units('CSTL')) if rd is not None else 1   # CSTL instances per engine
+    rd = getattr(E.device, 'resolved', None)
+    nC, nN = (max(1, rd.units('CSTL')), max(1, rd.units('NMU'))) if rd is not None else (1, 1)   # CSTL and NMU instances per engine
     done = {}
     for k, (r0, r1, lo, hi, pt, pb) in enumerate(conv_rows(c, th, H, Ho)):
         q = k % nE; sl = (k // nE) % 2; ar = arena_name(q); b = off0 + sl * slot
@@ -142,9 +161,8 @@ def emit_cascade(E, l, ctx, xv, yv, prev) -> list:
         if p:                                                  # the expand 1x1 and its activations on the input rows
             we, be, te = pw
             er = f'{nm}_e'; E.line(f'{er} = {_arena_region(E, b + SX, es, elem, qe, ar=ar)}')
-            te_ = T('exp')
-            E.line(f'{te_} = conv2d.async in {xr}, {we} @readonly, {be} @readonly out {er} {_conv_attrs(p.attrs, 0, 0, 1)} '
-                   f'accum_type=i32 deps=[{", ".join([tx] + [t for t in te if t in E.live])}]')
+            te_ = _pw(E, T, 'exp', (xr, b, qx), (er, b + SX, qe), xs, es, elem, we, be, _conv_attrs(p.attrs, 0, 0, 1),
+                      ", ".join([tx] + [t for t in te if t in E.live]), nN, ar)
             L, cur, last = _acts(E, pops, es, elem, er, te_, [b + SX + SE, b + SX], f'{nm}_e', ar, T, (b + SX, qe), nC)
             for ln in L: E.line(ln)
         dr = f'{nm}_d'; E.line(f'{dr} = {_arena_region(E, b + SX + 2 * SE, ds, elem, qd, ar=ar)}')
@@ -157,9 +175,9 @@ def emit_cascade(E, l, ctx, xv, yv, prev) -> list:
         if r:                                                  # the project 1x1 and its epilogue on the band, still in L1
             wrn, brn, tr = ws[1]; ys = (1, r1 - r0, Wo, Co); oy = b + SX + 2 * SE + 2 * SD
             yr = f'{nm}_y'; E.line(f'{yr} = {_arena_region(E, oy, ys, elem, qdesc(qp[r.name]), ar=ar)}')
-            tp = T('proj')
-            E.line(f'{tp} = conv2d.async in {cur}, {wrn} @readonly, {brn} @readonly out {yr} {_conv_attrs(r.attrs, 0, 0, 1)} '
-                   f'accum_type=i32 deps=[{", ".join([last] + [t for t in tr if t in E.live])}]')
+            po, pq = ((od + SD, od)[(len(cops) - 1) % 2], cops[-1][3]) if cops else (od, qd)
+            tp = _pw(E, T, 'proj', (cur, po, pq), (yr, oy, qdesc(qp[r.name])), ds, ys, elem, wrn, brn, _conv_attrs(r.attrs, 0, 0, 1),
+                     ", ".join([last] + [t for t in tr if t in E.live]), nN, ar)
             cur, last = yr, tp
             if getattr(r, 'epi', None):
                 L, cur, last = emit_epilogue(E, epilogue_ops(r, ctx), ys, elem, (yr, oy), oy + SY, oy + 2 * SY, r0 * Wo * Co * e, tp,
