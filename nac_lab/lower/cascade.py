@@ -103,6 +103,29 @@ def _pw(E, T, sfx, src, dst, shp_in, shp_out, elem, w, bias, attrs, deps, parts,
         E.line(f'{t} = conv2d.async in {xi}, {w} @readonly, {bias} @readonly out {yo} {attrs} accum_type=i32 deps=[{deps}]')
     return ', '.join(toks)
 
+def _dw(E, T, c, src, dst, rin, W, Wo, Cm, n, pt, pb, elem, w, bias, deps, parts, ar) -> str:
+    ("Lines of depthwise conv `c` on a band of `rin` input rows (pads `pt`, `pb`) giving `n` output rows, from L1 region `src` to `dst` "
+     "(each (name, offset, quant)): with `parts` > 1, as up to `parts` tasks on output row ranges, each reading its own input rows "
+     "(the kernel's halo overlaps), so that the engine's NMUs share it. Returns its tokens joined by ', '.")
+    e = ESIZE[elem]; s, kh = c.attrs['strides'][0], c.params['w'].shape[2]; k = max(1, min(parts, n))
+    if k == 1:
+        t = T('dw')
+        E.line(f'{t} = conv2d.async in {src[0]}, {w} @readonly, {bias} @readonly out {dst[0]} {_conv_attrs(c.attrs, pt, pb, Cm)} '
+               f'accum_type=i32 deps=[{deps}]')
+        return t
+    toks = []
+    for i in range(k):
+        o0, o1 = n * i // k, n * (i + 1) // k
+        a = max(0, o0 * s - pt); z = min(rin, (o1 - 1) * s - pt + kh)       # the input rows the outputs [o0, o1) read
+        qt, qb = (pt if o0 == 0 else 0), (o1 - 1) * s - pt + kh - z
+        assert (z - a + qt + qb - kh) // s + 1 == o1 - o0
+        t = T(f'dw{i}'); toks.append(t); xi, yo = f'{dst[0]}w{i}i', f'{dst[0]}w{i}'
+        E.line(f'{xi} = {_arena_region(E, src[1] + a * W * Cm * e, (1, z - a, W, Cm), elem, src[2], ar=ar)}')
+        E.line(f'{yo} = {_arena_region(E, dst[1] + o0 * Wo * Cm * e, (1, o1 - o0, Wo, Cm), elem, dst[2], ar=ar)}')
+        E.line(f'{t} = conv2d.async in {xi}, {w} @readonly, {bias} @readonly out {yo} {_conv_attrs(c.attrs, qt, qb, Cm)} '
+               f'accum_type=i32 deps=[{deps}]')
+    return ', '.join(toks)
+
 def _resident(E, layers, ctx, nE, prev) -> tuple:
     "Weights and bias of each conv of `layers`, loaded into the L1 of each of `nE` engines: per engine [(W, B, tokens)], and L1 used."
     e = ESIZE[ctx.elem]; sets = []
@@ -166,9 +189,9 @@ def emit_cascade(E, l, ctx, xv, yv, prev) -> list:
             L, cur, last = _acts(E, pops, es, elem, er, te_, [b + SX + SE, b + SX], f'{nm}_e', ar, T, (b + SX, qe), nC)
             for ln in L: E.line(ln)
         dr = f'{nm}_d'; E.line(f'{dr} = {_arena_region(E, b + SX + 2 * SE, ds, elem, qd, ar=ar)}')
-        tdw = T('dw')
-        E.line(f'{tdw} = conv2d.async in {cur}, {wdn} @readonly, {bdn} @readonly out {dr} {_conv_attrs(c.attrs, pt, pb, Cm)} '
-               f'accum_type=i32 deps=[{", ".join([last] + [t for t in td if t in E.live])}]')
+        io, iq = (((b + SX + SE, b + SX)[(len(pops) - 1) % 2], pops[-1][3]) if pops else (b + SX, qe)) if p else (b, qx)
+        tdw = _dw(E, T, c, (cur, io, iq), (dr, b + SX + 2 * SE, qd), hi - lo, W, Wo, Cm, r1 - r0, pt, pb, elem, wdn, bdn,
+                  ", ".join([last] + [t for t in td if t in E.live]), nN, ar)
         od = b + SX + 2 * SE
         L, cur, last = _acts(E, cops, ds, elem, dr, tdw, [od + SD, od], f'{nm}_d', ar, T, (od, qd), nC)
         for ln in L: E.line(ln)
