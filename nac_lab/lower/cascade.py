@@ -168,7 +168,7 @@ def emit_cascade(E, l, ctx, xv, yv, prev) -> list:
     qe, qd = qdesc(qp[p.name]) if p else None, qdesc(qp[c.name])
     pops, cops = epilogue_ops(p, ctx) if p else [], epilogue_ops(c, ctx)
     rd = getattr(E.device, 'resolved', None)
-    nC, nN = (max(1, rd.units('CSTL')), max(1, rd.units('NMU'))) if rd is not None else (1, 1)   # CSTL and NMU instances per engine
+    nC, nN, nD = (max(1, rd.units(u)) for u in ('CSTL', 'NMU', 'DMA')) if rd is not None else (1, 1, 1)   # units per engine
     done = {}
     for k, (r0, r1, lo, hi, pt, pb) in enumerate(conv_rows(c, th, H, Ho)):
         q = k % nE; sl = (k // nE) % 2; ar = arena_name(q); b = off0 + sl * slot
@@ -178,8 +178,14 @@ def emit_cascade(E, l, ctx, xv, yv, prev) -> list:
         mine = []
         def T(sfx, nm=nm, mine=mine): mine.append(E.tok(f'{nm}_{sfx}')); return mine[-1]
         xr = f'{nm}_x'; E.line(f'{xr} = {_arena_region(E, b, xs, elem, qx, ar=ar)}')
-        tx = T('x'); E.line(f'{tx} = transfer.async(dst={xr}, src=region({xv.buf}, {xv.at(lo * W * Ci * e)}, {(hi - lo) * W * Ci * e}), '
-                            f'deps=[{", ".join(t for t in prev if t in E.live)}])')
+        txs, nx, rx = [], max(1, min(nD, hi - lo)), W * Ci * e          # the input rows, by rows over the engine's DMAs
+        for i in range(nx):
+            a0, a1 = (hi - lo) * i // nx, (hi - lo) * (i + 1) // nx; dx = xr
+            if nx > 1: dx = f'{xr}{i}'; E.line(f'{dx} = {_arena_region(E, b + a0 * rx, (1, a1 - a0, W, Ci), elem, qx, ar=ar)}')
+            txs.append(T(f'x{i}'))
+            E.line(f'{txs[-1]} = transfer.async(dst={dx}, src=region({xv.buf}, {xv.at((lo + a0) * rx)}, {(a1 - a0) * rx}), '
+                   f'deps=[{", ".join(t for t in prev if t in E.live)}])')
+        tx = ', '.join(txs)
         cur, last = xr, tx
         if p:                                                  # the expand 1x1 and its activations on the input rows
             we, be, te = pw
