@@ -61,15 +61,70 @@ def _conv_attrs(a, pt, pb, groups):
     return (f'pads=[{pt}, {a["pads"][1]}, {pb}, {a["pads"][3]}] strides=[{", ".join(map(str, a["strides"]))}] '
             f'dilations=[{", ".join(map(str, a["dilations"]))}] groups={groups}')
 
-def _acts(E, ops, ys, elem, cur, last, offs, nm, ar, tok):
-    "Lines of activation epilogue `ops` on band `cur` (shape `ys`), results alternating between the offsets `offs`."
+def _acts(E, ops, ys, elem, cur, last, offs, nm, ar, tok, src=None, parts=1):
+    ("Lines of activation epilogue `ops` on band `cur` (shape `ys`), results alternating between the offsets `offs`. With `src` = (offset, "
+     "quant) of `cur` and `parts` > 1, each op runs as up to `parts` tasks on row ranges of the band, so that the engine's CSTL instances "
+     "share it; piece i of an op waits only for piece i of the op before. Returns (lines, result region, its tokens joined by ', ').")
     L = []
+    k = min(parts, ys[1]) if src is not None else 1
+    cut = [ys[1] * i // k for i in range(k + 1)]; rb = math.prod(ys[2:]) * ESIZE[elem]
+    prev = [last] * k; off, q = src if src is not None else (None, None)
     for j, (op, at, _, oq, _) in enumerate(ops):
-        r = f'{nm}_a{j}'; t = tok(f'a{j}')
+        r = f'{nm}_a{j}'
         L.append(f'{r} = {_arena_region(E, offs[j % 2], ys, elem, oq, ar=ar)}')
-        L.append(f'{t} = {op}.async in {cur} out {r}{(" " + at) if at else ""} deps=[{last}]')
-        cur, last = r, t
-    return L, cur, last
+        if k == 1:
+            t = tok(f'a{j}'); L.append(f'{t} = {op}.async in {cur} out {r}{(" " + at) if at else ""} deps=[{prev[0]}]'); prev = [t]
+        else:
+            mine = []
+            for i in range(k):
+                a, b = cut[i], cut[i + 1]; sh = (ys[0], b - a) + tuple(ys[2:]); t = tok(f'a{j}p{i}'); mine.append(t)
+                L.append(f'{r}p{i}i = {_arena_region(E, off + a * rb, sh, elem, q, ar=ar)}')
+                L.append(f'{r}p{i} = {_arena_region(E, offs[j % 2] + a * rb, sh, elem, oq, ar=ar)}')
+                L.append(f'{t} = {op}.async in {r}p{i}i out {r}p{i}{(" " + at) if at else ""} deps=[{prev[i]}]')
+            prev = mine
+        cur, off, q = r, offs[j % 2], oq
+    return L, cur, ', '.join(prev)
+
+def _pw(E, T, sfx, src, dst, shp_in, shp_out, elem, w, bias, attrs, deps, parts, ar) -> str:
+    ("Lines of a 1x1 conv from L1 region `src` to `dst` (each (name, offset, quant)), shapes `shp_in` -> `shp_out`: with `parts` > 1 "
+     "as up to `parts` tasks on row ranges (a 1x1 stride-1 conv reads only its own rows), so that the engine's NMUs share it. "
+     "Returns its tokens joined by ', '.")
+    e = ESIZE[elem]; rows = shp_in[1]; k = max(1, min(parts, rows))
+    if k == 1:
+        t = T(sfx)
+        E.line(f'{t} = conv2d.async in {src[0]}, {w} @readonly, {bias} @readonly out {dst[0]} {attrs} accum_type=i32 deps=[{deps}]')
+        return t
+    ri, ro, toks = math.prod(shp_in[2:]) * e, math.prod(shp_out[2:]) * e, []
+    for i in range(k):
+        a, b = rows * i // k, rows * (i + 1) // k; t = T(f'{sfx}{i}'); toks.append(t)
+        xi, yo = f'{dst[0]}w{i}i', f'{dst[0]}w{i}'
+        E.line(f'{xi} = {_arena_region(E, src[1] + a * ri, (1, b - a) + tuple(shp_in[2:]), elem, src[2], ar=ar)}')
+        E.line(f'{yo} = {_arena_region(E, dst[1] + a * ro, (1, b - a) + tuple(shp_out[2:]), elem, dst[2], ar=ar)}')
+        E.line(f'{t} = conv2d.async in {xi}, {w} @readonly, {bias} @readonly out {yo} {attrs} accum_type=i32 deps=[{deps}]')
+    return ', '.join(toks)
+
+def _dw(E, T, c, src, dst, rin, W, Wo, Cm, n, pt, pb, elem, w, bias, deps, parts, ar) -> str:
+    ("Lines of depthwise conv `c` on a band of `rin` input rows (pads `pt`, `pb`) giving `n` output rows, from L1 region `src` to `dst` "
+     "(each (name, offset, quant)): with `parts` > 1, as up to `parts` tasks on output row ranges, each reading its own input rows "
+     "(the kernel's halo overlaps), so that the engine's NMUs share it. Returns its tokens joined by ', '.")
+    e = ESIZE[elem]; s, kh = c.attrs['strides'][0], c.params['w'].shape[2]; k = max(1, min(parts, n))
+    if k == 1:
+        t = T('dw')
+        E.line(f'{t} = conv2d.async in {src[0]}, {w} @readonly, {bias} @readonly out {dst[0]} {_conv_attrs(c.attrs, pt, pb, Cm)} '
+               f'accum_type=i32 deps=[{deps}]')
+        return t
+    toks = []
+    for i in range(k):
+        o0, o1 = n * i // k, n * (i + 1) // k
+        a = max(0, o0 * s - pt); z = min(rin, (o1 - 1) * s - pt + kh)       # the input rows the outputs [o0, o1) read
+        qt, qb = (pt if o0 == 0 else 0), (o1 - 1) * s - pt + kh - z
+        assert (z - a + qt + qb - kh) // s + 1 == o1 - o0
+        t = T(f'dw{i}'); toks.append(t); xi, yo = f'{dst[0]}w{i}i', f'{dst[0]}w{i}'
+        E.line(f'{xi} = {_arena_region(E, src[1] + a * W * Cm * e, (1, z - a, W, Cm), elem, src[2], ar=ar)}')
+        E.line(f'{yo} = {_arena_region(E, dst[1] + o0 * Wo * Cm * e, (1, o1 - o0, Wo, Cm), elem, dst[2], ar=ar)}')
+        E.line(f'{t} = conv2d.async in {xi}, {w} @readonly, {bias} @readonly out {yo} {_conv_attrs(c.attrs, qt, qb, Cm)} '
+               f'accum_type=i32 deps=[{deps}]')
+    return ', '.join(toks)
 
 def _resident(E, layers, ctx, nE, prev) -> tuple:
     "Weights and bias of each conv of `layers`, loaded into the L1 of each of `nE` engines: per engine [(W, B, tokens)], and L1 used."
@@ -112,6 +167,8 @@ def emit_cascade(E, l, ctx, xv, yv, prev) -> list:
     qx = qdesc(xv.q) if xv.q else None
     qe, qd = qdesc(qp[p.name]) if p else None, qdesc(qp[c.name])
     pops, cops = epilogue_ops(p, ctx) if p else [], epilogue_ops(c, ctx)
+    rd = getattr(E.device, 'resolved', None)
+    nC, nN, nD = (max(1, rd.units(u)) for u in ('CSTL', 'NMU', 'DMA')) if rd is not None else (1, 1, 1)   # units per engine
     done = {}
     for k, (r0, r1, lo, hi, pt, pb) in enumerate(conv_rows(c, th, H, Ho)):
         q = k % nE; sl = (k // nE) % 2; ar = arena_name(q); b = off0 + sl * slot
@@ -121,29 +178,35 @@ def emit_cascade(E, l, ctx, xv, yv, prev) -> list:
         mine = []
         def T(sfx, nm=nm, mine=mine): mine.append(E.tok(f'{nm}_{sfx}')); return mine[-1]
         xr = f'{nm}_x'; E.line(f'{xr} = {_arena_region(E, b, xs, elem, qx, ar=ar)}')
-        tx = T('x'); E.line(f'{tx} = transfer.async(dst={xr}, src=region({xv.buf}, {xv.at(lo * W * Ci * e)}, {(hi - lo) * W * Ci * e}), '
-                            f'deps=[{", ".join(t for t in prev if t in E.live)}])')
+        txs, nx, rx = [], max(1, min(nD, hi - lo)), W * Ci * e          # the input rows, by rows over the engine's DMAs
+        for i in range(nx):
+            a0, a1 = (hi - lo) * i // nx, (hi - lo) * (i + 1) // nx; dx = xr
+            if nx > 1: dx = f'{xr}{i}'; E.line(f'{dx} = {_arena_region(E, b + a0 * rx, (1, a1 - a0, W, Ci), elem, qx, ar=ar)}')
+            txs.append(T(f'x{i}'))
+            E.line(f'{txs[-1]} = transfer.async(dst={dx}, src=region({xv.buf}, {xv.at((lo + a0) * rx)}, {(a1 - a0) * rx}), '
+                   f'deps=[{", ".join(t for t in prev if t in E.live)}])')
+        tx = ', '.join(txs)
         cur, last = xr, tx
         if p:                                                  # the expand 1x1 and its activations on the input rows
             we, be, te = pw
             er = f'{nm}_e'; E.line(f'{er} = {_arena_region(E, b + SX, es, elem, qe, ar=ar)}')
-            te_ = T('exp')
-            E.line(f'{te_} = conv2d.async in {xr}, {we} @readonly, {be} @readonly out {er} {_conv_attrs(p.attrs, 0, 0, 1)} '
-                   f'accum_type=i32 deps=[{", ".join([tx] + [t for t in te if t in E.live])}]')
-            L, cur, last = _acts(E, pops, es, elem, er, te_, [b + SX + SE, b + SX], f'{nm}_e', ar, T)
+            te_ = _pw(E, T, 'exp', (xr, b, qx), (er, b + SX, qe), xs, es, elem, we, be, _conv_attrs(p.attrs, 0, 0, 1),
+                      ", ".join([tx] + [t for t in te if t in E.live]), nN, ar)
+            L, cur, last = _acts(E, pops, es, elem, er, te_, [b + SX + SE, b + SX], f'{nm}_e', ar, T, (b + SX, qe), nC)
             for ln in L: E.line(ln)
         dr = f'{nm}_d'; E.line(f'{dr} = {_arena_region(E, b + SX + 2 * SE, ds, elem, qd, ar=ar)}')
-        tdw = T('dw')
-        E.line(f'{tdw} = conv2d.async in {cur}, {wdn} @readonly, {bdn} @readonly out {dr} {_conv_attrs(c.attrs, pt, pb, Cm)} '
-               f'accum_type=i32 deps=[{", ".join([last] + [t for t in td if t in E.live])}]')
-        L, cur, last = _acts(E, cops, ds, elem, dr, tdw, [b + SX + 2 * SE + SD, b + SX + 2 * SE], f'{nm}_d', ar, T)
+        io, iq = (((b + SX + SE, b + SX)[(len(pops) - 1) % 2], pops[-1][3]) if pops else (b + SX, qe)) if p else (b, qx)
+        tdw = _dw(E, T, c, (cur, io, iq), (dr, b + SX + 2 * SE, qd), hi - lo, W, Wo, Cm, r1 - r0, pt, pb, elem, wdn, bdn,
+                  ", ".join([last] + [t for t in td if t in E.live]), nN, ar)
+        od = b + SX + 2 * SE
+        L, cur, last = _acts(E, cops, ds, elem, dr, tdw, [od + SD, od], f'{nm}_d', ar, T, (od, qd), nC)
         for ln in L: E.line(ln)
         if r:                                                  # the project 1x1 and its epilogue on the band, still in L1
             wrn, brn, tr = ws[1]; ys = (1, r1 - r0, Wo, Co); oy = b + SX + 2 * SE + 2 * SD
             yr = f'{nm}_y'; E.line(f'{yr} = {_arena_region(E, oy, ys, elem, qdesc(qp[r.name]), ar=ar)}')
-            tp = T('proj')
-            E.line(f'{tp} = conv2d.async in {cur}, {wrn} @readonly, {brn} @readonly out {yr} {_conv_attrs(r.attrs, 0, 0, 1)} '
-                   f'accum_type=i32 deps=[{", ".join([last] + [t for t in tr if t in E.live])}]')
+            po, pq = ((od + SD, od)[(len(cops) - 1) % 2], cops[-1][3]) if cops else (od, qd)
+            tp = _pw(E, T, 'proj', (cur, po, pq), (yr, oy, qdesc(qp[r.name])), ds, ys, elem, wrn, brn, _conv_attrs(r.attrs, 0, 0, 1),
+                     ", ".join([last] + [t for t in tr if t in E.live]), nN, ar)
             cur, last = yr, tp
             if getattr(r, 'epi', None):
                 L, cur, last = emit_epilogue(E, epilogue_ops(r, ctx), ys, elem, (yr, oy), oy + SY, oy + 2 * SY, r0 * Wo * Co * e, tp,
