@@ -93,12 +93,18 @@ def _packed(d: Path, name: str, dtype, n: int):
     try: ent = json.loads((d / 'io.json').read_text()).get('packed', {}).get(name)
     except (OSError, ValueError): return None
     if ent is None: return None
-    p = d / f'{ent["buffer"]}.npy'
-    if not p.is_file(): raise HwError(f'{d}: io.json packs {name} into {ent["buffer"]}, but {p.name} is missing')
+    import re
+    from nac_lab.guard import escape
+    buf, o, dt = (ent.get(k) if isinstance(ent, dict) else None for k in ('buffer', 'offset', 'dtype'))
+    if not (isinstance(buf, str) and re.fullmatch(r'[A-Za-z_]\w*', buf) and type(o) is int and o >= 0 and isinstance(dt, str)):
+        raise HwError(f'{d / "io.json"}: packed.{name}: expected {{"buffer": a plain buffer name, "offset": a byte offset >= 0, '
+                      f'"dtype": a name}}, got {escape(repr(ent))[:200]}')
+    p = d / f'{buf}.npy'                          # a plain name: the pack lies in this folder, never elsewhere
+    if not p.is_file(): raise HwError(f'{d}: io.json packs {name} into {buf}, but {p.name} is missing')
     raw = np.load(p, allow_pickle=False).reshape(-1)
-    o, k = int(ent['offset']), n * np.dtype(dtype).itemsize
-    if raw.dtype != np.uint8 or ent['dtype'] != np.dtype(dtype).name or o < 0 or o + k > raw.size:
-        raise HwError(f'{p}: io.json places {name} ({ent["dtype"]}) at byte {o}; expected {n} values of {np.dtype(dtype).name} '
+    k = n * np.dtype(dtype).itemsize
+    if raw.dtype != np.uint8 or dt != np.dtype(dtype).name or o + k > raw.size:
+        raise HwError(f'{p}: io.json places {name} ({escape(dt)[:40]}) at byte {o}; expected {n} values of {np.dtype(dtype).name} '
                       f'inside its {raw.size} bytes of uint8')
     return raw[o:o + k].view(dtype)
 
