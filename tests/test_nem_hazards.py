@@ -21,7 +21,7 @@ class ReferenceSim(hz.HazardSim):
         if tid in self.done: return
         self.done.add(tid); self.done |= self.anc.get(tid, frozenset())
 
-    def task(self, node, reads, writes, deps):
+    def task(self, node, reads, writes, deps, env=None):
         tid = self.n; self.n += 1
         self.deps.append(())
         anc = set()

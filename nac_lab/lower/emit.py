@@ -572,7 +572,8 @@ def emit_program(g, E, mode, qp=None, ql=None, tilings=None, probe=False, prefet
             io['packed'] = {c: dict(buffer='CPACK', offset=o, dtype=before[c].dtype.name, shape=list(before[c].shape))
                             for c, o in offs.items()}       # where each packed constant lies (`nac_lab.hw` reads them back)
     rd = getattr(E.device, 'resolved', None)
-    E.body = bound_live_tokens(E.body, rd.unit_chars.get('SEQ', {}).get('max_active_tokens') if rd is not None else None)
+    E.body = bound_live_tokens(E.body, rd.unit_chars.get('SEQ', {}).get('max_active_tokens') if rd is not None else None,
+                               {arena_name(q): q for q in range(max(E.engines, 1))})       # each engine's sequencer tracks its own
     E.bufs.insert(0, f'buffer ARENA : L1[0] (size={max(E.arena, 64)}, align=64)')
     for q in range(1, E.engines): E.bufs.insert(q, f'buffer {arena_name(q)} : L1[{q}] (size={max(E.arena, 64)}, align=64)      # engine '
                                                 f'{q}: bands of the layers split over engines')

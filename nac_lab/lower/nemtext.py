@@ -102,28 +102,43 @@ _LOAD = re.compile(r'_load\d*$')
 def _without(names: str, gone: set) -> str:
     return ', '.join(t for t in (s.strip() for s in names.split(',')) if t and t not in gone)
 
-def bound_live_tokens(lines: list, limit: int | None) -> list:
-    ("NEM program `lines` with a `wait` for the oldest live token inserted wherever a top-level task would exceed `limit` live tokens; "
-     "constant loads (`..._load`, prefetched far ahead) are waited for last, so that no layer stalls behind a later layer's weights.")
+_REGION_DEF = re.compile(r'^\s*(\w+) = region\((\w+),')
+_IDENT = re.compile(r'[A-Za-z_]\w*')
+
+def _engine_of(ln: str, where: dict, l1: dict) -> int:
+    "The engine of task line `ln`: that of the first L1 buffer it names (through `where`, region -> buffer), else 0."
+    for n in _IDENT.findall(ln.split('=', 1)[1]):
+        e = l1.get(where.get(n, n))
+        if e is not None: return e
+    return 0
+
+def bound_live_tokens(lines: list, limit: int | None, l1: dict | None = None) -> list:
+    ("NEM program `lines` with a `wait` for the oldest live token of an engine inserted wherever a top-level task would exceed `limit` "
+     "live tokens on its engine (`l1`: L1 buffer name -> engine; without it every task counts against engine 0); constant loads "
+     "(`..._load`, prefetched far ahead) are waited for last, so that no layer stalls behind a later layer's weights.")
     if not limit: return lines
-    live, gone, out, depth = {}, set(), [], 0
+    l1 = l1 or {}
+    live, eng, where, gone, out, depth = {}, {}, {}, set(), [], 0     # engine -> its live tokens; token -> engine; region -> buffer
     for ln in lines:
         s = ln.lstrip()
         if (w := _WAIT.match(ln)) is not None:
-            for t in w.group(2).split(','): live.pop(t.strip(), None)
+            for t in w.group(2).split(','): live.get(eng.get(t.strip()), {}).pop(t.strip(), None)
             keep = _without(w.group(2), gone)
             if keep: out.append(f'{w.group(1)}wait({keep}){w.group(3)}')
             continue
         if s.startswith('loop '): depth += 1
         elif s.startswith('endloop'): depth -= 1
+        elif depth == 0 and (r := _REGION_DEF.match(ln)) is not None: where[r.group(1)] = where.get(r.group(2), r.group(2))
         elif depth == 0 and (m := _TOK_DEF.match(ln)) is not None:
-            while len(live) >= limit:
-                old = next((t for t in live if not _LOAD.search(t)), None) or next(iter(live))
-                del live[old]; gone.add(old); out.append(f'wait({old})      # at most {limit} tokens live')
-            live[m.group(1)] = True
+            e = _engine_of(ln, where, l1); mine = live.setdefault(e, {})
+            while len(mine) >= limit:
+                old = next((t for t in mine if not _LOAD.search(t)), None) or next(iter(mine))
+                del mine[old]; gone.add(old); out.append(f'wait({old})      # at most {limit} tokens live on engine {e}')
+            mine[m.group(1)] = True; eng[m.group(1)] = e
         if gone and 'deps=[' in ln: ln = _DEPS.sub(lambda m: f'deps=[{_without(m.group(1), gone)}]', ln)
         out.append(ln)
     return out
+
 
 # %% ../../nbs/68a_lower_nemtext.ipynb #coal0002
 _CLOAD = re.compile(r'^(t\d+_\w+) = transfer\.async\(dst=region\((\w+)_L2, (\d+), (\d+)\), src=region\(\2, \3, \4\)\)$')

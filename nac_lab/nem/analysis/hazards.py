@@ -74,7 +74,8 @@ class HazardSim:
         self.reported = set()    # (statement, statement) pairs already reported
         self.depth = self.steps = 0
         self.work, self.over_budget = 0, False
-        self.max_live, self.max_live_at = 0, None
+        self.max_live, self.max_live_at, self.max_live_eng = 0, None, 0
+        self.eng, self.live = [], {}  # task id -> engine; engine -> its tasks not yet known complete
         self.simplified = False
         self.stor = {}           # buffer name -> storage it lives in (memo of `storage`)
         self.imported = any(d.name == 'import' for bi in ctx.buffers.values() for d in bi.node.decos)
@@ -97,7 +98,7 @@ def complete(self:HazardSim, tid:int):
     while stack:
         x = stack.pop()
         if x in done: continue
-        done.add(x)
+        done.add(x); self.live[self.eng[x]] -= 1
         stack.extend(p for p in deps[x] if p not in done)
 
 @patch
@@ -176,9 +177,11 @@ def _scan_index(self:HazardSim, pend:tuple, new:tuple, order, compare:bool) -> l
 
 # %% ../../../nbs/34c_nem_hazards.ipynb #b71c3efc
 @patch
-def task(self:HazardSim, node, reads, writes, deps):
-    "Register one task instance reading `reads` and writing `writes` (RegionVals or None) after tokens `deps`; report its hazards."
+def task(self:HazardSim, node, reads, writes, deps, env=None):
+    ("Register one task instance reading `reads` and writing `writes` (RegionVals or None) after tokens `deps` (`env`: the values of "
+     "names, for `@seq_engine`); report its hazards.")
     tid = self.n; self.n += 1
+    e = self.engine_of(node, reads + writes, env); self.eng.append(e); self.live[e] = self.live.get(e, 0) + 1
     done, index, stor = self.done, self.index, self.stor
     direct = tuple({p for p in map(self.tok.get, deps) if p is not None and p not in done}) if deps else ()
     self.deps.append(direct)
@@ -216,8 +219,18 @@ def _after_task(self:HazardSim, tid:int, node, compare:bool):
     if node is not None:
         if getattr(node, 'assign', None): self.tok[node.assign] = tid
         if getattr(node, 'sync', False): self.complete(tid)
-    live = self.n - len(self.done)
-    if live > self.max_live: self.max_live, self.max_live_at = live, node
+    e = self.eng[tid]; live = self.live[e]
+    if live > self.max_live: self.max_live, self.max_live_at, self.max_live_eng = live, node, e
+
+@patch
+def engine_of(self:HazardSim, node, rvs, env) -> int:
+    "The engine task `node` on regions `rvs` runs on (§ Task Placement): that of an L1 region, else `@seq_engine(k)`, else 0."
+    for rv in rvs:
+        bi = self.ctx.buffers.get(rv.buffer) if rv is not None else None
+        if bi is not None and bi.level == 'L1': return bi.index or 0
+    seq = next((d for d in getattr(node, 'decos', None) or () if d.name == 'seq_engine' and d.args), None)
+    k = quiet_eval(self.ctx)(seq.args[0], env, '') if seq is not None and env is not None else None
+    return k if isinstance(k, int) else 0
 
 @patch
 def _report(self:HazardSim, node, rv, lo, hi, w, conflicts):
@@ -243,7 +256,8 @@ def check_hazards(ctx:Ctx):
     lim = ctx.device.unit_chars.get('SEQ', {}).get('max_active_tokens') if ctx.device is not None else None
     if lim is not None and sim.max_live > lim and sim.max_live_at is not None:
         ctx.report('warning', 'token.limit',
-                   f'up to {sim.max_live} task tokens are live here, more than the {lim} that the sequencer of {ctx.device.name} tracks '
+                   f'up to {sim.max_live} task tokens are live on engine {sim.max_live_eng} here, more than the {lim} that the '
+                   f'sequencer of each engine of {ctx.device.name} tracks '
                    '(SEQ.max_active_tokens); the binder must serialize', sim.max_live_at)
 
 def hazard_operand(ctx, sim, op, env):
@@ -270,7 +284,7 @@ def simulate_block(ctx, sim, body, env):
         elif t is Move: simulate_move(ctx, sim, s, env)
         elif t is Compute:
             ins = [hazard_operand(ctx, sim, o, env) for o in s.ins]; outs = [hazard_operand(ctx, sim, o, env) for o in s.outs]
-            sim.task(s, ins, outs, [r.id for r in s.deps] if s.deps else ())
+            sim.task(s, ins, outs, [r.id for r in s.deps] if s.deps else (), env)
         elif t is Wait:
             for r in s.tokens:
                 p = sim.tok.get(r.id)
@@ -281,7 +295,7 @@ def simulate_move(ctx, sim, s, env):
     "A transfer (or other move) as a task; overlapping source and destination in one storage need @memmove (hazard rule 2)."
     dst, src = hazard_operand(ctx, sim, s.dst, env), hazard_operand(ctx, sim, s.src, env)
     if s.kind == 'transfer' and dst is not None and src is not None and dst.buffer != src.buffer and not sim.imported:
-        sim.task(s, [src], [dst], [r.id for r in s.deps] if s.deps else ()); return    # different storages: no overlap
+        sim.task(s, [src], [dst], [r.id for r in s.deps] if s.deps else (), env); return    # different storages: no overlap
     if s.kind == 'transfer' and dst is not None and src is not None and dst.off is not None and src.off is not None \
        and sim.storage(dst.buffer) == sim.storage(src.buffer) and dst.off < src.off + src.ext and src.off < dst.off + dst.ext \
        and not any(d.name == 'memmove' for d in s.decos):
@@ -290,7 +304,7 @@ def simulate_move(ctx, sim, s, env):
                    f'{dst.off+dst.ext}) overlap in {dst.buffer}; overlapping transfers need @memmove (hazard rule 2)',
                    (s.dst.line, s.dst.col))
         src = None
-    sim.task(s, [src], [dst], [r.id for r in s.deps])
+    sim.task(s, [src], [dst], [r.id for r in s.deps], env)
 
 # %% ../../../nbs/34c_nem_hazards.ipynb #9e5fec4d
 def _iterations(ctx, sim, s, env):

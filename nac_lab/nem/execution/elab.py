@@ -114,7 +114,8 @@ MAX_INSTANCES = 2_000_000    # task instances (and gates) the functional executo
 class _Unroller:
     def __init__(self, el, limit, max_inst:int=MAX_INSTANCES):
         self.el, self.insts, self.tok, self.gate = el, el.insts, {}, None
-        self.marked, self.n_marked, self.n_tasks, self.limit, self.max_inst = bytearray(), 0, 0, limit, max_inst
+        self.marked, self.limit, self.max_inst = bytearray(), limit, max_inst
+        self.live = {}           # engine -> task tokens its sequencer tracks now
 
     def add(self, node, it, kind, reads, writes, deps, env):
         if len(self.insts) >= self.max_inst:
@@ -124,15 +125,16 @@ class _Unroller:
         i = Inst(len(self.insts), node, it, kind, reads, writes, deps, env=env)
         if self.gate is not None: deps.append(self.gate); i.gate = self.gate
         self.insts.append(i); self.marked.append(0)
-        if kind != 'join':
-            self.n_tasks += 1
-            live = self.n_tasks - self.n_marked
-            if live > self.el.max_live: self.el.max_live = live
-            if self.limit is not None and live > self.limit:
-                raise self.el.error(i, f'{i.name}: {live} task tokens would be live, more than the {self.limit} the '
-                                       f'sequencer of {self.el.device.name} tracks (SEQ.max_active_tokens)', 'token.limit',
-                                    ['wait for earlier tokens, or lower @max_in_flight'])
         return i
+
+    def dispatch(self, i):
+        "Count placed task instance `i` against the sequencer of its engine; past the limit, a `token.limit` error at `i`."
+        e = i.engine; live = self.live[e] = self.live.get(e, 0) + 1
+        if live > self.el.max_live: self.el.max_live = live
+        if self.limit is not None and live > self.limit:
+            raise self.el.error(i, f'{i.name}: {live} task tokens would be live on engine {e}, more than the {self.limit} the '
+                                   f'sequencer of each engine of {self.el.device.name} tracks (SEQ.max_active_tokens)', 'token.limit',
+                                ['wait for earlier tokens, or lower @max_in_flight'])
 
     def set_gate(self, g):
         self.gate = g.id
@@ -141,7 +143,7 @@ class _Unroller:
             x = st.pop()
             if mk[x]: continue
             mk[x] = 1
-            if ins[x].kind != 'join': self.n_marked += 1
+            if ins[x].kind != 'join': self.live[ins[x].engine] -= 1
             st.extend(ins[x].deps)
 
 # %% ../../../nbs/38b_nem_elab.ipynb #9dcc6dc0
@@ -169,7 +171,7 @@ def _unroll(w:_Unroller, body, env, regions, it):
                     _operand(el, o, env, regions) for o in s.outs], 'compute'
             i = w.add(s, it, kind, reads, writes, deps, env)
             for rv in reads + writes: _bounds(el, i, rv)
-            _place(el, i, s)
+            _place(el, i, s); w.dispatch(i)
             if s.assign: w.tok[s.assign] = i.id
             if s.sync: w.set_gate(i)
             continue

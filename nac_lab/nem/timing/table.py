@@ -180,7 +180,7 @@ class _Build:
         self.wdm_on = topo['device_units'].get('WDM', 0) > 0 and uc['WDM']['compression_ratio'] > 1
         self.rng = []                              # (role, buffer, rows, offsets, extents) of operands, only when wdm_on (A5)
         self.level_bytes, self.cost_cache = {}, {}
-        self.marked, self.n_tasks, self.n_marked, self.max_live = bytearray(), 0, 0, 0
+        self.marked, self.live, self.max_live = bytearray(), {}, 0    # live: engine -> task tokens its sequencer tracks now
         self.sdeps, self.blocks = {}, []          # deps of scalar rows; (lo, hi, dst-sorted src, dst) of vector blocks
 
     def pool(self, key, count=0):
@@ -207,23 +207,24 @@ class _Build:
         return []
 
     def mark_from(self, roots):
-        "Mark `roots` and their ancestors complete; returns how many task rows were newly marked."
-        st, mk, k, kinds = list(roots), self.marked, 0, None
+        "Mark `roots` and their ancestors complete: each newly marked task row retires one live token of its engine's sequencer."
+        st, mk = list(roots), self.marked
         while st:
             x = st.pop()
             if mk[x]: continue
-            mk[x] = 1; k += self.row_kind(x) != 0
+            mk[x] = 1
+            if self.row_val(x, 'kind') != 0: self.live[self.row_val(x, 'eng')] -= 1
             st.extend(self.deps_of(x))
-        return k
 
-    def row_kind(self, x):
-        r = self.rows['kind']; base = self.n - len(r)
+    def row_val(self, x, col):
+        "Column `col` of row `x`, flushed or not."
+        r = self.rows[col]; base = self.n - len(r)
         if x >= base: return r[x - base]
         off = 0
-        for arr in self.chunks['kind']:
+        for arr in self.chunks[col]:
             if x < off + len(arr): return int(arr[x - off])
             off += len(arr)
-        return 1
+        return 1 if col == 'kind' else 0       # not reached: every row is flushed or pending
 
 # %% ../../../nbs/38e_nem_table.ipynb #41293d79
 def _flush(b):
@@ -236,15 +237,21 @@ def _row(b, **kw):
     b.marked.append(0); b.n += 1
     return b.n - 1
 
-def _live(b, node, it, k_new=1):
-    b.n_tasks += k_new
-    live = b.n_tasks - b.n_marked
+def _live(b, node, it, eng=0, k_new=1):
+    "Count `k_new` task instances of `node` against the sequencer of engine `eng`; past the limit, a `token.limit` error."
+    live = b.live[eng] = b.live.get(eng, 0) + k_new
     b.max_live = max(b.max_live, live)
     if b.limit is not None and live > b.limit:
         name = getattr(node, 'assign', None) or getattr(node, 'opcode', 'task')
         raise b.err(node, it,
-                    f'{name}{"[" + ",".join(str(v) for _, v in it) + "]" if it else ""}: {live} task tokens would be live, more than the '
-                    f'{b.limit} the sequencer of {b.dev.name} tracks (SEQ.max_active_tokens)', 'token.limit')
+                    f'{name}{"[" + ",".join(str(v) for _, v in it) + "]" if it else ""}: {live} task tokens would be live on engine {eng}, '
+                    f'more than the {b.limit} the sequencer of each engine of {b.dev.name} tracks (SEQ.max_active_tokens)', 'token.limit')
+
+def _engine(b, node, bufs, env) -> int:
+    "The engine of a task on buffers `bufs` (§ Task Placement): that of its L1 regions, else `@seq_engine(k)`, else 0."
+    l1 = [x.index or 0 for x in bufs if x.level == 'L1']
+    seq = next((d for d in node.decos if d.name == 'seq_engine' and d.args), None)
+    return l1[0] if l1 else (eval_int(seq.args[0], env) if seq else 0)
 
 def _task_info(b, node, kind, reads, writes, env, it):
     "Placement and cost of one scalar task: (pool, pin, cost tuple, lat, bpc, ports)."
@@ -257,9 +264,7 @@ def _task_info(b, node, kind, reads, writes, env, it):
                         f'{rv.name} = bytes [{rv.off}, {rv.off + rv.ext}) of {rv.buffer}, which has {bi.size} bytes (hazard rule 4: '
                         'out-of-bounds access)', 'region.bounds')
         lv.append(bi)
-    l1 = [x.index or 0 for x in lv if x.level == 'L1']
-    seq = next((d for d in node.decos if d.name == 'seq_engine' and d.args), None)
-    eng = l1[0] if l1 else (eval_int(seq.args[0], env) if seq else 0)
+    eng = _engine(b, node, lv, env)
     unit = unit_of(node, kind, [x.level for x in lv]); pin = -1
     res = next((d for d in node.decos if d.name == 'resource' and d.unit), None)
     if res is not None: unit, pin = pin_of(unit, res.unit, eval_int(res.index, env), b.dev)
@@ -300,14 +305,14 @@ def _emit(b, node, kind, reads, writes, deps, env, it):
                 [((rv.buffer, a(rv.off), a(rv.ext)), False) for rv in reads] + [((rv.buffer, a(rv.off), a(rv.ext)), True) for rv in writes],
                 a(j))
     b.sdeps[j] = deps; b.es.extend(deps); b.ed.extend([j] * len(deps))
-    _live(b, node, it)
+    _live(b, node, it, eng)
     return j
 
 def _join(b, node, deps, it):
     if b.gate is not None: deps = deps + [b.gate]
     j = _row(b, kind=0, pool=-1, pin=-1, stmt=b.sid(node), itp=b.pid(it), itv=0)
     b.sdeps[j] = deps; b.es.extend(deps); b.ed.extend([j] * len(deps))
-    b.gate = j; b.n_marked += b.mark_from([j])
+    b.gate = j; b.mark_from([j])
     return j
 
 # %% ../../../nbs/38e_nem_table.ipynb #0f4a8b81
@@ -339,7 +344,7 @@ def _unroll_rows(b, body, env, regions, it):
                     _operand(b, o, env, regions, s, it) for o in s.outs], 'compute'
             j = _emit(b, s, kind, reads, writes, deps, env, it)
             if s.assign: b.tok[s.assign] = j
-            if s.sync: b.gate = j; b.n_marked += b.mark_from([j])      # .sync = .async + wait: the task itself gates what follows
+            if s.sync: b.gate = j; b.mark_from([j])      # .sync = .async + wait: the task itself gates what follows
         elif t is Wait: _join(b, s, [b.tok[r.id] for r in s.tokens if r.id in b.tok], it)
         elif t is Loop:
             lo, hi = eval_int(s.start, env), eval_int(s.end, env)
@@ -403,16 +408,22 @@ def _vloop(b, s, env, regions, it, lo, hi, N):
     n_t = len(tasks)
     if n_t == 0: return False
     it_of = lambda q: it + ((s.var, int(var[q])),)
-    # token limit, in closed form (see above)
-    before = b.n_tasks - b.n_marked
-    peak = before + min(N, T) * n_t
-    b.max_live = max(b.max_live, peak)
-    if b.limit is not None and peak > b.limit:
-        q = b.limit - before
-        x = tasks[q % n_t][0]
-        raise b.err(x, it_of(q // n_t),
-                    f'{getattr(x, "assign", None) or "task"}[{int(var[q // n_t])}]: {b.limit + 1} task tokens would be live, more than '
-                    f'the {b.limit} the sequencer of {b.dev.name} tracks (SEQ.max_active_tokens)', 'token.limit')
+    # token limit, in closed form per engine (see above)
+    engs = [_engine(b, x, [b.buffers[v[0].buffer] for v, _ in vr if v[0].buffer in b.buffers], e0) for x, _, vr in tasks]
+    first = None                                 # (instance index in the block, engine, q) of the first overflow
+    for e in set(engs):
+        mine = [k for k, g in enumerate(engs) if g == e]; before = b.live.get(e, 0)
+        peak = before + min(N, T) * len(mine)
+        b.max_live = max(b.max_live, peak)
+        if b.limit is not None and peak > b.limit:
+            q = b.limit - before; at = (q // len(mine)) * n_t + mine[q % len(mine)]
+            if first is None or at < first[0]: first = (at, e)
+    if first is not None:
+        at, e = first; x = tasks[at % n_t][0]
+        raise b.err(x, it_of(at // n_t),
+                    f'{getattr(x, "assign", None) or "task"}[{int(var[at // n_t])}]: {b.limit + 1} task tokens would be live on '
+                    f'engine {e}, more than the {b.limit} the sequencer of each engine of {b.dev.name} tracks (SEQ.max_active_tokens)',
+                    'token.limit')
     if b.n + T * (n_t + 1) > b.max_rows:
         raise b.err(s, it,
                     f'loop {s.var} in [{lo}..{hi}] unrolls into {T * n_t} task instances, beyond the {b.max_rows} a timing table holds',
@@ -489,12 +500,12 @@ def _vloop(b, s, env, regions, it, lo, hi, N):
     b.bes.append(src); b.bed.append(dst); b.blocks.append((base, base + total, src, dst))
     for c in COLS: b.chunks[c].append(cols[c])
     b.n += total; b.marked.extend(bytes(total))
-    b.n_tasks += T * n_t
+    for e in engs: b.live[e] = b.live.get(e, 0) + T
     if G:
-        b.n_marked += b.mark_from(roots)
+        b.mark_from(roots)
         end = int(start[G]) if G < T else base + total
         b.marked[base:end] = b'\x01' * (end - base)
-        b.n_marked += G * n_t
+        for e in engs: b.live[e] -= G
         b.gate = int(gate_ids[-1])
     for j, (y, _, _) in enumerate(tasks):
         if y.assign: b.tok[y.assign] = int(tid(j)[-1])
