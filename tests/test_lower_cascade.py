@@ -121,3 +121,24 @@ def test_report_of_a_project_cascade(toy, cal):
     rows = {r['layer']: r for r in low.report()}
     casc = [l for l in low.graph.layers if getattr(l, 'cascade', None) and l.cascade['project'] is not None]
     assert casc and all(rows[l.name]['cycles'] > 0 for l in casc)
+
+class Wide(nn.Module):
+    "MnasNet's 5x5 inverted residual: expand 1x1, depthwise 5x5 stride 1 (two rows of padding), project 1x1, on 8 rows."
+    def __init__(s):
+        super().__init__()
+        s.ex = nn.Conv2d(3, 24, 1); s.dw = nn.Conv2d(24, 24, 5, 1, 2, groups=24); s.pr = nn.Conv2d(24, 8, 1)
+    def forward(s, x): return s.pr(nn.functional.relu(s.dw(nn.functional.relu(s.ex(x)))))
+
+def test_depthwise_5x5_parts_near_the_top():
+    ("Bands of 2 output rows on npm_pro (8 rows over 4 engines), each split over the engine's 2 NMUs: the part holding output row 1 "
+     "of the top band still needs one of the two rows of top padding (it once got none, an AssertionError in mnasnet0_5).")
+    shape = (1, 3, 8, 10)
+    torch.manual_seed(3)
+    m = nac_compile(Wide().eval(), (torch.zeros(shape),))
+    rng = np.random.default_rng(4)
+    low = lower(m, 'npm_pro', mode='int8', calib=[rng.standard_normal(shape).astype(np.float32) for _ in range(2)], cascade='project')
+    cs = [l.cascade for l in low.graph.layers if getattr(l, 'cascade', None)]
+    assert len(cs) == 1 and cs[0]['th'] == 2 and cs[0]['project'] is not None
+    assert 'pads=[1, 2, 0, 2]' in low.program                # output row 1 of the top band: one padding row, input rows 0..2
+    assert not low.check().errors
+    assert_int8_bit_exact(low, shape, [0, 1])

@@ -97,7 +97,7 @@ def bench_peers(names=PEERS, size=224, device='npm_pro') -> list:
             res = low.simulate(); rf = low.roofline(res)
             b = lower(m, device, mode='int8', calib=cal, tiling='naive').simulate().total_cycles
             rows.append((n, t, res.total_cycles, b / res.total_cycles, rf['ratio'], rf['limit'], summary(res)['mac_utilisation']))
-        except Exception as ex: rows.append((n, str(ex).splitlines()[0][:160]))
+        except Exception as ex: rows.append((n, (str(ex) or type(ex).__name__).splitlines()[0][:160]))
     return rows
 
 # %% ../../nbs/69d_lower_bench.ipynb #prof0002

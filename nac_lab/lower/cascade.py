@@ -117,7 +117,7 @@ def _dw(E, T, c, src, dst, rin, W, Wo, Cm, n, pt, pb, elem, w, bias, deps, parts
     for i in range(k):
         o0, o1 = n * i // k, n * (i + 1) // k
         a = max(0, o0 * s - pt); z = min(rin, (o1 - 1) * s - pt + kh)       # the input rows the outputs [o0, o1) read
-        qt, qb = (pt if o0 == 0 else 0), (o1 - 1) * s - pt + kh - z
+        qt, qb = max(0, pt - o0 * s), (o1 - 1) * s - pt + kh - z    # a part near the top may still need some of the top padding
         assert (z - a + qt + qb - kh) // s + 1 == o1 - o0
         t = T(f'dw{i}'); toks.append(t); xi, yo = f'{dst[0]}w{i}i', f'{dst[0]}w{i}'
         E.line(f'{xi} = {_arena_region(E, src[1] + a * W * Cm * e, (1, z - a, W, Cm), elem, src[2], ar=ar)}')
