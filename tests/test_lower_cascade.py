@@ -123,10 +123,10 @@ def test_report_of_a_project_cascade(toy, cal):
     assert casc and all(rows[l.name]['cycles'] > 0 for l in casc)
 
 class Wide(nn.Module):
-    "MnasNet's 5x5 inverted residual: expand 1x1, depthwise 5x5 stride 1 (two rows of padding), project 1x1, on 8 rows."
-    def __init__(s):
+    "MnasNet's inverted residual: expand 1x1, depthwise k x k (k // 2 rows of padding), project 1x1."
+    def __init__(s, k=5, stride=1):
         super().__init__()
-        s.ex = nn.Conv2d(3, 24, 1); s.dw = nn.Conv2d(24, 24, 5, 1, 2, groups=24); s.pr = nn.Conv2d(24, 8, 1)
+        s.ex = nn.Conv2d(3, 24, 1); s.dw = nn.Conv2d(24, 24, k, stride, k // 2, groups=24); s.pr = nn.Conv2d(24, 8, 1)
     def forward(s, x): return s.pr(nn.functional.relu(s.dw(nn.functional.relu(s.ex(x)))))
 
 def test_depthwise_5x5_parts_near_the_top():
@@ -140,5 +140,17 @@ def test_depthwise_5x5_parts_near_the_top():
     cs = [l.cascade for l in low.graph.layers if getattr(l, 'cascade', None)]
     assert len(cs) == 1 and cs[0]['th'] == 2 and cs[0]['project'] is not None
     assert 'pads=[1, 2, 0, 2]' in low.program                # output row 1 of the top band: one padding row, input rows 0..2
+    assert not low.check().errors
+    assert_int8_bit_exact(low, shape, [0, 1])
+
+@pytest.mark.parametrize('k, stride, rows', [(3, 2, 9), (5, 2, 12), (7, 1, 8), (7, 2, 16)])
+def test_depthwise_parts_bit_exact(k, stride, rows):
+    "Other kernels, strides and heights whose bands are split over NMUs: every part reads its own rows and padding, int8 bit-exact."
+    shape = (1, 3, rows, 6)
+    torch.manual_seed(k * 10 + stride)
+    m = nac_compile(Wide(k, stride).eval(), (torch.zeros(shape),))
+    rng = np.random.default_rng(5)
+    low = lower(m, 'npm_pro', mode='int8', calib=[rng.standard_normal(shape).astype(np.float32) for _ in range(2)], cascade='project')
+    assert [l.cascade['project'] is not None for l in low.graph.layers if getattr(l, 'cascade', None)] == [True]
     assert not low.check().errors
     assert_int8_bit_exact(low, shape, [0, 1])
