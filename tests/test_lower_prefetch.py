@@ -29,7 +29,7 @@ def test_coalesced_fewer_tokens_same_bytes_bit_exact(monkeypatch):
     assert 'CPACK' not in one.program
     n, k = len(_loads(one)), len(_loads(low))
     consts = sum(1 for b in one.data if b + '_L2' in one.program)
-    assert consts > 100 and n >= consts and k <= 2 * 12, (n, k)   # ~110 copies -> a dozen segments of at most 2 parts
+    assert consts > 100 and n >= consts and k <= 3 * 12, (n, k)   # ~110 copies -> a dozen segments of at most 3 parts
     ddr = lambda lo: lo.simulate().table.level_bytes['DDR']['read']
     assert ddr(one) <= ddr(low) <= ddr(one) + 64 * consts        # the same bytes, plus the padding between packed constants
     assert low.data['CPACK'].nbytes == sum(-(-a.nbytes // 64) * 64 for b, a in one.data.items() if b + '_L2' in one.program)
@@ -46,3 +46,20 @@ def test_classifier_weights_arrive_before_the_last_conv():
     assert fc and max(res.end[j] for j in loads) < last          # every constant (the classifier's 1.28 MB too) is in L2 by then
     rf = low.roofline(res)
     assert res.total_cycles < 1.9 * 57711 and rf['ratio'] < 1.85, (res.total_cycles, rf)   # 134,463 cycles (2.33x) before
+    # issue #30's goal: within 1.5x of the roofline bound (79,868 cycles = 1.30x of its L2 bound 61,588 when this was written)
+    assert rf['ratio'] <= 1.5, rf
+
+def test_copies_in_parts_over_the_sdmas():
+    ("npm_pro has 4 sDMAs: the 12,288-byte input in 3 parts (parts of at least 4 KiB), each large constant segment in 3 (one sDMA "
+     "left for the rest); npm_lite's one sDMA: the input in one part (its constants stream through the weight ring, not packed).")
+    m, shape, cal = _mobilenet(64)
+    for dev, nin, nseg in (('npm_pro', 3, 3), ('npm_lite', 1, None)):
+        low = lower(m, dev, mode='int8', calib=cal)
+        pat = r'^t\d+_x_in\d* = transfer\.async\(dst=region\(\w+, (\d+), (\d+)\), src=region\(x, (\d+), (\d+)\)\)$'
+        ins = re.findall(pat, low.program, re.M)
+        assert len(ins) == nin and sum(int(b) for _, b, _, _ in ins) == int(np.prod(shape)), (dev, ins)
+        assert [int(o) for _, _, o, _ in ins] == sorted(int(o) for _, _, o, _ in ins) and all(int(o) % 64 == 0 for _, _, o, _ in ins)
+        segs = {}
+        for t in re.findall(r'^t\d+_(CPACK\d+)_load\d* = ', low.program, re.M): segs[t] = segs.get(t, 0) + 1
+        assert (max(segs.values()), list(segs.values())[-1]) == (nseg, nseg) if nseg else not segs, (dev, segs)
+        assert_int8_bit_exact(low, shape, [0])
