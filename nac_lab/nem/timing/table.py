@@ -213,18 +213,19 @@ class _Build:
             x = st.pop()
             if mk[x]: continue
             mk[x] = 1
-            if self.row_val(x, 'kind') != 0: self.live[self.row_val(x, 'eng')] -= 1
+            kind, eng = self.row_kind_eng(x)
+            if kind != 0: self.live[eng] -= 1
             st.extend(self.deps_of(x))
 
-    def row_val(self, x, col):
-        "Column `col` of row `x`, flushed or not."
-        r = self.rows[col]; base = self.n - len(r)
-        if x >= base: return r[x - base]
+    def row_kind_eng(self, x) -> tuple:
+        "(kind, engine) of row `x`, flushed or not: its chunk is found once for both columns."
+        r = self.rows['kind']; base = self.n - len(r)
+        if x >= base: return r[x - base], self.rows['eng'][x - base]
         off = 0
-        for arr in self.chunks[col]:
-            if x < off + len(arr): return int(arr[x - off])
+        for i, arr in enumerate(self.chunks['kind']):
+            if x < off + len(arr): return int(arr[x - off]), int(self.chunks['eng'][i][x - off])
             off += len(arr)
-        return 1 if col == 'kind' else 0       # not reached: every row is flushed or pending
+        return 1, 0                              # not reached: every row is flushed or pending
 
 # %% ../../../nbs/38e_nem_table.ipynb #41293d79
 def _flush(b):
